@@ -1,0 +1,95 @@
+//! Glue from command-line settings to the engine: one file per subcommand.
+
+mod plan;
+mod up;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use crate::cli::{Cli, Command, RecipeArgs};
+use crate::error::{Error, Result};
+use crate::host::Facts;
+use crate::recipe::{self, Recipe};
+use crate::report::{JsonReporter, PlainReporter, ProgressReporter, Reporter};
+
+/// Run a parsed command line; the returned code is the process's exit status.
+pub fn run(cli: Cli) -> Result<u8> {
+    let settings = Settings::resolve(&cli)?;
+    match cli.command {
+        Command::Up(args) => up::run(&settings, &args),
+        Command::Plan(args) => plan::run(&settings, &args),
+        Command::Doctor(_) => Err(Error::NotYetAvailable("doctor")),
+        Command::Patch(_) => Err(Error::NotYetAvailable("patch")),
+        Command::Serve(_) => Err(Error::NotYetAvailable("serve")),
+        Command::Bench(_) => Err(Error::NotYetAvailable("bench")),
+        Command::Image(_) => Err(Error::NotYetAvailable("image")),
+        Command::Cache(_) => Err(Error::NotYetAvailable("cache")),
+    }
+}
+
+/// Settings every command shares, resolved once from flags and the environment.
+pub struct Settings {
+    pub state_dir: PathBuf,
+    pub facts: Facts,
+}
+
+impl Settings {
+    fn resolve(cli: &Cli) -> Result<Settings> {
+        let state_dir = match &cli.state_dir {
+            Some(d) => d.clone(),
+            None => default_state_dir()?,
+        };
+        let state_dir = if state_dir.is_absolute() {
+            state_dir
+        } else {
+            std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?.join(state_dir)
+        };
+        Ok(Settings { state_dir, facts: Facts::from_env() })
+    }
+
+    pub fn load_recipe(&self, args: &RecipeArgs) -> Result<Recipe> {
+        let overrides = args
+            .set
+            .iter()
+            .map(|kv| match kv.split_once('=') {
+                Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+                _ => Err(Error::usage(
+                    format!("`--set {kv}` is not KEY=VALUE"),
+                    Some("write e.g. `--set arch=12.0`".to_string()),
+                )),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        recipe::load(
+            args.recipe.as_deref(),
+            &recipe::LoadOptions { overrides: &overrides, facts: &self.facts, state_dir: &self.state_dir },
+        )
+    }
+}
+
+fn default_state_dir() -> Result<PathBuf> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(home) = var("KILN_HOME") {
+        return Ok(home);
+    }
+    if let Some(xdg) = var("XDG_STATE_HOME") {
+        return Ok(xdg.join("kiln"));
+    }
+    match var("HOME") {
+        Some(home) => Ok(home.join(".local/state/kiln")),
+        None => Err(Error::usage(
+            "cannot pick a state directory: neither KILN_HOME, XDG_STATE_HOME nor HOME is set",
+            Some("pass --state-dir DIR".to_string()),
+        )),
+    }
+}
+
+/// The reporter for this invocation: JSON, progress bars on a terminal, or plain lines.
+pub fn reporter(json: bool) -> Box<dyn Reporter> {
+    if json {
+        Box::new(JsonReporter::default())
+    } else if std::io::stderr().is_terminal() && std::env::var_os("KILN_NO_PROGRESS").is_none() {
+        Box::new(ProgressReporter::default())
+    } else {
+        Box::new(PlainReporter)
+    }
+}

@@ -1,0 +1,31 @@
+//! `kiln up`: plan, then run every stale step.
+
+use super::Settings;
+use crate::cli::UpArgs;
+use crate::engine::{self, hashing::HashMemo, state::StateDir, ExecOptions, Selection};
+use crate::error::Result;
+
+pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
+    let recipe = settings.load_recipe(&args.recipe)?;
+    let state = StateDir::new(&settings.state_dir, &recipe.name);
+    let selection = Selection { only: args.only.clone(), from: args.from.clone(), force: args.force.clone() };
+    if args.dry_run {
+        let memo = HashMemo::load(&state.memo_path());
+        let plan = engine::plan(&recipe, &state, &settings.facts, &selection, &memo)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&plan).expect("plans serialize"));
+        } else {
+            print!("{}", super::plan::render(&plan, &recipe.origin));
+            println!("dry run: {} step(s) would run", plan.count("stale"));
+        }
+        return Ok(0);
+    }
+    let _lock = state.lock()?;
+    let memo = HashMemo::load(&state.memo_path());
+    let plan = engine::plan(&recipe, &state, &settings.facts, &selection, &memo)?;
+    let reporter = super::reporter(args.json);
+    let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let mem_budget = crate::host::available_memory_bytes().unwrap_or(u64::MAX);
+    engine::execute(&recipe, &plan, &state, &memo, reporter.as_ref(), &ExecOptions { jobs, mem_budget })?;
+    Ok(0)
+}

@@ -1,0 +1,141 @@
+//! A step's fingerprint: sha256 over its resolved definition, env, input file hashes and its
+//! dependencies' fingerprints — kept component by component so `plan` can say what changed.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::hashing::{hex, sha256_bytes, HashMemo};
+use crate::error::Result;
+use crate::recipe::Step;
+
+/// What an input pattern stands for when it matches nothing (yet).
+pub const NO_MATCH: &str = "no-match";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fingerprint {
+    pub digest: String,
+    /// sha256 of the canonical definition (kind, command, paths, check, cwd).
+    pub definition: String,
+    /// Env var name → sha256 of its value (values never stored: they may be secrets).
+    pub env: BTreeMap<String, String>,
+    /// Input file → sha256 (a pattern that matched nothing → `no-match`).
+    pub inputs: BTreeMap<String, String>,
+    /// Dependency id → its fingerprint digest (or `skipped`).
+    pub deps: BTreeMap<String, String>,
+}
+
+#[derive(Serialize)]
+struct Definition<'a> {
+    kind: &'a crate::recipe::StepKind,
+    cwd: &'a std::path::Path,
+    check: &'a Option<crate::recipe::Check>,
+}
+
+/// Compute a step's fingerprint given its dependencies' digests.
+pub fn compute(step: &Step, deps: BTreeMap<String, String>, memo: &HashMemo) -> Result<Fingerprint> {
+    let definition = sha256_bytes(
+        &serde_json::to_vec(&Definition {
+            kind: &step.kind,
+            cwd: &step.cwd,
+            check: &step.check,
+        })
+        .expect("definitions serialize"),
+    );
+    let env = step
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), sha256_bytes(v.as_bytes())))
+        .collect();
+    let mut inputs = BTreeMap::new();
+    for pattern in &step.inputs {
+        let files = expand_inputs(pattern);
+        if files.is_empty() {
+            inputs.insert(pattern.clone(), NO_MATCH.to_string());
+        }
+        for f in files {
+            inputs.insert(f.display().to_string(), memo.file(&f)?);
+        }
+    }
+    let mut h = Sha256::new();
+    h.update(b"kiln-fingerprint-v1\0");
+    h.update(definition.as_bytes());
+    for map in [&env, &inputs, &deps] {
+        h.update(b"\0");
+        for (k, v) in map {
+            h.update(k.as_bytes());
+            h.update(b"=");
+            h.update(v.as_bytes());
+            h.update(b"\n");
+        }
+    }
+    Ok(Fingerprint {
+        digest: hex(&h.finalize()),
+        definition,
+        env,
+        inputs,
+        deps,
+    })
+}
+
+/// Files a pattern names: glob matches, with directories walked recursively, sorted.
+fn expand_inputs(pattern: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let matches: Vec<PathBuf> = match glob::glob(pattern) {
+        Ok(paths) => paths.filter_map(|p| p.ok()).collect(),
+        Err(_) => vec![PathBuf::from(pattern)].into_iter().filter(|p| p.exists()).collect(),
+    };
+    for m in matches {
+        walk(&m, &mut out);
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn walk(path: &std::path::Path, out: &mut Vec<PathBuf>) {
+    if path.is_dir() {
+        if let Ok(rd) = std::fs::read_dir(path) {
+            for e in rd.flatten() {
+                walk(&e.path(), out);
+            }
+        }
+    } else if path.is_file() {
+        out.push(path.to_path_buf());
+    }
+}
+
+/// Why `now` differs from `then`, in words, or `None` if they match.
+pub fn explain_change(then: &Fingerprint, now: &Fingerprint) -> Option<String> {
+    if then.digest == now.digest {
+        return None;
+    }
+    if then.definition != now.definition {
+        return Some("its definition changed".into());
+    }
+    if let Some(reason) = diff_maps(&then.inputs, &now.inputs, "input") {
+        return Some(reason);
+    }
+    if let Some(reason) = diff_maps(&then.env, &now.env, "env var") {
+        return Some(reason);
+    }
+    if let Some(reason) = diff_maps(&then.deps, &now.deps, "dependency") {
+        return Some(reason);
+    }
+    Some("its fingerprint changed".into())
+}
+
+fn diff_maps(then: &BTreeMap<String, String>, now: &BTreeMap<String, String>, what: &str) -> Option<String> {
+    for (k, v) in now {
+        match then.get(k) {
+            None => return Some(format!("{what} {k} was added")),
+            Some(old) if old != v => return Some(format!("{what} {k} changed")),
+            _ => {}
+        }
+    }
+    then.keys()
+        .find(|k| !now.contains_key(*k))
+        .map(|k| format!("{what} {k} was removed"))
+}

@@ -1,0 +1,130 @@
+//! sha256 of files, with a stat-based memo so an unchanged file is never hashed twice.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::state::write_atomic;
+use crate::error::{Error, Result};
+
+/// Stream a reader through sha256 (1 MiB reads).
+pub fn sha256_reader(mut r: impl Read) -> std::io::Result<(String, u64)> {
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0u64;
+    loop {
+        let n = r.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        total += n as u64;
+    }
+    Ok((hex(&h.finalize()), total))
+}
+
+pub fn sha256_bytes(data: &[u8]) -> String {
+    hex(&Sha256::digest(data))
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Stamp {
+    len: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+    ino: u64,
+    sha256: String,
+}
+
+/// Memo of file hashes keyed by path and validated by (size, mtime, ctime, inode).
+#[derive(Debug, Default)]
+pub struct HashMemo {
+    path: Option<PathBuf>,
+    entries: Mutex<BTreeMap<PathBuf, Stamp>>,
+    dirty: Mutex<bool>,
+}
+
+impl HashMemo {
+    pub fn load(path: &Path) -> HashMemo {
+        let entries = std::fs::read(path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        HashMemo {
+            path: Some(path.to_path_buf()),
+            entries: Mutex::new(entries),
+            dirty: Mutex::new(false),
+        }
+    }
+
+    /// sha256 of `path`, reusing the memo when the file's stat is unchanged.
+    pub fn file(&self, path: &Path) -> Result<String> {
+        let meta = std::fs::metadata(path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        let stamp = |sha256: String| Stamp {
+            len: meta.len(),
+            mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
+            ctime_ns: meta.ctime() as i128 * 1_000_000_000 + meta.ctime_nsec() as i128,
+            ino: meta.ino(),
+            sha256,
+        };
+        let probe = stamp(String::new());
+        if let Some(s) = self.entries.lock().expect("memo lock").get(path) {
+            if (Stamp { sha256: String::new(), ..s.clone() }) == probe {
+                return Ok(s.sha256.clone());
+            }
+        }
+        let f = File::open(path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        let (sha, _) = sha256_reader(f).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        self.entries.lock().expect("memo lock").insert(path.to_path_buf(), stamp(sha.clone()));
+        *self.dirty.lock().expect("memo lock") = true;
+        Ok(sha)
+    }
+
+    pub fn save(&self) -> Result<()> {
+        let Some(path) = &self.path else { return Ok(()) };
+        if !*self.dirty.lock().expect("memo lock") {
+            return Ok(());
+        }
+        let bytes = serde_json::to_vec(&*self.entries.lock().expect("memo lock")).expect("memo serializes");
+        write_atomic(path, &bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_digest() {
+        assert_eq!(
+            sha256_bytes(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn memo_rehashes_only_changed_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("x");
+        std::fs::write(&f, b"abc").unwrap();
+        let memo = HashMemo::default();
+        let first = memo.file(&f).unwrap();
+        assert_eq!(memo.file(&f).unwrap(), first);
+        std::fs::write(&f, b"abcd").unwrap();
+        assert_ne!(memo.file(&f).unwrap(), first);
+    }
+}

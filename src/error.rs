@@ -1,0 +1,159 @@
+//! Typed errors for the whole crate and their one renderer (`error:`, `caused by:`, `hint:`).
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::diagnostic::Diagnostic;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A problem located in a source file; the diagnostic carries its own hint.
+    #[error("{0}")]
+    Source(Box<Diagnostic>),
+
+    #[error("recipe `{name}` not found")]
+    RecipeNotFound { name: String, known: Vec<String> },
+
+    #[error("{context}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+
+    #[error("step `{step}` failed: {reason}")]
+    StepFailed {
+        step: String,
+        reason: String,
+        log: Option<PathBuf>,
+        tail: String,
+    },
+
+    #[error("{failed} step(s) failed: {steps}")]
+    RunFailed { failed: usize, steps: String },
+
+    #[error("state directory {path} is in use by another kiln run{holder}")]
+    Locked { path: PathBuf, holder: String },
+
+    #[error("sha256 mismatch for {url}: expected {expected}, got {actual}")]
+    ChecksumMismatch {
+        url: String,
+        expected: String,
+        actual: String,
+    },
+
+    #[error("download of {url} is truncated: got {got} of {expected} bytes")]
+    Truncated { url: String, got: u64, expected: u64 },
+
+    #[error("download of {url} failed: {reason}")]
+    Download { url: String, reason: String },
+
+    #[error("refusing unsafe entry `{entry}` in archive {archive}: {why}")]
+    UnsafeArchive {
+        archive: PathBuf,
+        entry: String,
+        why: &'static str,
+    },
+
+    #[error("`kiln {0}` is not yet available in this version of kiln")]
+    NotYetAvailable(&'static str),
+
+    #[error("{message}")]
+    Usage {
+        message: String,
+        hint: Option<String>,
+    },
+
+    #[error("{message}")]
+    Other {
+        message: String,
+        hint: Option<String>,
+    },
+}
+
+impl Error {
+    pub fn io(context: impl Into<String>, source: io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    pub fn usage(message: impl Into<String>, hint: impl Into<Option<String>>) -> Self {
+        Error::Usage {
+            message: message.into(),
+            hint: hint.into(),
+        }
+    }
+
+    pub fn other(message: impl Into<String>, hint: impl Into<Option<String>>) -> Self {
+        Error::Other {
+            message: message.into(),
+            hint: hint.into(),
+        }
+    }
+
+    /// The process exit code this error maps to.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::NotYetAvailable(_) | Error::Usage { .. } | Error::Source(_) => 2,
+            _ => 1,
+        }
+    }
+
+    fn hint(&self) -> Option<String> {
+        match self {
+            Error::Source(_) => None,
+            Error::RecipeNotFound { known, .. } => Some(format!(
+                "pass a path to a recipe file, or one of the shipped recipes: {}",
+                known.join(", ")
+            )),
+            Error::StepFailed { log, .. } => log
+                .as_ref()
+                .map(|p| format!("full log: {}; fix the cause and run `kiln up` again: finished steps are not re-run", p.display())),
+            Error::Locked { .. } => Some(
+                "wait for the other run to finish, or use a separate --state-dir".into(),
+            ),
+            Error::ChecksumMismatch { .. } => Some(
+                "the file changed upstream or the recipe's sha256 is wrong; nothing was cached".into(),
+            ),
+            Error::Truncated { .. } | Error::Download { .. } => {
+                Some("check the network and run again; nothing was cached".into())
+            }
+            Error::UnsafeArchive { .. } => {
+                Some("the archive tries to write outside its destination; nothing was extracted".into())
+            }
+            Error::NotYetAvailable(_) => Some("see `kiln --help` for what this build can do".into()),
+            Error::Usage { hint, .. } | Error::Other { hint, .. } => hint.clone(),
+            Error::Io { .. } | Error::RunFailed { .. } => None,
+        }
+    }
+
+    /// Render for a terminal: `error: ...`, the output tail, `caused by:` chain, `hint:`.
+    pub fn render(&self) -> String {
+        let mut out = format!("error: {self}");
+        if let Error::StepFailed { tail, .. } = self {
+            if !tail.is_empty() {
+                out.push_str("\n--- last lines of the step's output ---\n");
+                out.push_str(tail.trim_end());
+            }
+        }
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            out.push_str(&format!("\ncaused by: {cause}"));
+            source = cause.source();
+        }
+        if let Some(hint) = self.hint() {
+            out.push_str(&format!("\nhint: {hint}"));
+        }
+        out
+    }
+}
+
+impl From<Diagnostic> for Error {
+    fn from(d: Diagnostic) -> Self {
+        Error::Source(Box::new(d))
+    }
+}

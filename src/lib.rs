@@ -1,0 +1,14 @@
+//! kiln: provision a GPU LLM-serving stack from declarative recipes, start the tuned server, and
+//! prove that it works.
+
+pub mod cli;
+pub mod commands;
+pub mod diagnostic;
+pub mod engine;
+pub mod error;
+pub mod host;
+pub mod process;
+pub mod recipe;
+pub mod redact;
+pub mod report;
+pub mod steps;

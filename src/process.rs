@@ -1,0 +1,227 @@
+//! The one owner of child processes (through duct): own process group, merged output streamed
+//! line by line into a log, timeouts that end the whole group, and the output tail for errors.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::redact::Redactor;
+
+/// How many trailing output lines an error shows.
+pub const TAIL_LINES: usize = 40;
+
+/// A fully resolved command: no shell unless the program is one.
+#[derive(Debug, Clone, Default)]
+pub struct CommandSpec {
+    pub program: String,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<PathBuf>,
+}
+
+impl CommandSpec {
+    pub fn new(program: impl Into<String>, args: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        CommandSpec {
+            program: program.into(),
+            args: args.into_iter().map(Into::into).collect(),
+            ..CommandSpec::default()
+        }
+    }
+
+    /// The command as a human would type it (for logs and messages).
+    pub fn display(&self) -> String {
+        std::iter::once(&self.program)
+            .chain(&self.args)
+            .map(|a| crate::recipe::interp::shell_quote(a))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    fn expression(&self, out: &os_pipe::PipeWriter) -> Result<duct::Expression> {
+        let mut expr = duct::cmd(&self.program, &self.args)
+            .stdin_null()
+            .stdout_file(out.try_clone().map_err(|e| Error::io("cannot create a pipe", e))?)
+            .stderr_file(out.try_clone().map_err(|e| Error::io("cannot create a pipe", e))?)
+            .unchecked()
+            .before_spawn(|cmd| {
+                cmd.process_group(0);
+                let parent = std::process::id() as libc::pid_t;
+                // SAFETY: prctl and getppid are async-signal-safe; nothing else runs here.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                        if libc::getppid() != parent {
+                            libc::_exit(1);
+                        }
+                        Ok(())
+                    });
+                }
+                Ok(())
+            });
+        for (k, v) in &self.env {
+            expr = expr.env(k, v);
+        }
+        if let Some(dir) = &self.cwd {
+            expr = expr.dir(dir);
+        }
+        Ok(expr)
+    }
+}
+
+/// How a logged run ended.
+#[derive(Debug)]
+pub struct Finished {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub tail: String,
+}
+
+impl Finished {
+    pub fn success(&self) -> bool {
+        self.code == Some(0) && !self.timed_out
+    }
+
+    pub fn describe(&self) -> String {
+        match (self.timed_out, self.code, self.signal) {
+            (true, _, _) => "timed out".into(),
+            (_, Some(c), _) => format!("exited with status {c}"),
+            (_, None, Some(s)) => format!("killed by signal {s}"),
+            _ => "ended without a status".into(),
+        }
+    }
+}
+
+/// Run `spec`, writing every output line (secrets redacted) to `log` and passing it to `on_line`.
+pub fn run_logged(
+    spec: &CommandSpec,
+    log: &mut dyn Write,
+    timeout: Option<Duration>,
+    on_line: &mut dyn FnMut(&str),
+) -> Result<Finished> {
+    let redactor = Redactor::from_env(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let (reader, writer) = os_pipe::pipe().map_err(|e| Error::io("cannot create a pipe", e))?;
+    let handle = spec
+        .expression(&writer)?
+        .start()
+        .map_err(|e| spawn_error(spec, e))?;
+    drop(writer);
+    let pgid = handle.pids().first().copied();
+
+    let (tx, rx) = mpsc::channel::<String>();
+    let pump = std::thread::spawn(move || {
+        let mut r = BufReader::new(reader);
+        let mut buf = Vec::new();
+        while matches!(r.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
+            let line = String::from_utf8_lossy(&buf).trim_end_matches(['\n', '\r']).to_string();
+            buf.clear();
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let mut tail = VecDeque::with_capacity(TAIL_LINES);
+    let mut timed_out = false;
+    let mut exited_at: Option<Instant> = None;
+    loop {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(line) => {
+                let line = redactor.redact(&line);
+                writeln!(log, "{line}").map_err(|e| Error::io("cannot write the step log", e))?;
+                on_line(&line);
+                if tail.len() == TAIL_LINES {
+                    tail.pop_front();
+                }
+                tail.push_back(line);
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) && !timed_out {
+            timed_out = true;
+            if let Some(pid) = pgid {
+                kill_group(pid);
+            }
+        }
+        // A background grandchild may hold the pipe open after the command itself ended.
+        if handle.try_wait().ok().flatten().is_some() {
+            let at = *exited_at.get_or_insert_with(Instant::now);
+            if at.elapsed() > Duration::from_millis(500) {
+                break;
+            }
+        }
+    }
+    let output = handle
+        .wait()
+        .map_err(|e| Error::io(format!("waiting for `{}` failed", spec.program), e))?;
+    drop(pump);
+    use std::os::unix::process::ExitStatusExt;
+    Ok(Finished {
+        code: output.status.code(),
+        signal: output.status.signal(),
+        timed_out,
+        tail: tail.into_iter().collect::<Vec<_>>().join("\n"),
+    })
+}
+
+/// End a process group: SIGTERM, a short grace period, then SIGKILL.
+pub fn kill_group(pgid: u32) {
+    let pgid = pgid as libc::pid_t;
+    // SAFETY: plain syscalls on a process group this module created.
+    unsafe {
+        libc::killpg(pgid, libc::SIGTERM);
+    }
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        // SAFETY: signal 0 only probes for existence.
+        if unsafe { libc::killpg(pgid, 0) } != 0 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: as above.
+    unsafe {
+        libc::killpg(pgid, libc::SIGKILL);
+    }
+}
+
+/// Run a short command and return its stdout; an error carries the exit status and stderr.
+pub fn capture(program: &str, args: &[&str]) -> Result<String> {
+    let out = duct::cmd(program, args)
+        .stdin_null()
+        .stdout_capture()
+        .stderr_capture()
+        .unchecked()
+        .run()
+        .map_err(|e| spawn_error(&CommandSpec::new(program, args.iter().copied()), e))?;
+    if !out.status.success() {
+        return Err(Error::other(
+            format!(
+                "`{program} {}` failed ({}): {}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+            None,
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn spawn_error(spec: &CommandSpec, e: std::io::Error) -> Error {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        Error::other(
+            format!("cannot run `{}`: program not found", spec.program),
+            Some("install it or fix the PATH; kiln runs programs directly, not through a shell".into()),
+        )
+    } else {
+        Error::io(format!("cannot run `{}`", spec.display()), e)
+    }
+}

@@ -1,0 +1,165 @@
+//! Finding a recipe (path or shipped name), reading it and its imports, in merge order.
+
+use std::path::{Component, Path, PathBuf};
+
+use super::source::{SourceFile, Sources};
+use super::{shipped, validate, wire, Recipe};
+use crate::error::{Error, Result};
+use crate::host::Facts;
+
+pub struct LoadOptions<'a> {
+    /// `--set key=value`, in order.
+    pub overrides: &'a [(String, String)],
+    pub facts: &'a Facts,
+    pub state_dir: &'a Path,
+}
+
+/// Where a file lives: on disk, or inside the binary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Origin {
+    Disk(PathBuf),
+    Embedded(String),
+}
+
+pub(super) struct Loaded {
+    pub sources: Sources,
+    /// Parsed files, imports before the files that import them; the root is last.
+    pub files: Vec<(usize, wire::File)>,
+}
+
+/// Load a recipe by path or shipped name (`None`: the default recipe).
+pub fn load(spec: Option<&str>, opts: &LoadOptions) -> Result<Recipe> {
+    let origin = resolve(spec)?;
+    let mut loaded = Loaded {
+        sources: Sources::default(),
+        files: Vec::new(),
+    };
+    let mut seen = Vec::new();
+    read_tree(&origin, None, &mut loaded, &mut Vec::new(), &mut seen)?;
+    validate::build(loaded, opts)
+}
+
+fn resolve(spec: Option<&str>) -> Result<Origin> {
+    let Some(spec) = spec else {
+        return Ok(Origin::Embedded(format!("recipes/{}.toml", shipped::DEFAULT)));
+    };
+    let path = Path::new(spec);
+    if path.exists() || spec.contains('/') || spec.ends_with(".toml") {
+        return Ok(Origin::Disk(path.to_path_buf()));
+    }
+    let key = format!("recipes/{spec}.toml");
+    if shipped::get(&key).is_some() {
+        return Ok(Origin::Embedded(key));
+    }
+    Err(Error::RecipeNotFound {
+        name: spec.to_string(),
+        known: shipped::recipe_names(),
+    })
+}
+
+fn read_tree(
+    origin: &Origin,
+    imported_at: Option<(usize, std::ops::Range<usize>)>,
+    loaded: &mut Loaded,
+    stack: &mut Vec<Origin>,
+    seen: &mut Vec<Origin>,
+) -> Result<()> {
+    let located = |loaded: &Loaded, message: String, hint: &str| -> Error {
+        match &imported_at {
+            Some((file, span)) => loaded
+                .sources
+                .diag(loaded.sources.loc(*file, span.clone()), message)
+                .with_hint(hint)
+                .into(),
+            None => Error::usage(message, Some(hint.to_string())),
+        }
+    };
+    if stack.contains(origin) {
+        return Err(located(
+            loaded,
+            "import cycle: this file is already being imported".into(),
+            "remove one of the imports that lead back here",
+        ));
+    }
+    if seen.contains(origin) {
+        return Ok(());
+    }
+    let file = match origin {
+        Origin::Disk(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| match imported_at {
+                Some(_) => located(
+                    loaded,
+                    format!("cannot read imported file {}: {e}", path.display()),
+                    "imports are relative to the importing file",
+                ),
+                None => Error::Io {
+                    context: format!("cannot read recipe {}", path.display()),
+                    source: e,
+                },
+            })?;
+            SourceFile {
+                path: path.clone(),
+                text,
+                dir: Some(
+                    path.parent()
+                        .map(Path::to_path_buf)
+                        .unwrap_or_default(),
+                ),
+            }
+        }
+        Origin::Embedded(key) => {
+            let text = shipped::get(key).ok_or_else(|| {
+                located(
+                    loaded,
+                    format!("no shipped file `{key}`"),
+                    "shipped recipes may import only other shipped files",
+                )
+            })?;
+            SourceFile {
+                path: PathBuf::from(format!("<kiln>/{key}")),
+                text: text.to_string(),
+                dir: None,
+            }
+        }
+    };
+    let id = loaded.sources.add(file);
+    let parsed: wire::File = loaded.sources.parse(id)?;
+    stack.push(origin.clone());
+    let imports: Vec<_> = parsed
+        .recipe
+        .as_ref()
+        .map(|m| m.import.clone())
+        .unwrap_or_default();
+    for import in imports {
+        let target = match origin {
+            Origin::Disk(path) => Origin::Disk(
+                path.parent()
+                    .unwrap_or(Path::new(""))
+                    .join(import.get_ref()),
+            ),
+            Origin::Embedded(key) => Origin::Embedded(normalize(
+                &Path::new(key).parent().unwrap_or(Path::new("")).join(import.get_ref()),
+            )),
+        };
+        read_tree(&target, Some((id, import.span())), loaded, stack, seen)?;
+    }
+    stack.pop();
+    seen.push(origin.clone());
+    loaded.files.push((id, parsed));
+    Ok(())
+}
+
+/// `recipes/../toolchains/x.toml` → `toolchains/x.toml`.
+fn normalize(path: &Path) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                parts.pop();
+            }
+            Component::Normal(s) => parts.push(s.to_str().unwrap_or_default()),
+            _ => {}
+        }
+    }
+    parts.join("/")
+}

@@ -1,0 +1,23 @@
+//! Recipes, toolchains and profiles shipped inside the binary.
+
+/// The recipe `kiln up` runs when none is named.
+pub const DEFAULT: &str = "demo";
+
+/// Embedded files by their path in the repository.
+pub const FILES: &[(&str, &str)] = &[
+    ("recipes/demo.toml", include_str!("../../recipes/demo.toml")),
+];
+
+pub fn get(key: &str) -> Option<&'static str> {
+    FILES.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+}
+
+/// Names of shipped recipes (`recipes/NAME.toml`).
+pub fn recipe_names() -> Vec<String> {
+    FILES
+        .iter()
+        .filter_map(|(k, _)| k.strip_prefix("recipes/")?.strip_suffix(".toml"))
+        .filter(|n| !n.contains('/'))
+        .map(str::to_string)
+        .collect()
+}

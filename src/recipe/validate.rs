@@ -1,0 +1,599 @@
+//! Wire → domain: variables resolved, per-kind keys checked, needs and cycles checked, all with
+//! locations and hints.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use toml::Spanned;
+
+use super::interp::{Template, VarRef};
+use super::load::{Loaded, LoadOptions};
+use super::source::{Loc, Sources};
+use super::{graph, units, when, wire, Check, Cmd, Profile, Recipe, Step, StepKind, When};
+use crate::diagnostic::{did_you_mean, Diagnostic};
+use crate::error::{Error, Result};
+use crate::host::FACT_KEYS;
+
+const BUILTINS: &[&str] = &["kiln.state_dir", "kiln.cache_dir", "kiln.work_dir", "recipe.dir", "recipe.name"];
+
+/// A variable's definition: its template and where it was written (None: `--set`).
+struct VarDef {
+    template: Template,
+    loc: Option<Loc>,
+}
+
+struct Resolver<'a> {
+    sources: &'a Sources,
+    opts: &'a LoadOptions<'a>,
+    defs: BTreeMap<String, VarDef>,
+    builtins: BTreeMap<&'static str, String>,
+    resolved: BTreeMap<String, String>,
+    active: Vec<String>,
+    /// `steps.ID.path` values.
+    step_paths: BTreeMap<String, String>,
+}
+
+pub(super) fn build(loaded: Loaded, opts: &LoadOptions) -> Result<Recipe> {
+    let sources = &loaded.sources;
+    let (root_id, root) = loaded.files.last().expect("the root file is always loaded");
+    let meta = root.recipe.as_ref();
+    let name = meta
+        .and_then(|m| m.name.as_ref().map(|n| n.get_ref().clone()))
+        .unwrap_or_else(|| {
+            sources.files[*root_id]
+                .path
+                .file_stem()
+                .map_or("recipe".into(), |s| s.to_string_lossy().into_owned())
+        });
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        let loc = meta.and_then(|m| m.name.as_ref()).map(|n| sources.loc(*root_id, n.span()));
+        let msg = format!("invalid recipe name `{name}`");
+        let hint = "names use letters, digits, `-`, `_` and `.` (they name a state directory)";
+        return Err(match loc {
+            Some(loc) => sources.diag(loc, msg).with_hint(hint).into(),
+            None => Error::usage(msg, Some(hint.into())),
+        });
+    }
+    let recipe_dir = sources.files[*root_id]
+        .dir
+        .clone()
+        .map(|d| if d.as_os_str().is_empty() { PathBuf::from(".") } else { d })
+        .unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
+    let recipe_dir = std::fs::canonicalize(&recipe_dir).unwrap_or(recipe_dir);
+    let work_dir = opts.state_dir.join("work").join(&name);
+
+    let mut r = Resolver {
+        sources,
+        opts,
+        defs: BTreeMap::new(),
+        builtins: BTreeMap::from([
+            ("kiln.state_dir", opts.state_dir.display().to_string()),
+            ("kiln.cache_dir", opts.state_dir.join("cache").display().to_string()),
+            ("kiln.work_dir", work_dir.display().to_string()),
+            ("recipe.dir", recipe_dir.display().to_string()),
+            ("recipe.name", name.clone()),
+        ]),
+        resolved: BTreeMap::new(),
+        active: Vec::new(),
+        step_paths: BTreeMap::new(),
+    };
+    for (file, f) in &loaded.files {
+        for (key, value) in &f.vars {
+            let loc = sources.loc(*file, value.span());
+            let template = match value.get_ref() {
+                toml::Value::String(s) => parse_template(sources, loc, s)?,
+                toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => Template {
+                    parts: vec![super::interp::Part::Lit(value.get_ref().to_string())],
+                },
+                _ => {
+                    return Err(sources
+                        .diag(loc, format!("variable `{}` must be a string, number or boolean", key.get_ref()))
+                        .with_hint("lists and tables are not variables; use a string")
+                        .into())
+                }
+            };
+            r.defs.insert(key.get_ref().clone(), VarDef { template, loc: Some(loc) });
+        }
+    }
+    for (key, value) in opts.overrides {
+        if !r.defs.contains_key(key) {
+            let hint = match did_you_mean(key, r.defs.keys().map(String::as_str)) {
+                Some(best) => format!("did you mean `--set {best}=...`?"),
+                None => format!("variables of this recipe: {}", r.defs.keys().cloned().collect::<Vec<_>>().join(", ")),
+            };
+            return Err(Error::usage(format!("`--set {key}=...`: the recipe has no variable `{key}`"), Some(hint)));
+        }
+        let template = Template::parse(value).map_err(|e| {
+            Error::usage(format!("`--set {key}=...`: {}", e.message), Some(e.hint.to_string()))
+        })?;
+        r.defs.insert(key.clone(), VarDef { template, loc: None });
+    }
+    let var_names: Vec<String> = r.defs.keys().cloned().collect();
+    for key in &var_names {
+        r.var(key)?;
+    }
+
+    let mut recipe_env = BTreeMap::new();
+    for (file, f) in &loaded.files {
+        for (k, v) in &f.env {
+            recipe_env.insert(k.get_ref().clone(), r.expand(*file, v, false)?);
+        }
+    }
+
+    let all_steps: Vec<(usize, &wire::Step)> = loaded
+        .files
+        .iter()
+        .flat_map(|(file, f)| f.steps.iter().map(move |s| (*file, s)))
+        .collect();
+    let mut first_at: BTreeMap<&str, Loc> = BTreeMap::new();
+    for (file, s) in &all_steps {
+        let loc = sources.loc(*file, s.id.span());
+        let id = s.id.get_ref().as_str();
+        if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            return Err(sources
+                .diag(loc, format!("invalid step id `{id}`"))
+                .with_hint("step ids use letters, digits, `-`, `_` and `.`")
+                .into());
+        }
+        if let Some(first) = first_at.get(id) {
+            let d = sources.diag(*first, "");
+            return Err(sources
+                .diag(loc, format!("duplicate step id `{id}`"))
+                .with_hint(format!("it is first defined at {}:{}:{}; step ids must be unique", d.file.display(), d.line, d.col))
+                .into());
+        }
+        first_at.insert(id, loc);
+    }
+    // Output paths first: other steps may interpolate `${steps.ID.path}`.
+    for (file, s) in &all_steps {
+        if let Some(path) = output_path(&mut r, *file, s, &work_dir)? {
+            r.step_paths.insert(s.id.get_ref().clone(), path.display().to_string());
+        }
+    }
+
+    let mut steps = Vec::with_capacity(all_steps.len());
+    for (file, s) in &all_steps {
+        steps.push(step(&mut r, *file, s, &recipe_env, &work_dir, &recipe_dir, &first_at)?);
+    }
+    let steps = order(sources, &all_steps, steps)?;
+
+    let mut profiles = BTreeMap::new();
+    for (file, f) in &loaded.files {
+        for (pname, p) in &f.profiles {
+            profiles.insert(pname.get_ref().clone(), (*file, p));
+        }
+    }
+    let mut resolved_profiles = BTreeMap::new();
+    for pname in profiles.keys() {
+        let p = profile(&mut r, &profiles, pname, &mut Vec::new())?;
+        resolved_profiles.insert(pname.clone(), p);
+    }
+
+    Ok(Recipe {
+        name,
+        description: meta.and_then(|m| m.description.clone()).unwrap_or_default(),
+        version: meta.and_then(|m| m.version.clone()).unwrap_or_default(),
+        origin: sources.files[*root_id].path.display().to_string(),
+        vars: r.resolved.clone(),
+        steps,
+        profiles: resolved_profiles,
+    })
+}
+
+fn parse_template(sources: &Sources, loc: Loc, text: &str) -> Result<Template> {
+    Template::parse(text).map_err(|e| {
+        let start = sources.string_offset(loc, e.offset);
+        let end = sources.string_offset(loc, e.offset + e.len);
+        sources
+            .diag(Loc { file: loc.file, start, end }, e.message)
+            .with_hint(e.hint)
+            .into()
+    })
+}
+
+impl Resolver<'_> {
+    fn var(&mut self, name: &str) -> Result<String> {
+        if let Some(v) = self.resolved.get(name) {
+            return Ok(v.clone());
+        }
+        if self.active.iter().any(|a| a == name) {
+            let mut cycle = self.active.clone();
+            cycle.push(name.to_string());
+            let msg = format!("variable cycle: {}", cycle.join(" → "));
+            let hint = "a variable cannot depend on itself; break the chain with a literal value";
+            return Err(match self.defs[name].loc {
+                Some(loc) => self.sources.diag(loc, msg).with_hint(hint).into(),
+                None => Error::usage(msg, Some(hint.into())),
+            });
+        }
+        self.active.push(name.to_string());
+        let def = &self.defs[name];
+        let (template, loc) = (def.template.clone(), def.loc);
+        let value = template.expand(false, |v| self.lookup(v, loc));
+        self.active.pop();
+        let value = value?;
+        self.resolved.insert(name.to_string(), value.clone());
+        Ok(value)
+    }
+
+    fn lookup(&mut self, v: &VarRef, at: Option<Loc>) -> Result<String> {
+        let fail = |sources: &Sources, msg: String, hint: String| -> Error {
+            match at {
+                Some(loc) => {
+                    let start = sources.string_offset(loc, v.offset);
+                    let end = sources.string_offset(loc, v.offset + v.len);
+                    sources
+                        .diag(Loc { file: loc.file, start, end }, msg)
+                        .with_hint(hint)
+                        .into()
+                }
+                None => Error::usage(msg, Some(hint)),
+            }
+        };
+        if let Some(fact) = v.name.strip_prefix("host.") {
+            if !FACT_KEYS.contains(&fact) {
+                let hint = did_you_mean(fact, FACT_KEYS.iter().copied())
+                    .map_or(format!("host facts: {}", FACT_KEYS.join(", ")), |b| format!("did you mean `host.{b}`?"));
+                return Err(fail(self.sources, format!("unknown host fact `{fact}`"), hint));
+            }
+            return match self.opts.facts.get(fact).or_else(|| v.default.clone()) {
+                Some(value) => Ok(value),
+                None => Err(fail(
+                    self.sources,
+                    format!("host fact `{fact}` is not known on this machine"),
+                    format!(
+                        "give a fallback (`${{host.{fact}:-VALUE}}`), a value with `--set`, or pin it: KILN_FACT_{}=VALUE",
+                        fact.replace('.', "_").to_uppercase()
+                    ),
+                )),
+            };
+        }
+        if let Some(b) = self.builtins.get(v.name.as_str()) {
+            return Ok(b.clone());
+        }
+        if let Some(rest) = v.name.strip_prefix("steps.") {
+            if let Some(p) = rest.strip_suffix(".path").and_then(|id| self.step_paths.get(id)) {
+                return Ok(p.clone());
+            }
+            return Err(fail(
+                self.sources,
+                format!("`{}` is not a step output", v.name),
+                "`${steps.ID.path}` names the file of a fetch step or the directory of an extract step".into(),
+            ));
+        }
+        if self.defs.contains_key(&v.name) {
+            return self.var(&v.name);
+        }
+        if let Some(d) = &v.default {
+            return Ok(d.clone());
+        }
+        let names: Vec<&str> = self.defs.keys().map(String::as_str).chain(BUILTINS.iter().copied()).collect();
+        let hint = match did_you_mean(&v.name, names.iter().copied()) {
+            Some(best) => format!("did you mean `${{{best}}}`?"),
+            None => "define it under [vars], or write `$$` for a literal `$`".into(),
+        };
+        Err(fail(self.sources, format!("unknown variable `{}`", v.name), hint))
+    }
+
+    fn expand(&mut self, file: usize, s: &Spanned<String>, shell: bool) -> Result<String> {
+        let loc = self.sources.loc(file, s.span());
+        let template = parse_template(self.sources, loc, s.get_ref())?;
+        template.expand(shell, |v| self.lookup(v, Some(loc)))
+    }
+
+    fn path(&mut self, file: usize, s: &Spanned<String>, base: &Path) -> Result<PathBuf> {
+        Ok(base.join(self.expand(file, s, false)?))
+    }
+
+    fn diag(&self, file: usize, span: std::ops::Range<usize>, msg: impl Into<String>) -> Diagnostic {
+        self.sources.diag(self.sources.loc(file, span), msg)
+    }
+}
+
+fn output_path(r: &mut Resolver, file: usize, s: &wire::Step, work_dir: &Path) -> Result<Option<PathBuf>> {
+    match s.kind.get_ref().as_str() {
+        "fetch" => {
+            let (Some(url), Some(sha)) = (&s.url, &s.sha256) else { return Ok(None) };
+            let sha = r.expand(file, sha, false)?;
+            if sha.len() != 64 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
+                return Err(r
+                    .diag(file, s.sha256.as_ref().expect("checked").span(), "`sha256` must be 64 hex digits")
+                    .with_hint("compute it with `sha256sum FILE`")
+                    .into());
+            }
+            let filename = match &s.filename {
+                Some(f) => r.expand(file, f, false)?,
+                None => {
+                    let u = r.expand(file, url, false)?;
+                    u.rsplit('/').next().unwrap_or_default().split(['?', '#']).next().unwrap_or_default().to_string()
+                }
+            };
+            if filename.is_empty() || filename == ".." || filename.contains('/') {
+                let span = s.filename.as_ref().map_or(url.span(), |f| f.span());
+                return Err(r
+                    .diag(file, span, format!("cannot use `{filename}` as a file name"))
+                    .with_hint("set `filename = \"name.tar.gz\"` (no `/`)")
+                    .into());
+            }
+            let dir = r.opts.state_dir.join("cache").join("downloads").join(sha.to_lowercase());
+            Ok(Some(dir.join(filename)))
+        }
+        "extract" => match &s.dest {
+            Some(d) => {
+                let cwd = step_cwd(r, file, s, work_dir)?;
+                Ok(Some(r.path(file, d, &cwd)?))
+            }
+            None => Ok(None),
+        },
+        _ => Ok(None),
+    }
+}
+
+fn step_cwd(r: &mut Resolver, file: usize, s: &wire::Step, work_dir: &Path) -> Result<PathBuf> {
+    match &s.cwd {
+        Some(c) => r.path(file, c, work_dir),
+        None => Ok(work_dir.to_path_buf()),
+    }
+}
+
+fn step(
+    r: &mut Resolver,
+    file: usize,
+    s: &wire::Step,
+    recipe_env: &BTreeMap<String, String>,
+    work_dir: &Path,
+    recipe_dir: &Path,
+    ids: &BTreeMap<&str, Loc>,
+) -> Result<Step> {
+    let kind_name = s.kind.get_ref().as_str();
+    let Some((_, extra_keys)) = wire::STEP_KINDS.iter().find(|(k, _)| *k == kind_name) else {
+        let kinds: Vec<&str> = wire::STEP_KINDS.iter().map(|(k, _)| *k).collect();
+        let hint = did_you_mean(kind_name, kinds.iter().copied())
+            .map_or(format!("step kinds: {}", kinds.join(", ")), |b| format!("did you mean `{b}`?"));
+        return Err(r.diag(file, s.kind.span(), format!("unknown step kind `{kind_name}`")).with_hint(hint).into());
+    };
+    for (key, span) in kind_specific_keys(s) {
+        if !extra_keys.contains(&key) {
+            let owner = wire::STEP_KINDS.iter().find(|(_, ks)| ks.contains(&key)).map_or("another", |(k, _)| *k);
+            return Err(r
+                .diag(file, span, format!("`{key}` does not apply to a `{kind_name}` step"))
+                .with_hint(format!("`{key}` belongs to `{owner}` steps; keys for `{kind_name}`: {}", extra_keys.join(", ")))
+                .into());
+        }
+    }
+    let missing = |r: &Resolver, key: &str, example: &str| -> Error {
+        r.diag(file, s.kind.span(), format!("a `{kind_name}` step needs `{key}`"))
+            .with_hint(format!("add `{key} = {example}`"))
+            .into()
+    };
+    let cwd = step_cwd(r, file, s, work_dir)?;
+    let shell = s.shell.as_ref().is_some_and(|b| *b.get_ref());
+    let mut needs: Vec<String> = Vec::new();
+    for n in &s.needs {
+        if !ids.contains_key(n.get_ref().as_str()) {
+            let hint = did_you_mean(n.get_ref(), ids.keys().copied())
+                .map_or("`needs` names the ids of other steps".to_string(), |b| format!("did you mean `{b}`?"));
+            return Err(r.diag(file, n.span(), format!("unknown step `{}` in `needs`", n.get_ref())).with_hint(hint).into());
+        }
+        if n.get_ref() == s.id.get_ref() {
+            return Err(r.diag(file, n.span(), "a step cannot need itself").with_hint("remove it from `needs`").into());
+        }
+        needs.push(n.get_ref().clone());
+    }
+
+    let kind = match kind_name {
+        "run" => {
+            let cmd = s.cmd.as_ref().ok_or_else(|| missing(r, "cmd", "[\"program\", \"arg\"]"))?;
+            StepKind::Run { cmd: command(r, file, cmd, shell)? }
+        }
+        "fetch" => {
+            let url = s.url.as_ref().ok_or_else(|| missing(r, "url", "\"https://...\""))?;
+            s.sha256.as_ref().ok_or_else(|| missing(r, "sha256", "\"<64 hex digits>\""))?;
+            let url_text = r.expand(file, url, false)?;
+            if !["http://", "https://", "file://"].iter().any(|p| url_text.starts_with(p)) {
+                return Err(r
+                    .diag(file, url.span(), format!("unsupported URL `{url_text}`"))
+                    .with_hint("use an http://, https:// or file:// URL")
+                    .into());
+            }
+            let path = PathBuf::from(&r.step_paths[s.id.get_ref()]);
+            let sha = path.parent().and_then(|p| p.file_name()).map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            StepKind::Fetch { url: url_text, sha256: sha, path }
+        }
+        _ => {
+            let dest = s.dest.as_ref().ok_or_else(|| missing(r, "dest", "\"dir\""))?;
+            let archive = match (&s.from, &s.archive) {
+                (Some(from), None) => {
+                    let id = from.get_ref();
+                    let Some(p) = r.step_paths.get(id).filter(|_| ids.contains_key(id.as_str())) else {
+                        let hint = did_you_mean(id, ids.keys().copied())
+                            .map_or("`from` names a fetch step".to_string(), |b| format!("did you mean `{b}`?"));
+                        return Err(r.diag(file, from.span(), format!("`from` names no fetch step `{id}`")).with_hint(hint).into());
+                    };
+                    let p = PathBuf::from(p);
+                    if !needs.contains(id) {
+                        needs.push(id.clone());
+                    }
+                    p
+                }
+                (None, Some(a)) => r.path(file, a, &cwd)?,
+                (Some(f), Some(_)) => {
+                    return Err(r.diag(file, f.span(), "give either `from` or `archive`, not both").with_hint("`from` names a fetch step; `archive` is a path").into())
+                }
+                (None, None) => return Err(missing(r, "from", "\"<fetch step id>\" (or `archive = \"path\"`)")),
+            };
+            StepKind::Extract {
+                archive,
+                dest: r.path(file, dest, &cwd)?,
+                strip_components: s.strip_components.as_ref().map_or(0, |n| *n.get_ref()),
+            }
+        }
+    };
+
+    let mut env = recipe_env.clone();
+    for (k, v) in &s.env {
+        env.insert(k.get_ref().clone(), r.expand(file, v, false)?);
+    }
+    let mut inputs = Vec::new();
+    for i in &s.inputs {
+        inputs.push(r.path(file, i, recipe_dir)?.display().to_string());
+    }
+    let check = match &s.check {
+        None => None,
+        Some(c) => Some(match c.get_ref() {
+            wire::Check::Paths(p) => Check::Paths(p.iter().map(|x| r.path(file, x, &cwd)).collect::<Result<_>>()?),
+            wire::Check::Command(cmd) => Check::Cmd(command(r, file, &Spanned::new(c.span(), cmd.clone()), shell)?),
+        }),
+    };
+    let when = match &s.when {
+        None => None,
+        Some(w) => Some(condition(r, file, w)?),
+    };
+    let timeout = match &s.timeout {
+        None => None,
+        Some(t) => Some(units::parse_duration(t.get_ref()).map_err(|m| r.diag(file, t.span(), m).with_hint("e.g. `timeout = \"30m\"`"))?),
+    };
+    let mem_per_job = match &s.mem_per_job {
+        None => None,
+        Some(m) => Some(units::parse_size(m.get_ref()).map_err(|e| r.diag(file, m.span(), e).with_hint("e.g. `mem_per_job = \"9GiB\"`"))?),
+    };
+    Ok(Step {
+        id: s.id.get_ref().clone(),
+        description: s.description.clone(),
+        kind,
+        needs,
+        env,
+        cwd,
+        inputs,
+        check,
+        when,
+        timeout,
+        retries: s.retries.as_ref().map_or(0, |n| *n.get_ref()),
+        mem_per_job,
+    })
+}
+
+fn command(r: &mut Resolver, file: usize, c: &Spanned<wire::Command>, shell: bool) -> Result<Cmd> {
+    match (c.get_ref(), shell) {
+        (wire::Command::Argv(argv), false) => {
+            if argv.is_empty() {
+                return Err(r.diag(file, c.span(), "empty command").with_hint("name a program: `[\"make\", \"-j4\"]`").into());
+            }
+            Ok(Cmd::Argv(argv.iter().map(|a| r.expand(file, a, false)).collect::<Result<_>>()?))
+        }
+        (wire::Command::Script(s), true) => Ok(Cmd::Shell(r.expand(file, &Spanned::new(c.span(), s.clone()), true)?)),
+        (wire::Command::Script(_), false) => Err(r
+            .diag(file, c.span(), "a command string needs `shell = true`")
+            .with_hint("write an argv list `[\"program\", \"arg\"]`, or add `shell = true` to run it with `sh -c`")
+            .into()),
+        (wire::Command::Argv(_), true) => Err(r
+            .diag(file, c.span(), "with `shell = true` the command is one script string")
+            .with_hint("write `cmd = \"make -j4 && make install\"`, or drop `shell = true`")
+            .into()),
+    }
+}
+
+fn condition(r: &mut Resolver, file: usize, w: &Spanned<String>) -> Result<When> {
+    let loc = r.sources.loc(file, w.span());
+    let at = |offset: usize, len: usize| Loc {
+        file,
+        start: r.sources.string_offset(loc, offset),
+        end: r.sources.string_offset(loc, offset + len.max(1)),
+    };
+    let expr = when::parse(w.get_ref()).map_err(|e| {
+        r.sources
+            .diag(at(e.offset, 1), format!("invalid `when` condition: {}", e.message))
+            .with_hint("e.g. `when = \"gpu.cc >= 12.0 and os == 'linux'\"`")
+    })?;
+    for ident in expr.idents() {
+        let ok = match ident.name.strip_prefix("var.") {
+            Some(v) => r.defs.contains_key(v),
+            None => FACT_KEYS.contains(&ident.name.as_str()),
+        };
+        if !ok {
+            let mut names: Vec<String> = FACT_KEYS.iter().map(|s| s.to_string()).collect();
+            names.extend(r.defs.keys().map(|k| format!("var.{k}")));
+            let hint = did_you_mean(&ident.name, names.iter().map(String::as_str))
+                .map_or(format!("conditions use host facts ({}) or `var.NAME`", FACT_KEYS.join(", ")), |b| format!("did you mean `{b}`?"));
+            return Err(r.sources.diag(at(ident.offset, ident.name.len()), format!("unknown fact `{}` in `when`", ident.name)).with_hint(hint).into());
+        }
+    }
+    Ok(When { text: w.get_ref().clone(), expr })
+}
+
+fn kind_specific_keys(s: &wire::Step) -> Vec<(&'static str, std::ops::Range<usize>)> {
+    let mut v = Vec::new();
+    if let Some(x) = &s.cmd { v.push(("cmd", x.span())) }
+    if let Some(x) = &s.shell { v.push(("shell", x.span())) }
+    if let Some(x) = &s.url { v.push(("url", x.span())) }
+    if let Some(x) = &s.sha256 { v.push(("sha256", x.span())) }
+    if let Some(x) = &s.filename { v.push(("filename", x.span())) }
+    if let Some(x) = &s.from { v.push(("from", x.span())) }
+    if let Some(x) = &s.archive { v.push(("archive", x.span())) }
+    if let Some(x) = &s.dest { v.push(("dest", x.span())) }
+    if let Some(x) = &s.strip_components { v.push(("strip_components", x.span())) }
+    v
+}
+
+/// Dependency order; a cycle is reported at a `needs` entry on it.
+fn order(sources: &Sources, wire_steps: &[(usize, &wire::Step)], steps: Vec<Step>) -> Result<Vec<Step>> {
+    let ids: Vec<&str> = steps.iter().map(|s| s.id.as_str()).collect();
+    let needs = steps.iter().map(|s| (s.id.as_str(), s.needs.iter().map(String::as_str).collect())).collect();
+    match graph::topo_order(&ids, &needs) {
+        Ok(order) => {
+            let mut slots: Vec<Option<Step>> = steps.into_iter().map(Some).collect();
+            Ok(order.into_iter().map(|i| slots[i].take().expect("each index once")).collect())
+        }
+        Err(cycle) => {
+            let (file, ws) = wire_steps.iter().find(|(_, w)| *w.id.get_ref() == cycle[0]).expect("cycle ids exist");
+            let span = ws.needs.iter().find(|n| *n.get_ref() == cycle[1]).map_or(ws.id.span(), |n| n.span());
+            Err(sources
+                .diag(sources.loc(*file, span), format!("dependency cycle: {}", cycle.join(" → ")))
+                .with_hint("remove one of these `needs` so the steps can run in some order")
+                .into())
+        }
+    }
+}
+
+fn profile(
+    r: &mut Resolver,
+    all: &BTreeMap<String, (usize, &wire::Profile)>,
+    name: &str,
+    stack: &mut Vec<String>,
+) -> Result<Profile> {
+    let (file, p) = all[name];
+    let mut out = match &p.extends {
+        None => Profile::default(),
+        Some(base) => {
+            if !all.contains_key(base.get_ref()) {
+                let hint = did_you_mean(base.get_ref(), all.keys().map(String::as_str))
+                    .map_or("`extends` names another [profile.NAME]".into(), |b| format!("did you mean `{b}`?"));
+                return Err(r.diag(file, base.span(), format!("unknown profile `{}`", base.get_ref())).with_hint(hint).into());
+            }
+            if stack.iter().any(|s| s == base.get_ref()) || base.get_ref() == name {
+                return Err(r.diag(file, base.span(), "profile `extends` cycle").with_hint("a profile cannot extend itself").into());
+            }
+            stack.push(name.to_string());
+            let b = profile(r, all, base.get_ref(), stack)?;
+            stack.pop();
+            b
+        }
+    };
+    out.description = p.description.clone().or(out.description);
+    if let Some(cmd) = &p.cmd {
+        out.cmd = cmd.iter().map(|a| r.expand(file, a, false)).collect::<Result<_>>()?;
+    }
+    for a in &p.args {
+        out.args.push(r.expand(file, a, false)?);
+    }
+    for (k, v) in &p.env {
+        out.env.insert(k.get_ref().clone(), r.expand(file, v, false)?);
+    }
+    for e in &p.expect {
+        out.expect.push(e.get_ref().clone());
+    }
+    if let Some(u) = &p.url {
+        out.url = Some(r.expand(file, u, false)?);
+    }
+    Ok(out)
+}

@@ -1,0 +1,164 @@
+//! The serde mirror of a recipe file: every table rejects unknown keys, checked values keep spans.
+
+use std::collections::BTreeMap;
+
+use std::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use toml::Spanned;
+
+/// One TOML file: a recipe, or a fragment it imports (toolchain, profiles, shared steps).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct File {
+    pub recipe: Option<Meta>,
+    #[serde(default)]
+    pub vars: BTreeMap<Spanned<String>, Spanned<toml::Value>>,
+    #[serde(default)]
+    pub env: BTreeMap<Spanned<String>, Spanned<String>>,
+    #[serde(default, rename = "step")]
+    pub steps: Vec<Step>,
+    #[serde(default, rename = "profile")]
+    pub profiles: BTreeMap<Spanned<String>, Profile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Meta {
+    pub name: Option<Spanned<String>>,
+    pub description: Option<String>,
+    pub version: Option<String>,
+    #[serde(default)]
+    pub import: Vec<Spanned<String>>,
+}
+
+/// A command: an argv list, or (with `shell = true`) one shell script string. The script's
+/// location is the span of the value that holds it.
+#[derive(Debug, Clone)]
+pub enum Command {
+    Argv(Vec<Spanned<String>>),
+    Script(String),
+}
+
+/// `check = ["cmd", "arg"]`, `check = "script"` (with `shell`) or `check = { paths = [...] }`.
+#[derive(Debug, Clone)]
+pub enum Check {
+    Paths(Vec<Spanned<String>>),
+    Command(Command),
+}
+
+// Hand-written because serde's untagged enums cannot carry toml spans.
+struct CommandVisitor;
+
+impl<'de> Visitor<'de> for CommandVisitor {
+    type Value = Command;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an argv list of strings, or one script string")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Command, E> {
+        Ok(Command::Script(v.to_string()))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Command, A::Error> {
+        let mut argv = Vec::new();
+        while let Some(arg) = seq.next_element::<Spanned<String>>()? {
+            argv.push(arg);
+        }
+        Ok(Command::Argv(argv))
+    }
+}
+
+impl<'de> Deserialize<'de> for Command {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(CommandVisitor)
+    }
+}
+
+struct CheckVisitor;
+
+impl<'de> Visitor<'de> for CheckVisitor {
+    type Value = Check;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an argv list, a script string, or a table `{ paths = [...] }`")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Check, E> {
+        CommandVisitor.visit_str(v).map(Check::Command)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Check, A::Error> {
+        CommandVisitor.visit_seq(seq).map(Check::Command)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Check, A::Error> {
+        let mut paths = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key != "paths" {
+                return Err(de::Error::unknown_field(&key, &["paths"]));
+            }
+            paths = Some(map.next_value::<Vec<Spanned<String>>>()?);
+        }
+        paths.map(Check::Paths).ok_or_else(|| de::Error::missing_field("paths"))
+    }
+}
+
+impl<'de> Deserialize<'de> for Check {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(CheckVisitor)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Step {
+    pub id: Spanned<String>,
+    pub kind: Spanned<String>,
+    pub description: Option<String>,
+    #[serde(default)]
+    pub needs: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub env: BTreeMap<Spanned<String>, Spanned<String>>,
+    pub cwd: Option<Spanned<String>>,
+    #[serde(default)]
+    pub inputs: Vec<Spanned<String>>,
+    pub check: Option<Spanned<Check>>,
+    pub when: Option<Spanned<String>>,
+    pub timeout: Option<Spanned<String>>,
+    pub retries: Option<Spanned<u32>>,
+    pub mem_per_job: Option<Spanned<String>>,
+
+    // kind = "run"
+    pub cmd: Option<Spanned<Command>>,
+    pub shell: Option<Spanned<bool>>,
+
+    // kind = "fetch"
+    pub url: Option<Spanned<String>>,
+    pub sha256: Option<Spanned<String>>,
+    pub filename: Option<Spanned<String>>,
+
+    // kind = "extract"
+    pub from: Option<Spanned<String>>,
+    pub archive: Option<Spanned<String>>,
+    pub dest: Option<Spanned<String>>,
+    pub strip_components: Option<Spanned<u32>>,
+}
+
+/// A server launch profile (used by `serve`; parsed strictly here so typos fail early).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    pub description: Option<String>,
+    pub extends: Option<Spanned<String>>,
+    pub cmd: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    pub args: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub env: BTreeMap<Spanned<String>, Spanned<String>>,
+    #[serde(default)]
+    pub expect: Vec<Spanned<String>>,
+    pub url: Option<Spanned<String>>,
+}
+
+/// Step kinds and the keys each adds to the common ones.
+pub const STEP_KINDS: &[(&str, &[&str])] = &[
+    ("run", &["cmd", "shell"]),
+    ("fetch", &["url", "sha256", "filename"]),
+    ("extract", &["from", "archive", "dest", "strip_components"]),
+];

@@ -1,0 +1,177 @@
+//! How the engine talks to the user: the `Reporter` trait and its terminal, plain and JSON forms.
+//! The engine only ever sees `&dyn Reporter`; indicatif lives in the terminal form alone.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
+
+/// How one step ended in a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", content = "detail", rename_all = "snake_case")]
+pub enum Outcome {
+    Ran,
+    /// Its fingerprint matched once its dependencies were done.
+    UpToDate,
+    Skipped(String),
+    Failed(String),
+    /// Not started because a dependency failed.
+    NotRun(String),
+}
+
+pub trait Reporter: Send + Sync {
+    fn run_started(&self, recipe: &str, to_run: usize, total: usize);
+    fn step_started(&self, id: &str, kind: &str, attempt: u32);
+    fn step_output(&self, id: &str, line: &str);
+    fn step_finished(&self, id: &str, outcome: &Outcome, elapsed: Duration);
+    fn run_finished(&self, ok: bool, elapsed: Duration);
+    fn note(&self, text: &str);
+}
+
+/// Plain lines on stderr (not a terminal, or `--no-progress`).
+pub struct PlainReporter;
+
+impl Reporter for PlainReporter {
+    fn run_started(&self, recipe: &str, to_run: usize, total: usize) {
+        eprintln!("kiln: {recipe}: {to_run} of {total} steps to run");
+    }
+    fn step_started(&self, id: &str, kind: &str, attempt: u32) {
+        let again = if attempt > 1 { format!(" (attempt {attempt})") } else { String::new() };
+        eprintln!("  start  {id} [{kind}]{again}");
+    }
+    fn step_output(&self, _id: &str, _line: &str) {}
+    fn step_finished(&self, id: &str, outcome: &Outcome, elapsed: Duration) {
+        eprintln!("{}", outcome_line(id, outcome, elapsed));
+    }
+    fn run_finished(&self, ok: bool, elapsed: Duration) {
+        eprintln!("kiln: {} in {}", if ok { "done" } else { "failed" }, secs(elapsed));
+    }
+    fn note(&self, text: &str) {
+        eprintln!("kiln: {text}");
+    }
+}
+
+fn outcome_line(id: &str, outcome: &Outcome, elapsed: Duration) -> String {
+    match outcome {
+        Outcome::Ran => format!("  ✓ ran    {id} ({})", secs(elapsed)),
+        Outcome::UpToDate => format!("  ✓ fresh  {id}"),
+        Outcome::Skipped(why) => format!("  - skip   {id}: {why}"),
+        Outcome::Failed(why) => format!("  ✗ failed {id}: {why}"),
+        Outcome::NotRun(why) => format!("  - notrun {id}: {why}"),
+    }
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
+}
+
+/// Spinners per running step and an overall bar, on a terminal.
+pub struct ProgressReporter {
+    multi: MultiProgress,
+    overall: Mutex<Option<ProgressBar>>,
+    spinners: Mutex<BTreeMap<String, ProgressBar>>,
+}
+
+impl Default for ProgressReporter {
+    fn default() -> Self {
+        ProgressReporter {
+            multi: MultiProgress::with_draw_target(ProgressDrawTarget::stderr()),
+            overall: Mutex::new(None),
+            spinners: Mutex::new(BTreeMap::new()),
+        }
+    }
+}
+
+impl Reporter for ProgressReporter {
+    fn run_started(&self, recipe: &str, to_run: usize, total: usize) {
+        let bar = self.multi.add(ProgressBar::new(to_run as u64));
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:.bold} [{bar:30}] {pos}/{len} steps, {elapsed}")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(format!("{recipe} ({total} steps)"));
+        *self.overall.lock().expect("reporter lock") = Some(bar);
+    }
+    fn step_started(&self, id: &str, kind: &str, attempt: u32) {
+        let sp = self.multi.add(ProgressBar::new_spinner());
+        sp.set_style(ProgressStyle::with_template("  {spinner} {prefix} {elapsed} {wide_msg:.dim}").expect("valid template"));
+        let again = if attempt > 1 { format!(" attempt {attempt}") } else { String::new() };
+        sp.set_prefix(format!("{id} [{kind}]{again}"));
+        sp.enable_steady_tick(Duration::from_millis(120));
+        self.spinners.lock().expect("reporter lock").insert(id.to_string(), sp);
+    }
+    fn step_output(&self, id: &str, line: &str) {
+        if let Some(sp) = self.spinners.lock().expect("reporter lock").get(id) {
+            sp.set_message(line.chars().take(100).collect::<String>());
+        }
+    }
+    fn step_finished(&self, id: &str, outcome: &Outcome, elapsed: Duration) {
+        if let Some(sp) = self.spinners.lock().expect("reporter lock").remove(id) {
+            sp.finish_and_clear();
+            self.multi.remove(&sp);
+        }
+        let _ = self.multi.println(outcome_line(id, outcome, elapsed));
+        if matches!(outcome, Outcome::Ran | Outcome::UpToDate | Outcome::Failed(_)) {
+            if let Some(bar) = &*self.overall.lock().expect("reporter lock") {
+                bar.inc(1);
+            }
+        }
+    }
+    fn run_finished(&self, ok: bool, elapsed: Duration) {
+        if let Some(bar) = self.overall.lock().expect("reporter lock").take() {
+            bar.finish_and_clear();
+        }
+        let _ = self.multi.println(format!("kiln: {} in {}", if ok { "done" } else { "failed" }, secs(elapsed)));
+    }
+    fn note(&self, text: &str) {
+        let _ = self.multi.println(format!("kiln: {text}"));
+    }
+}
+
+/// One JSON object per line on stdout (`--json`).
+#[derive(Default)]
+pub struct JsonReporter {
+    out: Mutex<()>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+enum Event<'a> {
+    RunStarted { recipe: &'a str, to_run: usize, total: usize },
+    StepStarted { step: &'a str, kind: &'a str, attempt: u32 },
+    StepFinished { step: &'a str, #[serde(flatten)] outcome: &'a Outcome, elapsed_ms: u128 },
+    RunFinished { ok: bool, elapsed_ms: u128 },
+    Note { text: &'a str },
+}
+
+impl JsonReporter {
+    fn emit(&self, e: &Event) {
+        let _guard = self.out.lock().expect("reporter lock");
+        let mut stdout = std::io::stdout().lock();
+        let _ = serde_json::to_writer(&mut stdout, e);
+        let _ = writeln!(stdout);
+    }
+}
+
+impl Reporter for JsonReporter {
+    fn run_started(&self, recipe: &str, to_run: usize, total: usize) {
+        self.emit(&Event::RunStarted { recipe, to_run, total });
+    }
+    fn step_started(&self, id: &str, kind: &str, attempt: u32) {
+        self.emit(&Event::StepStarted { step: id, kind, attempt });
+    }
+    fn step_output(&self, _id: &str, _line: &str) {}
+    fn step_finished(&self, id: &str, outcome: &Outcome, elapsed: Duration) {
+        self.emit(&Event::StepFinished { step: id, outcome, elapsed_ms: elapsed.as_millis() });
+    }
+    fn run_finished(&self, ok: bool, elapsed: Duration) {
+        self.emit(&Event::RunFinished { ok, elapsed_ms: elapsed.as_millis() });
+    }
+    fn note(&self, text: &str) {
+        self.emit(&Event::Note { text });
+    }
+}

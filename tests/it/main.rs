@@ -1,0 +1,3 @@
+//! One integration-test binary: every test runs the real `kiln` executable in a temp dir.
+
+mod common;
