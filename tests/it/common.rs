@@ -52,3 +52,70 @@ impl Workspace {
 pub fn scrub(text: &str, ws: &Workspace) -> String {
     text.replace(&ws.path().display().to_string(), "[WS]")
 }
+
+/// Where tests cache what they download (wheels), shared across runs: `$KILN_TEST_CACHE`, else
+/// `target/test-cache`.
+pub fn test_cache() -> PathBuf {
+    std::env::var_os("KILN_TEST_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-cache"))
+}
+
+/// A real wheel from PyPI (`pip download --no-deps`), unpacked once into a cached
+/// site-packages directory, which is returned. `spec` is e.g. `sglang==0.5.9`.
+/// Callers that modify files must copy the tree first (see `copy_tree`).
+pub fn wheel_site(spec: &str) -> PathBuf {
+    let root = test_cache().join("wheels");
+    let site = root.join("site").join(spec.replace(['=', '<', '>', '!', ' '], "_"));
+    std::fs::create_dir_all(&root).unwrap();
+    let lock = std::fs::File::create(root.join(".lock")).unwrap();
+    lock.lock().unwrap();
+    if site.join(".complete").exists() {
+        return site;
+    }
+    let dl = root.join("dl");
+    let status = std::process::Command::new("python3")
+        .args(["-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d"])
+        .arg(&dl)
+        .arg(spec)
+        .status()
+        .expect("python3 -m pip runs");
+    assert!(status.success(), "pip download {spec} failed");
+    let name = spec.split(['=', '<', '>', '!']).next().unwrap().replace('-', "_").to_lowercase();
+    let version = spec.rsplit('=').next().unwrap();
+    let wheel = std::fs::read_dir(&dl)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            let f = p.file_name().unwrap().to_string_lossy().to_lowercase();
+            f.starts_with(&format!("{name}-{version}-")) && f.ends_with(".whl")
+        })
+        .unwrap_or_else(|| panic!("no wheel for {spec} in {}", dl.display()));
+    let _ = std::fs::remove_dir_all(&site);
+    let status = std::process::Command::new("python3")
+        .args(["-m", "zipfile", "-e"])
+        .arg(&wheel)
+        .arg(&site)
+        .status()
+        .expect("python3 -m zipfile runs");
+    assert!(status.success(), "cannot unpack {}", wheel.display());
+    std::fs::write(site.join(".complete"), wheel.display().to_string()).unwrap();
+    site
+}
+
+/// Copy a directory tree (regular files and directories; symlinks are recreated).
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let ty = entry.file_type().unwrap();
+        if ty.is_dir() {
+            copy_tree(&src, &dst);
+        } else if ty.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
+        } else {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
