@@ -24,7 +24,7 @@ pub enum Command {
     /// Show every step of a recipe as fresh, stale (and why) or skipped, without running anything
     Plan(PlanArgs),
     /// Check this host and its Python environment for known failure causes
-    Doctor(Pending),
+    Doctor(DoctorArgs),
     /// Apply, check or revert structured source patches
     Patch(Pending),
     /// Start a recipe's server profile and verify its tunings
@@ -32,9 +32,9 @@ pub enum Command {
     /// Smoke-benchmark a running server
     Bench(Pending),
     /// Build CI images from a recipe
-    Image(Pending),
+    Image(ImageArgs),
     /// Inspect and move kiln's caches
-    Cache(Pending),
+    Cache(CacheArgs),
 }
 
 #[derive(Debug, Args)]
@@ -87,9 +87,127 @@ pub struct PlanArgs {
     pub json: bool,
 }
 
+#[derive(Debug, Args)]
+pub struct ImageArgs {
+    #[command(subcommand)]
+    pub command: ImageCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImageCommand {
+    /// Print a multi-stage Dockerfile that provisions a recipe with `kiln up` inside the build
+    Dockerfile(ImageDockerfileArgs),
+    /// Write a reproducible OCI image archive with one layer per prefix directory
+    Export(ImageExportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ImageDockerfileArgs {
+    /// A recipe file, or the name of a shipped recipe [default: the embedded default]
+    pub recipe: Option<String>,
+
+    /// Base image of the provisioning stage
+    #[arg(long, value_name = "IMAGE", default_value = "nvidia/cuda:13.0.1-devel-ubuntu24.04")]
+    pub base: String,
+
+    /// Server profile the image's entrypoint serves [default: the recipe's only profile]
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+
+    /// Write the Dockerfile here instead of stdout
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ImageExportArgs {
+    /// A directory to pack as one layer, at the same absolute path in the image (repeatable)
+    #[arg(long, value_name = "DIR", required = true)]
+    pub prefix: Vec<PathBuf>,
+
+    /// Take the image config (environment, labels) from this recipe
+    #[arg(long, value_name = "RECIPE")]
+    pub config_from: Option<String>,
+
+    /// The archive to write (OCI image layout, also loadable by `docker load`)
+    #[arg(long, short = 'o', value_name = "IMAGE.tar")]
+    pub output: PathBuf,
+
+    /// Image name and tag recorded in the archive, e.g. `kiln-demo:1`
+    #[arg(long, value_name = "NAME[:TAG]")]
+    pub tag: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Run only these checks (ids as `kiln doctor --json` lists them, e.g. `driver.floor`)
+    #[arg(value_name = "CHECK_ID")]
+    pub checks: Vec<String>,
+
+    /// The Python interpreter of the serving environment [default: the recipe's venv, else python3]
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<String>,
+
+    /// Read SGLang and FlashInfer sources and versions from this site-packages directory
+    #[arg(long, value_name = "DIR")]
+    pub site_packages: Option<PathBuf>,
+
+    /// A recipe whose venv, toolkit, prefix and server flags the checks use
+    #[arg(long, value_name = "RECIPE")]
+    pub recipe: Option<String>,
+
+    /// Also run GPU work: a matmul on every GPU and the torch symmetric-memory probe
+    #[arg(long)]
+    pub deep: bool,
+
+    /// Print `{checks:[...], facts:{...}}` as JSON
+    #[arg(long)]
+    pub json: bool,
+
+    /// Write a redacted support bundle (tar.gz) for bug reports
+    #[arg(long, value_name = "FILE")]
+    pub bundle: Option<PathBuf>,
+
+    /// Show the evidence behind every verdict
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
 /// Arguments of a command this build does not provide yet.
 #[derive(Debug, Args)]
 pub struct Pending {
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
     pub args: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CacheArgs {
+    #[command(subcommand)]
+    pub command: CacheCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CacheCommand {
+    /// List compiled wheels in the cache with their keys
+    Ls {
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Drop unfinished, corrupt and (with --older-than) old entries
+    Gc {
+        /// Also drop entries older than this (e.g. `30d`)
+        #[arg(long, value_name = "AGE")]
+        older_than: Option<String>,
+    },
+    /// Write every cached wheel into a tar archive with a sha256 manifest
+    Export {
+        /// The archive to write
+        file: PathBuf,
+    },
+    /// Verify an archive made by `export` and add its wheels to the cache
+    Import {
+        /// The archive to read
+        file: PathBuf,
+    },
 }

@@ -225,3 +225,66 @@ fn spawn_error(spec: &CommandSpec, e: std::io::Error) -> Error {
         Error::io(format!("cannot run `{}`", spec.display()), e)
     }
 }
+
+/// What a short command printed and how it ended (see [`capture_timeout`]).
+#[derive(Debug, Clone)]
+pub struct Captured {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub timed_out: bool,
+}
+
+impl Captured {
+    pub fn success(&self) -> bool {
+        self.code == Some(0) && !self.timed_out
+    }
+}
+
+/// Run `spec` in its own process group with stdout and stderr captured separately; after
+/// `timeout` the whole group is ended and `timed_out` is set. A non-zero exit is not an error
+/// here (callers judge it); only a failure to start is.
+pub fn capture_timeout(spec: &CommandSpec, timeout: Duration) -> Result<Captured> {
+    let mut expr = duct::cmd(&spec.program, &spec.args)
+        .stdin_null()
+        .stdout_capture()
+        .stderr_capture()
+        .unchecked()
+        .before_spawn(|cmd| {
+            cmd.process_group(0);
+            Ok(())
+        });
+    for (k, v) in &spec.env {
+        expr = expr.env(k, v);
+    }
+    if let Some(dir) = &spec.cwd {
+        expr = expr.dir(dir);
+    }
+    let handle = expr.start().map_err(|e| spawn_error(spec, e))?;
+    let deadline = Instant::now() + timeout;
+    let mut timed_out = false;
+    loop {
+        match handle.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) => {}
+            Err(e) => return Err(Error::io(format!("waiting for `{}` failed", spec.program), e)),
+        }
+        if Instant::now() >= deadline {
+            timed_out = true;
+            if let Some(pid) = handle.pids().first() {
+                kill_group(*pid);
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let output = handle
+        .wait()
+        .map_err(|e| Error::io(format!("waiting for `{}` failed", spec.program), e))?;
+    Ok(Captured {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        timed_out,
+    })
+}

@@ -1,5 +1,8 @@
 //! Glue from command-line settings to the engine: one file per subcommand.
 
+mod doctor;
+mod image;
+mod cache;
 mod plan;
 mod up;
 
@@ -18,18 +21,20 @@ pub fn run(cli: Cli) -> Result<u8> {
     match cli.command {
         Command::Up(args) => up::run(&settings, &args),
         Command::Plan(args) => plan::run(&settings, &args),
-        Command::Doctor(_) => Err(Error::NotYetAvailable("doctor")),
+        Command::Doctor(args) => doctor::run(&settings, &args),
         Command::Patch(_) => Err(Error::NotYetAvailable("patch")),
         Command::Serve(_) => Err(Error::NotYetAvailable("serve")),
         Command::Bench(_) => Err(Error::NotYetAvailable("bench")),
-        Command::Image(_) => Err(Error::NotYetAvailable("image")),
-        Command::Cache(_) => Err(Error::NotYetAvailable("cache")),
+        Command::Image(args) => image::run(&settings, &args),
+        Command::Cache(args) => cache::run(&settings, &args),
     }
 }
 
 /// Settings every command shares, resolved once from flags and the environment.
 pub struct Settings {
     pub state_dir: PathBuf,
+    /// Downloads and compiled wheels: `$KILN_CACHE_DIR`, else `<state_dir>/cache`.
+    pub cache_dir: PathBuf,
     pub facts: Facts,
 }
 
@@ -44,7 +49,10 @@ impl Settings {
         } else {
             std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?.join(state_dir)
         };
-        Ok(Settings { state_dir, facts: Facts::from_env() })
+        let cache_dir = std::env::var_os("KILN_CACHE_DIR")
+            .filter(|v| !v.is_empty())
+            .map_or_else(|| state_dir.join("cache"), PathBuf::from);
+        Ok(Settings { state_dir, cache_dir, facts: Facts::from_env() })
     }
 
     pub fn load_recipe(&self, args: &RecipeArgs) -> Result<Recipe> {
@@ -61,7 +69,12 @@ impl Settings {
             .collect::<Result<Vec<_>>>()?;
         recipe::load(
             args.recipe.as_deref(),
-            &recipe::LoadOptions { overrides: &overrides, facts: &self.facts, state_dir: &self.state_dir },
+            &recipe::LoadOptions {
+                overrides: &overrides,
+                facts: &self.facts,
+                state_dir: &self.state_dir,
+                cache_dir: &self.cache_dir,
+            },
         )
     }
 }

@@ -4,6 +4,7 @@ use super::Settings;
 use crate::cli::UpArgs;
 use crate::engine::{self, hashing::HashMemo, state::StateDir, ExecOptions, Selection};
 use crate::error::Result;
+use crate::steps::StepContext;
 
 pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
     let recipe = settings.load_recipe(&args.recipe)?;
@@ -26,6 +27,7 @@ pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
     let reporter = super::reporter(args.json);
     let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let mem_budget = crate::host::available_memory_bytes().unwrap_or(u64::MAX);
-    engine::execute(&recipe, &plan, &state, &memo, reporter.as_ref(), &ExecOptions { jobs, mem_budget })?;
+    let ctx = StepContext { memo: &memo, facts: &settings.facts, cache_dir: settings.cache_dir.clone() };
+    engine::execute(&recipe, &plan, &state, &ctx, reporter.as_ref(), &ExecOptions { jobs, mem_budget })?;
     Ok(0)
 }

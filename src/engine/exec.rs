@@ -7,12 +7,12 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::fingerprint::{self, explain_change};
-use super::hashing::HashMemo;
 use super::plan::{Plan, Status};
 use super::state::{create_dir, Receipt, StateDir};
 use crate::error::{Error, Result};
 use crate::recipe::{Recipe, Step};
 use crate::report::{Outcome, Reporter};
+use crate::steps::StepContext;
 
 #[derive(Debug, Clone)]
 pub struct ExecOptions {
@@ -53,10 +53,11 @@ pub fn execute(
     recipe: &Recipe,
     plan: &Plan,
     state: &StateDir,
-    memo: &HashMemo,
+    ctx: &StepContext,
     reporter: &dyn Reporter,
     opts: &ExecOptions,
 ) -> Result<RunSummary> {
+    let memo = ctx.memo;
     let started = Instant::now();
     let n = recipe.steps.len();
     let mut states = vec![State::Done; n];
@@ -127,7 +128,7 @@ pub fn execute(
                     let forced = plan.steps[i].forced;
                     scope.spawn(move || {
                         let t = Instant::now();
-                        let (result, digest) = run_one(step, deps, forced, state, memo, reporter);
+                        let (result, digest) = run_one(step, deps, forced, state, ctx, reporter);
                         let _ = tx.send(Finished { index: i, result, digest, elapsed: t.elapsed() });
                     });
                 }
@@ -178,10 +179,10 @@ fn run_one(
     deps: BTreeMap<String, String>,
     forced: bool,
     state: &StateDir,
-    memo: &HashMemo,
+    ctx: &StepContext,
     reporter: &dyn Reporter,
 ) -> (Result<Outcome>, Option<String>) {
-    let fp = match fingerprint::compute(step, deps, memo) {
+    let fp = match fingerprint::compute(step, deps, ctx.memo) {
         Ok(fp) => fp,
         Err(e) => return (Err(e), None),
     };
@@ -203,7 +204,7 @@ fn run_one(
         let mut attempt = 1;
         loop {
             reporter.step_started(&step.id, step.kind.name(), attempt);
-            let outcome = crate::steps::execute(step, &mut log, &mut |line| reporter.step_output(&step.id, line), memo)
+            let outcome = crate::steps::execute(step, ctx, &mut log, &mut |line| reporter.step_output(&step.id, line))
                 .and_then(|_| crate::steps::check(step, &mut log));
             match outcome {
                 Ok(()) => break,

@@ -1,6 +1,11 @@
-//! Host facts: what this machine is (OS, CPU, RAM, GPUs). Recipes' `when` and `${host.*}` read them.
+//! Host facts: what this machine is (OS, CPU, RAM, GPUs, CUDA toolkits, Python envs). Recipes' `when`,
+//! `${host.*}` and `kiln doctor` read them.
 
-mod gpu;
+pub mod cuda;
+pub mod gpu;
+pub mod python;
+pub mod system;
+pub mod topology;
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -49,6 +54,11 @@ impl Facts {
             }
         }
         facts
+    }
+
+    /// A fact pinned by an override (`KILN_FACT_*`), without collecting anything.
+    pub fn pinned(&self, key: &str) -> Option<&str> {
+        self.overrides.get(key).map(String::as_str)
     }
 
     pub fn gpus(&self) -> &[Gpu] {

@@ -89,10 +89,10 @@ impl Template {
         })
     }
 
-    /// Expand with `lookup`; `shell` quotes each substituted value for a POSIX shell.
+    /// Expand with `lookup`, quoting each substituted value as `quoting` says.
     pub fn expand<E>(
         &self,
-        shell: bool,
+        quoting: Quoting,
         mut lookup: impl FnMut(&VarRef) -> Result<String, E>,
     ) -> Result<String, E> {
         let mut out = String::new();
@@ -101,10 +101,11 @@ impl Template {
                 Part::Lit(s) => out.push_str(s),
                 Part::Var(v) => {
                     let value = apply_filters(&lookup(v)?, &v.filters);
-                    if shell && !v.filters.iter().any(|f| f == "quote") {
-                        out.push_str(&shell_quote(&value));
-                    } else {
-                        out.push_str(&value);
+                    let quoted = v.filters.iter().any(|f| f == "quote");
+                    match quoting {
+                        Quoting::Shell if !quoted => out.push_str(&shell_quote(&value)),
+                        Quoting::Python => out.push_str(&python_quote(&value)),
+                        _ => out.push_str(&value),
                     }
                 }
             }
@@ -176,6 +177,22 @@ fn apply_filters(value: &str, filters: &[String]) -> String {
     v
 }
 
+/// How substituted values are written into the surrounding text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quoting {
+    /// As is: the text is one argv element, a path or a value.
+    None,
+    /// As one POSIX shell word: the text is a `sh -c` script.
+    Shell,
+    /// As a Python string literal: the text is Python source (`verify`).
+    Python,
+}
+
+/// `s` as a Python string literal (JSON strings are valid Python literals).
+pub fn python_quote(s: &str) -> String {
+    serde_json::to_string(s).expect("strings serialize")
+}
+
 /// Quote `s` as one POSIX shell word.
 pub fn shell_quote(s: &str) -> String {
     if !s.is_empty()
@@ -192,9 +209,10 @@ mod tests {
     use super::*;
 
     fn expand(t: &str, shell: bool) -> String {
+        let q = if shell { Quoting::Shell } else { Quoting::None };
         Template::parse(t)
             .unwrap()
-            .expand::<()>(shell, |v| {
+            .expand::<()>(q, |v| {
                 Ok(match v.name.as_str() {
                     "arch" => "12.0".into(),
                     "evil" => "$(touch pwned); `id` 'x'".into(),

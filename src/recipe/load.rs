@@ -12,6 +12,8 @@ pub struct LoadOptions<'a> {
     pub overrides: &'a [(String, String)],
     pub facts: &'a Facts,
     pub state_dir: &'a Path,
+    /// Downloads and compiled wheels (`$KILN_CACHE_DIR`, else `<state>/cache`).
+    pub cache_dir: &'a Path,
 }
 
 /// Where a file lives: on disk, or inside the binary.

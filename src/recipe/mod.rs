@@ -67,6 +67,39 @@ pub enum StepKind {
         dest: PathBuf,
         strip_components: u32,
     },
+    Python(PythonStep),
+    Cuda(CudaStep),
+}
+
+/// `kind = "python"`: a venv (made with uv, pip as fallback) and pinned requirements.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PythonStep {
+    pub venv: PathBuf,
+    /// The interpreter the venv is created from.
+    pub python: String,
+    pub install: Vec<String>,
+    pub index_url: Option<String>,
+    pub extra_index_urls: Vec<String>,
+    /// Requirements built from source through the compiled-wheel cache.
+    pub build: Vec<String>,
+    pub build_isolation: bool,
+    /// Python source run in the venv after installing; `${…}` became string literals.
+    pub verify: Option<String>,
+    /// (extension module, SASS arch) that `cuobjdump` must find, when it is installed.
+    pub sass: Option<(String, String)>,
+}
+
+/// `kind = "cuda"`: a CUDA toolkit installed side by side and the `link` switched to it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CudaStep {
+    pub url: String,
+    pub sha256: String,
+    /// Where the verified runfile lands in the download cache.
+    pub runfile: PathBuf,
+    pub version: String,
+    pub install_path: PathBuf,
+    pub link: PathBuf,
+    pub driver_floor: String,
 }
 
 impl StepKind {
@@ -75,6 +108,8 @@ impl StepKind {
             StepKind::Run { .. } => "run",
             StepKind::Fetch { .. } => "fetch",
             StepKind::Extract { .. } => "extract",
+            StepKind::Python(_) => "python",
+            StepKind::Cuda(_) => "cuda",
         }
     }
 }

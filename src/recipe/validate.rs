@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 
 use toml::Spanned;
 
-use super::interp::{Template, VarRef};
+use super::interp::{Quoting, Template, VarRef};
 use super::load::{Loaded, LoadOptions};
 use super::source::{Loc, Sources};
-use super::{graph, units, when, wire, Check, Cmd, Profile, Recipe, Step, StepKind, When};
+use super::{graph, units, when, wire, Check, Cmd, CudaStep, Profile, PythonStep, Recipe, Step, StepKind, When};
 use crate::diagnostic::{did_you_mean, Diagnostic};
 use crate::error::{Error, Result};
 use crate::host::FACT_KEYS;
@@ -68,7 +68,7 @@ pub(super) fn build(loaded: Loaded, opts: &LoadOptions) -> Result<Recipe> {
         defs: BTreeMap::new(),
         builtins: BTreeMap::from([
             ("kiln.state_dir", opts.state_dir.display().to_string()),
-            ("kiln.cache_dir", opts.state_dir.join("cache").display().to_string()),
+            ("kiln.cache_dir", opts.cache_dir.display().to_string()),
             ("kiln.work_dir", work_dir.display().to_string()),
             ("recipe.dir", recipe_dir.display().to_string()),
             ("recipe.name", name.clone()),
@@ -116,7 +116,7 @@ pub(super) fn build(loaded: Loaded, opts: &LoadOptions) -> Result<Recipe> {
     let mut recipe_env = BTreeMap::new();
     for (file, f) in &loaded.files {
         for (k, v) in &f.env {
-            recipe_env.insert(k.get_ref().clone(), r.expand(*file, v, false)?);
+            recipe_env.insert(k.get_ref().clone(), r.expand(*file, v)?);
         }
     }
 
@@ -209,7 +209,7 @@ impl Resolver<'_> {
         self.active.push(name.to_string());
         let def = &self.defs[name];
         let (template, loc) = (def.template.clone(), def.loc);
-        let value = template.expand(false, |v| self.lookup(v, loc));
+        let value = template.expand(Quoting::None, |v| self.lookup(v, loc));
         self.active.pop();
         let value = value?;
         self.resolved.insert(name.to_string(), value.clone());
@@ -275,14 +275,18 @@ impl Resolver<'_> {
         Err(fail(self.sources, format!("unknown variable `{}`", v.name), hint))
     }
 
-    fn expand(&mut self, file: usize, s: &Spanned<String>, shell: bool) -> Result<String> {
+    fn expand(&mut self, file: usize, s: &Spanned<String>) -> Result<String> {
+        self.expand_as(file, s, Quoting::None)
+    }
+
+    fn expand_as(&mut self, file: usize, s: &Spanned<String>, quoting: Quoting) -> Result<String> {
         let loc = self.sources.loc(file, s.span());
         let template = parse_template(self.sources, loc, s.get_ref())?;
-        template.expand(shell, |v| self.lookup(v, Some(loc)))
+        template.expand(quoting, |v| self.lookup(v, Some(loc)))
     }
 
     fn path(&mut self, file: usize, s: &Spanned<String>, base: &Path) -> Result<PathBuf> {
-        Ok(base.join(self.expand(file, s, false)?))
+        Ok(base.join(self.expand(file, s)?))
     }
 
     fn diag(&self, file: usize, span: std::ops::Range<usize>, msg: impl Into<String>) -> Diagnostic {
@@ -292,32 +296,7 @@ impl Resolver<'_> {
 
 fn output_path(r: &mut Resolver, file: usize, s: &wire::Step, work_dir: &Path) -> Result<Option<PathBuf>> {
     match s.kind.get_ref().as_str() {
-        "fetch" => {
-            let (Some(url), Some(sha)) = (&s.url, &s.sha256) else { return Ok(None) };
-            let sha = r.expand(file, sha, false)?;
-            if sha.len() != 64 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
-                return Err(r
-                    .diag(file, s.sha256.as_ref().expect("checked").span(), "`sha256` must be 64 hex digits")
-                    .with_hint("compute it with `sha256sum FILE`")
-                    .into());
-            }
-            let filename = match &s.filename {
-                Some(f) => r.expand(file, f, false)?,
-                None => {
-                    let u = r.expand(file, url, false)?;
-                    u.rsplit('/').next().unwrap_or_default().split(['?', '#']).next().unwrap_or_default().to_string()
-                }
-            };
-            if filename.is_empty() || filename == ".." || filename.contains('/') {
-                let span = s.filename.as_ref().map_or(url.span(), |f| f.span());
-                return Err(r
-                    .diag(file, span, format!("cannot use `{filename}` as a file name"))
-                    .with_hint("set `filename = \"name.tar.gz\"` (no `/`)")
-                    .into());
-            }
-            let dir = r.opts.state_dir.join("cache").join("downloads").join(sha.to_lowercase());
-            Ok(Some(dir.join(filename)))
-        }
+        "fetch" => download_path(r, file, s),
         "extract" => match &s.dest {
             Some(d) => {
                 let cwd = step_cwd(r, file, s, work_dir)?;
@@ -327,6 +306,34 @@ fn output_path(r: &mut Resolver, file: usize, s: &wire::Step, work_dir: &Path) -
         },
         _ => Ok(None),
     }
+}
+
+/// Where a downloaded file lands: `<cache>/downloads/<sha256>/<filename>`.
+fn download_path(r: &mut Resolver, file: usize, s: &wire::Step) -> Result<Option<PathBuf>> {
+    let (Some(url), Some(sha)) = (&s.url, &s.sha256) else { return Ok(None) };
+    let sha = r.expand(file, sha)?;
+    if sha.len() != 64 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(r
+            .diag(file, s.sha256.as_ref().expect("checked").span(), "`sha256` must be 64 hex digits")
+            .with_hint("compute it with `sha256sum FILE`")
+            .into());
+    }
+    let filename = match &s.filename {
+        Some(f) => r.expand(file, f)?,
+        None => {
+            let u = r.expand(file, url)?;
+            u.rsplit('/').next().unwrap_or_default().split(['?', '#']).next().unwrap_or_default().to_string()
+        }
+    };
+    if filename.is_empty() || filename == ".." || filename.contains('/') {
+        let span = s.filename.as_ref().map_or(url.span(), |f| f.span());
+        return Err(r
+            .diag(file, span, format!("cannot use `{filename}` as a file name"))
+            .with_hint("set `filename = \"name.tar.gz\"` (no `/`)")
+            .into());
+    }
+    let dir = r.opts.cache_dir.join("downloads").join(sha.to_lowercase());
+    Ok(Some(dir.join(filename)))
 }
 
 fn step_cwd(r: &mut Resolver, file: usize, s: &wire::Step, work_dir: &Path) -> Result<PathBuf> {
@@ -362,6 +369,7 @@ fn step(
         }
     }
     let missing = |r: &Resolver, key: &str, example: &str| -> Error {
+        let _ = &r;
         r.diag(file, s.kind.span(), format!("a `{kind_name}` step needs `{key}`"))
             .with_hint(format!("add `{key} = {example}`"))
             .into()
@@ -387,18 +395,28 @@ fn step(
             StepKind::Run { cmd: command(r, file, cmd, shell)? }
         }
         "fetch" => {
-            let url = s.url.as_ref().ok_or_else(|| missing(r, "url", "\"https://...\""))?;
-            s.sha256.as_ref().ok_or_else(|| missing(r, "sha256", "\"<64 hex digits>\""))?;
-            let url_text = r.expand(file, url, false)?;
-            if !["http://", "https://", "file://"].iter().any(|p| url_text.starts_with(p)) {
-                return Err(r
-                    .diag(file, url.span(), format!("unsupported URL `{url_text}`"))
-                    .with_hint("use an http://, https:// or file:// URL")
-                    .into());
-            }
-            let path = PathBuf::from(&r.step_paths[s.id.get_ref()]);
-            let sha = path.parent().and_then(|p| p.file_name()).map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-            StepKind::Fetch { url: url_text, sha256: sha, path }
+            let (url, sha256, path) = download(r, file, s, &missing)?;
+            StepKind::Fetch { url, sha256, path }
+        }
+        "python" => StepKind::Python(python_step(r, file, s, &cwd, &missing)?),
+        "cuda" => {
+            let (url, sha256, runfile) = download(r, file, s, &missing)?;
+            let required = |r: &mut Resolver, v: &Option<Spanned<String>>, key: &str, ex: &str| match v {
+                Some(v) => r.expand(file, v),
+                None => Err(missing(r, key, ex)),
+            };
+            StepKind::Cuda(CudaStep {
+                url,
+                sha256,
+                runfile,
+                version: required(r, &s.version, "version", "\"13.0.1\"")?,
+                install_path: PathBuf::from(required(r, &s.install_path, "install_path", "\"/usr/local/cuda-13.0\"")?),
+                link: match &s.link {
+                    Some(l) => r.path(file, l, &cwd)?,
+                    None => PathBuf::from("/usr/local/cuda"),
+                },
+                driver_floor: required(r, &s.driver_floor, "driver_floor", "\"580.82.07\"")?,
+            })
         }
         _ => {
             let dest = s.dest.as_ref().ok_or_else(|| missing(r, "dest", "\"dir\""))?;
@@ -432,7 +450,7 @@ fn step(
 
     let mut env = recipe_env.clone();
     for (k, v) in &s.env {
-        env.insert(k.get_ref().clone(), r.expand(file, v, false)?);
+        env.insert(k.get_ref().clone(), r.expand(file, v)?);
     }
     let mut inputs = Vec::new();
     for i in &s.inputs {
@@ -473,15 +491,81 @@ fn step(
     })
 }
 
+/// The url, sha256 and cache path of a step that downloads (fetch, cuda).
+fn download(
+    r: &mut Resolver,
+    file: usize,
+    s: &wire::Step,
+    missing: &dyn Fn(&Resolver, &str, &str) -> Error,
+) -> Result<(String, String, PathBuf)> {
+    let url = s.url.as_ref().ok_or_else(|| missing(r, "url", "\"https://...\""))?;
+    s.sha256.as_ref().ok_or_else(|| missing(r, "sha256", "\"<64 hex digits>\""))?;
+    let url_text = r.expand(file, url)?;
+    if !["http://", "https://", "file://"].iter().any(|p| url_text.starts_with(p)) {
+        return Err(r
+            .diag(file, url.span(), format!("unsupported URL `{url_text}`"))
+            .with_hint("use an http://, https:// or file:// URL")
+            .into());
+    }
+    let path = download_path(r, file, s)?.expect("url and sha256 are present");
+    let sha = path.parent().and_then(|p| p.file_name()).map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    Ok((url_text, sha, path))
+}
+
+fn python_step(
+    r: &mut Resolver,
+    file: usize,
+    s: &wire::Step,
+    cwd: &Path,
+    missing: &dyn Fn(&Resolver, &str, &str) -> Error,
+) -> Result<PythonStep> {
+    let venv = s.venv.as_ref().ok_or_else(|| missing(r, "venv", "\"${prefix}/venv\""))?;
+    let list = |r: &mut Resolver, v: &Option<Spanned<Vec<Spanned<String>>>>| -> Result<Vec<String>> {
+        v.as_ref().map_or(Ok(Vec::new()), |l| l.get_ref().iter().map(|x| r.expand(file, x)).collect())
+    };
+    let install = list(r, &s.install)?;
+    let build = list(r, &s.build)?;
+    if let Some(b) = &s.build {
+        for (item, spanned) in build.iter().zip(b.get_ref()) {
+            if !install.contains(item) {
+                return Err(r
+                    .diag(file, spanned.span(), format!("`{item}` is in `build` but not in `install`"))
+                    .with_hint("`build` names requirements from `install` that are compiled from source and cached")
+                    .into());
+            }
+        }
+    }
+    Ok(PythonStep {
+        venv: r.path(file, venv, cwd)?,
+        python: match &s.python {
+            Some(p) => r.expand(file, p)?,
+            None => "python3".into(),
+        },
+        install,
+        index_url: s.index_url.as_ref().map(|u| r.expand(file, u)).transpose()?,
+        extra_index_urls: list(r, &s.extra_index_urls)?,
+        build,
+        build_isolation: s.build_isolation.as_ref().is_none_or(|b| *b.get_ref()),
+        verify: s.verify.as_ref().map(|v| r.expand_as(file, v, Quoting::Python)).transpose()?,
+        sass: match &s.sass {
+            Some(x) => {
+                let x = x.get_ref();
+                Some((r.expand(file, &x.module)?, r.expand(file, &x.arch)?))
+            }
+            None => None,
+        },
+    })
+}
+
 fn command(r: &mut Resolver, file: usize, c: &Spanned<wire::Command>, shell: bool) -> Result<Cmd> {
     match (c.get_ref(), shell) {
         (wire::Command::Argv(argv), false) => {
             if argv.is_empty() {
                 return Err(r.diag(file, c.span(), "empty command").with_hint("name a program: `[\"make\", \"-j4\"]`").into());
             }
-            Ok(Cmd::Argv(argv.iter().map(|a| r.expand(file, a, false)).collect::<Result<_>>()?))
+            Ok(Cmd::Argv(argv.iter().map(|a| r.expand(file, a)).collect::<Result<_>>()?))
         }
-        (wire::Command::Script(s), true) => Ok(Cmd::Shell(r.expand(file, &Spanned::new(c.span(), s.clone()), true)?)),
+        (wire::Command::Script(s), true) => Ok(Cmd::Shell(r.expand_as(file, &Spanned::new(c.span(), s.clone()), Quoting::Shell)?)),
         (wire::Command::Script(_), false) => Err(r
             .diag(file, c.span(), "a command string needs `shell = true`")
             .with_hint("write an argv list `[\"program\", \"arg\"]`, or add `shell = true` to run it with `sh -c`")
@@ -532,6 +616,19 @@ fn kind_specific_keys(s: &wire::Step) -> Vec<(&'static str, std::ops::Range<usiz
     if let Some(x) = &s.archive { v.push(("archive", x.span())) }
     if let Some(x) = &s.dest { v.push(("dest", x.span())) }
     if let Some(x) = &s.strip_components { v.push(("strip_components", x.span())) }
+    if let Some(x) = &s.venv { v.push(("venv", x.span())) }
+    if let Some(x) = &s.python { v.push(("python", x.span())) }
+    if let Some(x) = &s.install { v.push(("install", x.span())) }
+    if let Some(x) = &s.index_url { v.push(("index_url", x.span())) }
+    if let Some(x) = &s.extra_index_urls { v.push(("extra_index_urls", x.span())) }
+    if let Some(x) = &s.build { v.push(("build", x.span())) }
+    if let Some(x) = &s.build_isolation { v.push(("build_isolation", x.span())) }
+    if let Some(x) = &s.verify { v.push(("verify", x.span())) }
+    if let Some(x) = &s.sass { v.push(("sass", x.span())) }
+    if let Some(x) = &s.version { v.push(("version", x.span())) }
+    if let Some(x) = &s.install_path { v.push(("install_path", x.span())) }
+    if let Some(x) = &s.link { v.push(("link", x.span())) }
+    if let Some(x) = &s.driver_floor { v.push(("driver_floor", x.span())) }
     v
 }
 
@@ -581,19 +678,19 @@ fn profile(
     };
     out.description = p.description.clone().or(out.description);
     if let Some(cmd) = &p.cmd {
-        out.cmd = cmd.iter().map(|a| r.expand(file, a, false)).collect::<Result<_>>()?;
+        out.cmd = cmd.iter().map(|a| r.expand(file, a)).collect::<Result<_>>()?;
     }
     for a in &p.args {
-        out.args.push(r.expand(file, a, false)?);
+        out.args.push(r.expand(file, a)?);
     }
     for (k, v) in &p.env {
-        out.env.insert(k.get_ref().clone(), r.expand(file, v, false)?);
+        out.env.insert(k.get_ref().clone(), r.expand(file, v)?);
     }
     for e in &p.expect {
         out.expect.push(e.get_ref().clone());
     }
     if let Some(u) = &p.url {
-        out.url = Some(r.expand(file, u, false)?);
+        out.url = Some(r.expand(file, u)?);
     }
     Ok(out)
 }

@@ -138,6 +138,31 @@ pub struct Step {
     pub archive: Option<Spanned<String>>,
     pub dest: Option<Spanned<String>>,
     pub strip_components: Option<Spanned<u32>>,
+
+    // kind = "python"
+    pub venv: Option<Spanned<String>>,
+    pub python: Option<Spanned<String>>,
+    pub install: Option<Spanned<Vec<Spanned<String>>>>,
+    pub index_url: Option<Spanned<String>>,
+    pub extra_index_urls: Option<Spanned<Vec<Spanned<String>>>>,
+    pub build: Option<Spanned<Vec<Spanned<String>>>>,
+    pub build_isolation: Option<Spanned<bool>>,
+    pub verify: Option<Spanned<String>>,
+    pub sass: Option<Spanned<Sass>>,
+
+    // kind = "cuda" (also `url`, `sha256`, `filename`)
+    pub version: Option<Spanned<String>>,
+    pub install_path: Option<Spanned<String>>,
+    pub link: Option<Spanned<String>>,
+    pub driver_floor: Option<Spanned<String>>,
+}
+
+/// `sass = { module = "flash_attn_2_cuda", arch = "sm_120" }`: the extension must carry that SASS.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sass {
+    pub module: Spanned<String>,
+    pub arch: Spanned<String>,
 }
 
 /// A server launch profile (used by `serve`; parsed strictly here so typos fail early).
@@ -161,4 +186,22 @@ pub const STEP_KINDS: &[(&str, &[&str])] = &[
     ("run", &["cmd", "shell"]),
     ("fetch", &["url", "sha256", "filename"]),
     ("extract", &["from", "archive", "dest", "strip_components"]),
+    (
+        "python",
+        &[
+            "venv",
+            "python",
+            "install",
+            "index_url",
+            "extra_index_urls",
+            "build",
+            "build_isolation",
+            "verify",
+            "sass",
+        ],
+    ),
+    (
+        "cuda",
+        &["url", "sha256", "filename", "version", "install_path", "link", "driver_floor"],
+    ),
 ];

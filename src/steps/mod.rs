@@ -1,24 +1,39 @@
 //! Step kinds: what running one step means. One file per kind.
 
+pub mod cuda;
 pub mod extract;
 pub mod fetch;
+pub mod python;
 pub mod run;
 
 use std::io::Write;
 
+use std::path::PathBuf;
+
 use crate::engine::hashing::HashMemo;
 use crate::error::{Error, Result};
+use crate::host::Facts;
 use crate::recipe::{Check, Step, StepKind};
 
+/// What steps may use besides their own definition.
+pub struct StepContext<'a> {
+    pub memo: &'a HashMemo,
+    pub facts: &'a Facts,
+    /// Downloads, compiled wheels and tools kiln installs for itself (uv).
+    pub cache_dir: PathBuf,
+}
+
 /// Run one attempt of `step`, logging to `log`; `on_line` sees each output line.
-pub fn execute(step: &Step, log: &mut dyn Write, on_line: &mut dyn FnMut(&str), memo: &HashMemo) -> Result<()> {
+pub fn execute(step: &Step, ctx: &StepContext, log: &mut dyn Write, on_line: &mut dyn FnMut(&str)) -> Result<()> {
     crate::engine::state::create_dir(&step.cwd)?;
     match &step.kind {
         StepKind::Run { cmd } => run::run(step, cmd, log, on_line),
-        StepKind::Fetch { url, sha256, path } => fetch::fetch(url, sha256, path, log, memo),
+        StepKind::Fetch { url, sha256, path } => fetch::fetch(url, sha256, path, log, ctx.memo),
         StepKind::Extract { archive, dest, strip_components } => {
             extract::extract(archive, dest, *strip_components, log)
         }
+        StepKind::Python(p) => python::run(step, p, ctx, log, on_line),
+        StepKind::Cuda(c) => cuda::run(step, c, ctx, log, on_line),
     }
 }
 
@@ -47,4 +62,21 @@ pub fn check(step: &Step, log: &mut dyn Write) -> Result<()> {
             }
         }
     }
+}
+
+/// The step's env, plus `MAX_JOBS` sized to free RAM when it declares `mem_per_job`.
+pub fn build_env(step: &Step) -> std::collections::BTreeMap<String, String> {
+    let mut env = step.env.clone();
+    if let Some(jobs) = max_jobs(step) {
+        env.entry("MAX_JOBS".into()).or_insert_with(|| jobs.to_string());
+    }
+    env
+}
+
+/// `min(cores, available RAM / mem_per_job)`, at least 1; `None` without `mem_per_job`.
+pub fn max_jobs(step: &Step) -> Option<usize> {
+    let per_job = step.mem_per_job?.max(1);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let free = crate::host::available_memory_bytes().unwrap_or(per_job);
+    Some(((free / per_job) as usize).clamp(1, cores))
 }

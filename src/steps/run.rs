@@ -14,20 +14,30 @@ pub fn spec(step: &Step, cmd: &Cmd) -> CommandSpec {
     CommandSpec {
         program,
         args,
-        env: step.env.clone(),
+        env: super::build_env(step),
         cwd: Some(step.cwd.clone()),
     }
 }
 
 pub fn run(step: &Step, cmd: &Cmd, log: &mut dyn Write, on_line: &mut dyn FnMut(&str)) -> Result<()> {
-    let spec = spec(step, cmd);
+    run_spec(&step.id, &spec(step, cmd), step.timeout, log, on_line)
+}
+
+/// Run one command of a step; a failure becomes `StepFailed` with the output tail.
+pub fn run_spec(
+    step: &str,
+    spec: &CommandSpec,
+    timeout: Option<std::time::Duration>,
+    log: &mut dyn Write,
+    on_line: &mut dyn FnMut(&str),
+) -> Result<()> {
     let _ = writeln!(log, "$ {}", spec.display());
-    let done = process::run_logged(&spec, log, step.timeout, on_line)?;
+    let done = process::run_logged(spec, log, timeout, on_line)?;
     if done.success() {
         return Ok(());
     }
     Err(Error::StepFailed {
-        step: step.id.clone(),
+        step: step.to_string(),
         reason: format!("`{}` {}", spec.display(), done.describe()),
         log: None,
         tail: done.tail,

@@ -1,3 +1,6 @@
 //! One integration-test binary: every test runs the real `kiln` executable in a temp dir.
 
 mod common;
+mod recipes;
+mod image;
+mod engine;

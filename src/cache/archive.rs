@@ -1,0 +1,129 @@
+//! `kiln cache export|import`: the wheel cache as a tar archive with a sha256 manifest, verified
+//! file by file on import before anything enters the cache.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Component, Path};
+
+use serde::{Deserialize, Serialize};
+
+use super::wheels::{Entry, WheelCache};
+use crate::engine::hashing::sha256_reader;
+use crate::error::{Error, Result};
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Manifest {
+    format: String,
+    /// Archive path → sha256 of its content.
+    files: BTreeMap<String, String>,
+}
+
+const FORMAT: &str = "kiln-wheel-cache-v1";
+
+/// Write every entry of `cache` into a tar archive at `out`. Returns the number of entries.
+pub fn export(cache: &WheelCache, out: &Path) -> Result<usize> {
+    let entries = cache.list();
+    let mut files = BTreeMap::new();
+    for (id, entry) in &entries {
+        for (name, path) in entry_files(cache, id, entry) {
+            let f = File::open(&path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+            files.insert(name, sha256_reader(f).map_err(|e| Error::io("cannot hash a cache file", e))?.0);
+        }
+    }
+    let manifest = serde_json::to_vec_pretty(&Manifest { format: FORMAT.into(), files }).expect("manifests serialize");
+    let tmp = out.with_extension("partial");
+    let ctx = |e| Error::io(format!("cannot write {}", out.display()), e);
+    let mut tar = tar::Builder::new(File::create(&tmp).map_err(ctx)?);
+    let mut header = tar::Header::new_gnu();
+    header.set_size(manifest.len() as u64);
+    header.set_mode(0o644);
+    header.set_cksum();
+    tar.append_data(&mut header, "manifest.json", manifest.as_slice()).map_err(ctx)?;
+    for (id, entry) in &entries {
+        for (name, path) in entry_files(cache, id, entry) {
+            tar.append_path_with_name(&path, &name).map_err(ctx)?;
+        }
+    }
+    tar.into_inner().and_then(|f| f.sync_all()).map_err(ctx)?;
+    std::fs::rename(&tmp, out).map_err(ctx)?;
+    Ok(entries.len())
+}
+
+fn entry_files(cache: &WheelCache, id: &str, entry: &Entry) -> Vec<(String, std::path::PathBuf)> {
+    let dir = cache.root.join(id);
+    vec![
+        (format!("wheels/{id}/entry.json"), dir.join("entry.json")),
+        (format!("wheels/{id}/{}", entry.wheel), cache.wheel_path(id, entry)),
+    ]
+}
+
+/// Verify and import an archive made by `export`. Returns the number of entries imported.
+pub fn import(cache: &WheelCache, archive: &Path) -> Result<usize> {
+    let bad = |why: String| {
+        Error::other(
+            format!("cannot import {}: {why}", archive.display()),
+            Some("nothing was imported; re-create the archive with `kiln cache export`".to_string()),
+        )
+    };
+    let staging = tempdir_near(&cache.root)?;
+    let result = (|| {
+        let f = File::open(archive).map_err(|e| Error::io(format!("cannot read {}", archive.display()), e))?;
+        let mut tar = tar::Archive::new(f);
+        let mut manifest: Option<Manifest> = None;
+        let mut seen = BTreeMap::new();
+        for entry in tar.entries().map_err(|e| bad(e.to_string()))? {
+            let mut entry = entry.map_err(|e| bad(e.to_string()))?;
+            let path = entry.path().map_err(|e| bad(e.to_string()))?.into_owned();
+            if path.components().any(|c| !matches!(c, Component::Normal(_))) {
+                return Err(Error::UnsafeArchive {
+                    archive: archive.to_path_buf(),
+                    entry: path.display().to_string(),
+                    why: "it is absolute or contains `..`",
+                });
+            }
+            let name = path.to_string_lossy().into_owned();
+            if name == "manifest.json" {
+                manifest = Some(serde_json::from_reader(&mut entry).map_err(|e| bad(format!("bad manifest: {e}")))?);
+                continue;
+            }
+            let Some(m) = &manifest else { return Err(bad("manifest.json must come first".into())) };
+            let Some(expected) = m.files.get(&name) else { return Err(bad(format!("`{name}` is not in the manifest"))) };
+            let target = staging.join(&path);
+            crate::engine::state::create_dir(target.parent().expect("archive paths have a parent"))?;
+            entry.unpack(&target).map_err(|e| bad(e.to_string()))?;
+            let (sha, _) = sha256_reader(File::open(&target).map_err(|e| bad(e.to_string()))?).map_err(|e| bad(e.to_string()))?;
+            if &sha != expected {
+                return Err(bad(format!("sha256 of `{name}` is {sha}, the manifest says {expected}")));
+            }
+            seen.insert(name, ());
+        }
+        let m = manifest.ok_or_else(|| bad("no manifest.json".into()))?;
+        if m.format != FORMAT {
+            return Err(bad(format!("unknown format `{}`", m.format)));
+        }
+        if let Some(missing) = m.files.keys().find(|k| !seen.contains_key(*k)) {
+            return Err(bad(format!("`{missing}` is listed in the manifest but missing")));
+        }
+        let mut count = 0;
+        for dir in std::fs::read_dir(staging.join("wheels")).into_iter().flatten().flatten() {
+            let entry: Entry = serde_json::from_slice(&std::fs::read(dir.path().join("entry.json")).map_err(|e| bad(e.to_string()))?)
+                .map_err(|e| bad(format!("bad entry.json: {e}")))?;
+            if entry.key.id() != dir.file_name().to_string_lossy() {
+                return Err(bad(format!("entry {} does not match its key", dir.file_name().to_string_lossy())));
+            }
+            cache.insert_entry(&entry, &dir.path().join(&entry.wheel))?;
+            count += 1;
+        }
+        Ok(count)
+    })();
+    let _ = std::fs::remove_dir_all(&staging);
+    result
+}
+
+fn tempdir_near(root: &Path) -> Result<std::path::PathBuf> {
+    crate::engine::state::create_dir(root)?;
+    let dir = root.join(format!(".import-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    crate::engine::state::create_dir(&dir)?;
+    Ok(dir)
+}

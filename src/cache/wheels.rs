@@ -1,0 +1,187 @@
+//! The compiled-wheel cache: every wheel kiln builds from source, keyed by everything that shapes
+//! the binary (package, version, source sha256, python tag, torch, CUDA, arch list, build env).
+//!
+//! Layout: `<cache>/wheels/<id>/entry.json` + the `.whl`, where `<id>` is the sha256 of the
+//! canonical key. An entry directory appears by rename, so it is whole or absent.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::hashing::{sha256_bytes, sha256_reader};
+use crate::engine::state::{create_dir, write_atomic};
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WheelKey {
+    pub package: String,
+    pub version: String,
+    pub source_sha256: String,
+    pub python_tag: String,
+    pub torch: Option<String>,
+    pub cuda: Option<String>,
+    pub arch_list: Option<String>,
+    /// Build environment variables that change the binary (parallelism knobs excluded).
+    pub env: BTreeMap<String, String>,
+}
+
+impl WheelKey {
+    /// The entry id: sha256 of the canonical JSON of the key.
+    pub fn id(&self) -> String {
+        sha256_bytes(&serde_json::to_vec(self).expect("keys serialize"))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    pub key: WheelKey,
+    /// File name of the wheel inside the entry directory.
+    pub wheel: String,
+    pub sha256: String,
+    pub size: u64,
+    pub created_unix: u64,
+}
+
+/// Environment variables that only change how fast a build runs, not what it produces.
+pub const PARALLELISM_VARS: &[&str] = &["MAX_JOBS", "NVCC_THREADS", "CMAKE_BUILD_PARALLEL_LEVEL", "FLASHINFER_NVCC_THREADS"];
+
+pub struct WheelCache {
+    pub root: PathBuf,
+}
+
+impl WheelCache {
+    pub fn new(cache_dir: &Path) -> Self {
+        WheelCache { root: cache_dir.join("wheels") }
+    }
+
+    fn entry_dir(&self, id: &str) -> PathBuf {
+        self.root.join(id)
+    }
+
+    /// The cached wheel for `key`, verified against its recorded sha256.
+    pub fn lookup(&self, key: &WheelKey) -> Result<Option<(Entry, PathBuf)>> {
+        let dir = self.entry_dir(&key.id());
+        let Some(entry) = read_entry(&dir) else { return Ok(None) };
+        let wheel = dir.join(&entry.wheel);
+        let f = std::fs::File::open(&wheel).map_err(|e| Error::io(format!("cannot read {}", wheel.display()), e))?;
+        let (sha, _) = sha256_reader(f).map_err(|e| Error::io(format!("cannot read {}", wheel.display()), e))?;
+        if sha != entry.sha256 || entry.key != *key {
+            return Err(Error::other(
+                format!("the cached wheel {} is corrupt (sha256 {sha}, recorded {})", wheel.display(), entry.sha256),
+                Some("run `kiln cache gc` to drop corrupt entries, then run again".into()),
+            ));
+        }
+        Ok(Some((entry, wheel)))
+    }
+
+    /// Store `wheel` under `key`; returns the cached path.
+    pub fn insert(&self, key: &WheelKey, wheel: &Path) -> Result<PathBuf> {
+        let name = wheel
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .ok_or_else(|| Error::other(format!("{} is not a wheel file", wheel.display()), None))?;
+        let f = std::fs::File::open(wheel).map_err(|e| Error::io(format!("cannot read {}", wheel.display()), e))?;
+        let (sha256, size) = sha256_reader(f).map_err(|e| Error::io(format!("cannot read {}", wheel.display()), e))?;
+        let entry = Entry {
+            key: key.clone(),
+            wheel: name.clone(),
+            sha256,
+            size,
+            created_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        };
+        self.insert_entry(&entry, wheel)
+    }
+
+    /// Store a wheel whose entry is already known (import, remote pull); the sha256 must match.
+    pub fn insert_entry(&self, entry: &Entry, wheel: &Path) -> Result<PathBuf> {
+        let id = entry.key.id();
+        let dir = self.entry_dir(&id);
+        if read_entry(&dir).is_some() {
+            return Ok(dir.join(&entry.wheel));
+        }
+        if entry.wheel.contains('/') || entry.wheel == ".." {
+            return Err(Error::other(format!("refusing wheel name `{}`", entry.wheel), None));
+        }
+        create_dir(&self.root)?;
+        let staging = self.root.join(format!(".staging-{id}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&staging);
+        create_dir(&staging)?;
+        let result = (|| {
+            let target = staging.join(&entry.wheel);
+            std::fs::copy(wheel, &target).map_err(|e| Error::io(format!("cannot copy {}", wheel.display()), e))?;
+            let f = std::fs::File::open(&target).map_err(|e| Error::io("cannot read the copied wheel", e))?;
+            let (sha, _) = sha256_reader(f).map_err(|e| Error::io("cannot read the copied wheel", e))?;
+            if sha != entry.sha256 {
+                return Err(Error::ChecksumMismatch {
+                    url: wheel.display().to_string(),
+                    expected: entry.sha256.clone(),
+                    actual: sha,
+                });
+            }
+            write_atomic(&staging.join("entry.json"), &serde_json::to_vec_pretty(entry).expect("entries serialize"))?;
+            std::fs::rename(&staging, &dir).map_err(|e| Error::io(format!("cannot store {}", dir.display()), e))
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_dir_all(&staging);
+        }
+        result.map(|_| dir.join(&entry.wheel))
+    }
+
+    /// Every complete entry, sorted by package and version.
+    pub fn list(&self) -> Vec<(String, Entry)> {
+        let mut out: Vec<(String, Entry)> = std::fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .filter_map(|e| Some((e.file_name().to_string_lossy().into_owned(), read_entry(&e.path())?)))
+            .collect();
+        out.sort_by(|a, b| (&a.1.key.package, &a.1.key.version, &a.0).cmp(&(&b.1.key.package, &b.1.key.version, &b.0)));
+        out
+    }
+
+    pub fn wheel_path(&self, id: &str, entry: &Entry) -> PathBuf {
+        self.entry_dir(id).join(&entry.wheel)
+    }
+
+    /// Remove staging leftovers, unreadable or corrupt entries, and entries older than `max_age_secs`.
+    /// Returns the removed directories with the reason.
+    pub fn gc(&self, max_age_secs: Option<u64>) -> Result<Vec<(String, String)>> {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let mut removed = Vec::new();
+        for e in std::fs::read_dir(&self.root).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let path = e.path();
+            let reason = if name.starts_with(".staging-") {
+                Some("unfinished insert".to_string())
+            } else {
+                match read_entry(&path) {
+                    None => Some("no readable entry.json".into()),
+                    Some(entry) => {
+                        let wheel = path.join(&entry.wheel);
+                        let sha = std::fs::File::open(&wheel).ok().and_then(|f| sha256_reader(f).ok()).map(|(s, _)| s);
+                        if sha.as_deref() != Some(entry.sha256.as_str()) || entry.key.id() != name {
+                            Some("wheel missing or corrupt".into())
+                        } else if max_age_secs.is_some_and(|max| now.saturating_sub(entry.created_unix) > max) {
+                            Some("older than --older-than".into())
+                        } else {
+                            None
+                        }
+                    }
+                }
+            };
+            if let Some(reason) = reason {
+                std::fs::remove_dir_all(&path).map_err(|e| Error::io(format!("cannot remove {}", path.display()), e))?;
+                removed.push((name, reason));
+            }
+        }
+        Ok(removed)
+    }
+}
+
+fn read_entry(dir: &Path) -> Option<Entry> {
+    serde_json::from_slice(&std::fs::read(dir.join("entry.json")).ok()?).ok()
+}

@@ -1,0 +1,66 @@
+//! `kiln cache ls|gc|export|import`: the compiled-wheel cache.
+
+use super::Settings;
+use crate::cache::{archive, wheels::WheelCache};
+use crate::cli::{CacheArgs, CacheCommand};
+use crate::error::{Error, Result};
+use crate::recipe::units::{format_size, parse_duration};
+
+pub fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
+    let cache = WheelCache::new(&settings.cache_dir);
+    match &args.command {
+        CacheCommand::Ls { json } => {
+            let entries = cache.list();
+            if *json {
+                let list: Vec<_> = entries
+                    .iter()
+                    .map(|(id, e)| serde_json::json!({ "id": id, "entry": e, "path": cache.wheel_path(id, e) }))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&list).expect("entries serialize"));
+                return Ok(0);
+            }
+            if entries.is_empty() {
+                println!("no compiled wheels in {}", cache.root.display());
+            }
+            for (id, e) in &entries {
+                let k = &e.key;
+                println!(
+                    "{}  {} {}  {}  torch {}  cuda {}  {}  {}",
+                    &id[..12],
+                    k.package,
+                    k.version,
+                    k.python_tag,
+                    k.torch.as_deref().unwrap_or("-"),
+                    k.cuda.as_deref().unwrap_or("-"),
+                    k.arch_list.as_deref().unwrap_or("-"),
+                    format_size(e.size),
+                );
+            }
+            Ok(0)
+        }
+        CacheCommand::Gc { older_than } => {
+            let max_age = older_than
+                .as_deref()
+                .map(|a| {
+                    parse_duration(a).map_err(|m| Error::usage(format!("--older-than {a}: {m}"), Some("e.g. `--older-than 30d`".into())))
+                })
+                .transpose()?;
+            let removed = cache.gc(max_age.map(|d| d.as_secs()))?;
+            for (id, why) in &removed {
+                println!("removed {}: {why}", id.chars().take(24).collect::<String>());
+            }
+            println!("{} entr{} removed", removed.len(), if removed.len() == 1 { "y" } else { "ies" });
+            Ok(0)
+        }
+        CacheCommand::Export { file } => {
+            let n = archive::export(&cache, file)?;
+            println!("exported {n} wheel(s) to {}", file.display());
+            Ok(0)
+        }
+        CacheCommand::Import { file } => {
+            let n = archive::import(&cache, file)?;
+            println!("imported {n} wheel(s) from {}", file.display());
+            Ok(0)
+        }
+    }
+}

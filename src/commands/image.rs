@@ -1,0 +1,101 @@
+//! `kiln image dockerfile` and `kiln image export`: glue from flags to src/image.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use super::Settings;
+use crate::cli::{ImageArgs, ImageCommand, ImageDockerfileArgs, ImageExportArgs, RecipeArgs};
+use crate::error::{Error, Result};
+use crate::image::archive::{self, ExportOptions};
+use crate::image::dockerfile::{self, RecipeSource};
+
+pub fn run(settings: &Settings, args: &ImageArgs) -> Result<u8> {
+    match &args.command {
+        ImageCommand::Dockerfile(a) => run_dockerfile(settings, a),
+        ImageCommand::Export(a) => run_export(settings, a),
+    }
+}
+
+fn run_dockerfile(settings: &Settings, args: &ImageDockerfileArgs) -> Result<u8> {
+    let recipe = settings.load_recipe(&RecipeArgs { recipe: args.recipe.clone(), set: Vec::new() })?;
+    let source = if recipe.origin.starts_with("<embedded>") {
+        RecipeSource::Shipped(args.recipe.clone().unwrap_or_else(|| crate::recipe::shipped::DEFAULT.to_string()))
+    } else {
+        RecipeSource::File(context_relative(Path::new(args.recipe.as_deref().unwrap_or_default()))?)
+    };
+    let text = dockerfile::render(&recipe, &source, &args.base, args.profile.as_deref())?;
+    match &args.output {
+        Some(path) => crate::engine::state::write_atomic(path, text.as_bytes())?,
+        None => print!("{text}"),
+    }
+    Ok(0)
+}
+
+/// The recipe's path inside the build context (the current directory), with `/` separators.
+fn context_relative(path: &Path) -> Result<String> {
+    let cwd = std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?;
+    let relative = if path.is_absolute() { path.strip_prefix(&cwd).ok().map(Path::to_path_buf) } else { Some(path.to_path_buf()) };
+    let outside = || {
+        Error::usage(
+            format!("recipe {} is outside the build context {}", path.display(), cwd.display()),
+            Some("run `kiln image dockerfile` from the directory you pass to `docker build`, with the recipe inside it".to_string()),
+        )
+    };
+    let relative = relative.ok_or_else(outside)?;
+    let mut parts = Vec::new();
+    for component in relative.components() {
+        match component {
+            Component::Normal(c) => parts.push(c.to_string_lossy().into_owned()),
+            Component::CurDir => {}
+            _ => return Err(outside()),
+        }
+    }
+    Ok(parts.join("/"))
+}
+
+fn run_export(settings: &Settings, args: &ImageExportArgs) -> Result<u8> {
+    let cwd = std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?;
+    let mut prefixes = Vec::new();
+    for prefix in &args.prefix {
+        let absolute: PathBuf = cwd.join(prefix);
+        if !absolute.is_dir() {
+            return Err(Error::usage(
+                format!("prefix {} is not a directory", prefix.display()),
+                Some("pass directories that `kiln up` provisioned, e.g. --prefix /opt/kiln/demo".to_string()),
+            ));
+        }
+        prefixes.push(absolute);
+    }
+    let epoch = match std::env::var("SOURCE_DATE_EPOCH") {
+        Ok(v) if !v.trim().is_empty() => v.trim().parse::<u64>().map_err(|_| {
+            Error::usage(
+                format!("SOURCE_DATE_EPOCH={v} is not a number of seconds"),
+                Some("set it to e.g. `$(git log -1 --format=%ct)`, or unset it for mtime 0".to_string()),
+            )
+        })?,
+        _ => 0,
+    };
+    let (env, labels) = match &args.config_from {
+        Some(spec) => {
+            let recipe = settings.load_recipe(&RecipeArgs { recipe: Some(spec.clone()), set: Vec::new() })?;
+            let labels = BTreeMap::from([
+                ("org.opencontainers.image.title".to_string(), recipe.name.clone()),
+                ("org.opencontainers.image.description".to_string(), recipe.description.clone()),
+                ("org.opencontainers.image.version".to_string(), recipe.version.clone()),
+            ]);
+            (crate::image::shared_env(&recipe), labels)
+        }
+        None => (BTreeMap::new(), BTreeMap::new()),
+    };
+    let options = ExportOptions { prefixes, tag: args.tag.clone(), epoch, env, labels };
+    let reporter = super::reporter(false);
+    let exported = archive::export(&options, &args.output, &|line| reporter.note(line))?;
+    reporter.note(&format!(
+        "wrote {} ({}, {} layer(s))",
+        args.output.display(),
+        crate::image::human_bytes(exported.archive_size as f64),
+        exported.layers.len()
+    ));
+    println!("sha256:{}", exported.manifest_digest);
+    Ok(0)
+}

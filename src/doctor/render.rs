@@ -1,0 +1,61 @@
+//! The human form of a doctor report, in the style of `flutter doctor`: one line per check,
+//! `fix:` under problems, evidence with `-v`.
+
+use std::fmt::Write;
+
+use super::{Report, Status};
+
+fn mark(status: Status) -> &'static str {
+    match status {
+        Status::Pass => "[✓]",
+        Status::Warn => "[!]",
+        Status::Fail => "[✗]",
+        Status::Skip => "[-]",
+    }
+}
+
+/// One line saying what was examined.
+pub fn headline(report: &Report) -> String {
+    let f = &report.facts;
+    let gpus = match f.gpus.first() {
+        Some(g) => format!("{}× {} (cc {}), driver {}", f.gpus.len(), g.name, g.compute_cap, g.driver),
+        None => "no NVIDIA GPU".to_string(),
+    };
+    let python = match f.python() {
+        Some(p) => format!("Python {} at {}", p.version, p.executable),
+        None => "no Python environment".to_string(),
+    };
+    format!("kiln doctor: {gpus}; {python}")
+}
+
+pub fn render(report: &Report, verbose: bool) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}\n", headline(report));
+    let width = report.checks.iter().map(|c| c.id.len()).max().unwrap_or(0);
+    for c in &report.checks {
+        let _ = writeln!(out, "{} {:width$}  {}", mark(c.status), c.id, c.summary);
+        if let Some(fix) = c.fix.as_ref().filter(|_| matches!(c.status, Status::Warn | Status::Fail) || verbose) {
+            let _ = writeln!(out, "    fix: {fix}");
+        }
+        if verbose {
+            for e in &c.evidence {
+                let _ = writeln!(out, "    • {e}");
+            }
+        }
+    }
+    let count = |s: Status| report.checks.iter().filter(|c| c.status == s).count();
+    let (fail, warn) = (count(Status::Fail), count(Status::Warn));
+    let _ = writeln!(out);
+    if fail + warn == 0 {
+        let _ = writeln!(out, "No issues found ({} passed, {} skipped).", count(Status::Pass), count(Status::Skip));
+    } else {
+        let _ = writeln!(
+            out,
+            "{fail} failure(s), {warn} warning(s), {} passed, {} skipped.{}",
+            count(Status::Pass),
+            count(Status::Skip),
+            if verbose { "" } else { " Run with -v for evidence." }
+        );
+    }
+    out
+}

@@ -1,0 +1,356 @@
+//! SGLang / FlashInfer capability gates, read from the installed source files (never imported):
+//! the torch symmetric-memory tables (S1, S2), the all-reduce fusion gate (S3) and FlashInfer's
+//! `trtllm_comm` JIT gate. Text reads only; `src/patch/` does the syntax-level editing.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::{Check, CheckDef, DoctorFacts};
+
+const PATCHSET: &str = "kiln patch apply sglang-0.5.9-sm120";
+const SIZES: &str = "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES";
+const MULTIMEM: &str = "_WORLD_SIZES_MULTIMEM";
+const SYMM_FLAG: &str = "--enable-torch-symm-mem";
+const FUSION_FLAG: &str = "--enable-flashinfer-allreduce-fusion";
+
+/// How a capability table is looked up: `TABLE[cc]` raises KeyError, `TABLE.get(cc)` does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Lookup {
+    Index,
+    Get,
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CapTable {
+    pub file: PathBuf,
+    pub keys: Vec<u32>,
+    pub lookup: Lookup,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateKind {
+    /// Returns False without a log line (0.5.9 `apply_flashinfer_allreduce_fusion`).
+    Silent,
+    /// Raises ValueError when the fusion is requested (0.5.23 `_resolve_backend`).
+    Raises,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Gate {
+    pub file: PathBuf,
+    pub majors: Vec<u32>,
+    pub kind: GateKind,
+}
+
+/// What the installed sources say (None: file or construct not found).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StackSources {
+    pub sglang_dir: Option<PathBuf>,
+    pub symm_sizes: Option<CapTable>,
+    pub symm_multimem: Option<CapTable>,
+    pub fusion_gate: Option<Gate>,
+    pub flashinfer_dir: Option<PathBuf>,
+    pub flashinfer_comm_majors: Option<Vec<u32>>,
+}
+
+pub fn read_sources(site: &Path) -> StackSources {
+    let mut s = StackSources::default();
+    let sg = site.join("sglang");
+    if sg.join("srt").is_dir() {
+        let comm = sg.join("srt/distributed/device_communicators");
+        let symm_py = std::fs::read_to_string(comm.join("torch_symm_mem.py")).unwrap_or_default();
+        let utils = comm.join("all_reduce_utils.py");
+        s.symm_sizes = std::fs::read_to_string(&utils).ok().and_then(|text| {
+            Some(CapTable { file: utils.clone(), keys: dict_keys(&text, SIZES)?, lookup: lookup(&symm_py, SIZES) })
+        });
+        s.symm_multimem = dict_keys(&symm_py, MULTIMEM).map(|keys| CapTable {
+            file: comm.join("torch_symm_mem.py"),
+            keys,
+            lookup: lookup(&symm_py, MULTIMEM),
+        });
+        s.fusion_gate = fusion_gate(&sg);
+        s.sglang_dir = Some(sg);
+    }
+    let fi = site.join("flashinfer");
+    if fi.is_dir() {
+        s.flashinfer_comm_majors = std::fs::read_to_string(fi.join("jit/comm.py"))
+            .ok()
+            .and_then(|t| majors_after(&t, "def gen_trtllm_comm_module"));
+        s.flashinfer_dir = Some(fi);
+    }
+    s
+}
+
+/// Integer keys of the top level of the dict literal assigned to `name`.
+pub fn dict_keys(text: &str, name: &str) -> Option<Vec<u32>> {
+    let start = text.find(&format!("{name} = {{")).or_else(|| text.find(&format!("{name}: dict")))?;
+    let body = &text[start + text[start..].find('{')?..];
+    let mut keys = Vec::new();
+    let (mut depth, mut entry_start, mut in_comment) = (0usize, false, false);
+    let mut chars = body.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if in_comment {
+            in_comment = c != '\n';
+            continue;
+        }
+        match c {
+            '#' => in_comment = true,
+            '{' | '[' | '(' => {
+                depth += 1;
+                entry_start = depth == 1;
+            }
+            '}' | ']' | ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(keys);
+                }
+            }
+            ',' if depth == 1 => entry_start = true,
+            c if c.is_whitespace() => {}
+            c if entry_start && c.is_ascii_digit() => {
+                let digits: String = body[i..].chars().take_while(char::is_ascii_digit).collect();
+                let rest = body[i + digits.len()..].trim_start();
+                if rest.starts_with(':') {
+                    keys.extend(digits.parse().ok());
+                }
+                entry_start = false;
+            }
+            _ => entry_start = false,
+        }
+    }
+    None
+}
+
+fn lookup(code: &str, name: &str) -> Lookup {
+    let flat: String = code.chars().filter(|c| !c.is_whitespace()).collect();
+    if flat.contains(&format!("{name}[self.device_capability]")) {
+        Lookup::Index
+    } else if flat.contains(&format!("{name}.get(")) {
+        Lookup::Get
+    } else {
+        Lookup::Unknown
+    }
+}
+
+fn fusion_gate(sg: &Path) -> Option<Gate> {
+    let file = sg.join("srt/layers/communicator.py");
+    if let Ok(text) = std::fs::read_to_string(&file) {
+        if let Some(at) = text.find("def apply_flashinfer_allreduce_fusion") {
+            let body = &text[at..];
+            let end = body[1..].find("\ndef ").or_else(|| body[1..].find("\nclass ")).map_or(body.len(), |e| e + 1);
+            return Some(Gate { file, majors: gate_majors(&body[..end]), kind: GateKind::Silent });
+        }
+    }
+    let file = sg.join("srt/layers/flashinfer_comm_fusion.py");
+    let text = std::fs::read_to_string(&file).ok()?;
+    text.contains("allreduce fusion requires SM90 or SM10X")
+        .then_some(Gate { file, majors: vec![9, 10], kind: GateKind::Raises })
+}
+
+/// Majors named by `_is_smNN_supported` / `_is_blackwell` guards in a function body.
+fn gate_majors(body: &str) -> Vec<u32> {
+    let mut majors = Vec::new();
+    for piece in body.split("_is_sm").skip(1) {
+        let digits: String = piece.chars().take_while(char::is_ascii_digit).collect();
+        if piece[digits.len()..].starts_with("_supported") {
+            if let Ok(n) = digits.parse::<u32>() {
+                majors.push(n / 10);
+            }
+        }
+    }
+    if body.contains("_is_blackwell") {
+        majors.extend([10, 11, 12]);
+    }
+    majors.sort_unstable();
+    majors.dedup();
+    majors
+}
+
+/// The numbers of the first `supported_major_versions=[...]` after `anchor`.
+pub fn majors_after(text: &str, anchor: &str) -> Option<Vec<u32>> {
+    let from = text.find(anchor)?;
+    let rest = &text[from..];
+    let list = &rest[rest.find("supported_major_versions")?..];
+    let inner = &list[list.find('[')? + 1..list.find(']')?];
+    Some(inner.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+}
+
+pub fn definitions() -> Vec<CheckDef> {
+    vec![
+        CheckDef { id: "sglang.symm-mem-table", about: "SGLang's torch symmetric-memory size table covers this GPU (else KeyError at startup)", run: symm_mem_table },
+        CheckDef { id: "sglang.symm-mem-multimem", about: "SGLang's multimem world-size table covers this GPU (else KeyError at the first all-reduce)", run: symm_mem_multimem },
+        CheckDef { id: "sglang.allreduce-fusion-gate", about: "SGLang's FlashInfer all-reduce fusion gate admits this GPU (else the flag silently does nothing)", run: fusion_gate_check },
+        CheckDef { id: "flashinfer.comm-jit-gate", about: "FlashInfer's trtllm_comm JIT module builds for this GPU (else crash at CUDA graph capture)", run: flashinfer_comm_gate },
+    ]
+}
+
+fn keys(keys: &[u32]) -> String {
+    keys.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+}
+
+fn version(f: &DoctorFacts, package: &str) -> String {
+    f.packages.get(package).map(|v| format!("{package} {v}")).unwrap_or_else(|| package.to_string())
+}
+
+/// Shared preconditions: SGLang sources and a target capability.
+fn sglang_target(f: &DoctorFacts, id: &'static str) -> Result<u32, Check> {
+    if f.sources.sglang_dir.is_none() {
+        let where_ = f.site_packages.as_ref().map(|p| format!(" in {}", p.display())).unwrap_or_default();
+        return Err(Check::skip(id, format!("sglang is not installed{where_}")));
+    }
+    match f.target_cc() {
+        Some((major, _)) => Ok(major),
+        None => Err(Check::skip(id, "no GPU found to check against (pin one with KILN_FACT_GPU_CC=12.0)")),
+    }
+}
+
+fn symm_mem_table(f: &DoctorFacts) -> Check {
+    let id = "sglang.symm-mem-table";
+    let major = match sglang_target(f, id) {
+        Ok(m) => m,
+        Err(c) => return c,
+    };
+    let Some(t) = &f.sources.symm_sizes else {
+        return Check::skip(id, format!("{SIZES} not found in {}", version(f, "sglang")));
+    };
+    let evidence = format!("{}: {SIZES} keys {{{}}}, looked up with {:?}", t.file.display(), keys(&t.keys), t.lookup);
+    let requested = f.server_flags.is_empty() || f.flag_requested(SYMM_FLAG);
+    if major < 9 || t.keys.contains(&major) {
+        return Check::pass(id, format!("{} has torch symm-mem sizes for cc {major}", version(f, "sglang"))).evidence(evidence);
+    }
+    match (t.lookup, requested) {
+        (Lookup::Index, true) => Check::fail(
+            id,
+            format!("{SYMM_FLAG} will crash at startup with `KeyError: {major}` ({SIZES} has only {})", keys(&t.keys)),
+        )
+        .fix(format!("{PATCHSET}   (or drop {SYMM_FLAG})")),
+        (Lookup::Index, false) => Check::pass(
+            id,
+            format!("{SYMM_FLAG} would crash with `KeyError: {major}`, but no profile passes it"),
+        ),
+        (_, true) => Check::warn(
+            id,
+            format!("SGLang's symm-mem communicator disables itself on cc {major} (\"Device capability {major} not supported\"): {SYMM_FLAG} has no effect"),
+        )
+        .fix(format!("drop {SYMM_FLAG}")),
+        (_, false) => Check::pass(id, format!("symm-mem communicator disables itself on cc {major}; no profile asks for it")),
+    }
+    .evidence(evidence)
+}
+
+/// Whether NVLink multicast can exist here (the only way SGLang 0.5.9's communicator turns on).
+/// The deep probe cannot tell: it always runs with multicast disabled.
+fn multicast_possible(f: &DoctorFacts) -> bool {
+    !f.env_is("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1") && f.topology.as_ref().is_some_and(|t| !t.pcie_only())
+}
+
+fn symm_mem_multimem(f: &DoctorFacts) -> Check {
+    let id = "sglang.symm-mem-multimem";
+    let major = match sglang_target(f, id) {
+        Ok(m) => m,
+        Err(c) => return c,
+    };
+    let Some(t) = &f.sources.symm_multimem else {
+        return Check::skip(id, format!("{MULTIMEM} not found in {}", version(f, "sglang")));
+    };
+    let evidence = format!("{}: {MULTIMEM} keys {{{}}}, looked up with {:?}", t.file.display(), keys(&t.keys), t.lookup);
+    if major < 9 || t.keys.contains(&major) || t.lookup != Lookup::Index {
+        return Check::pass(id, format!("multimem table covers cc {major} (or falls back to two-shot)")).evidence(evidence);
+    }
+    if multicast_possible(f) {
+        Check::fail(id, format!("with multicast available, the first symm-mem all-reduce raises `KeyError: {major}` ({MULTIMEM} has only {})", keys(&t.keys)))
+            .fix(PATCHSET)
+            .evidence(evidence)
+    } else {
+        Check::pass(id, format!("{MULTIMEM} lacks cc {major}, but it is not reached without multicast")).evidence(evidence)
+    }
+}
+
+fn fusion_gate_check(f: &DoctorFacts) -> Check {
+    let id = "sglang.allreduce-fusion-gate";
+    let major = match sglang_target(f, id) {
+        Ok(m) => m,
+        Err(c) => return c,
+    };
+    let Some(g) = &f.sources.fusion_gate else {
+        return Check::skip(id, format!("no all-reduce fusion gate found in {}", version(f, "sglang")));
+    };
+    let evidence = format!("{}: gate admits SM majors {{{}}} ({:?})", g.file.display(), keys(&g.majors), g.kind);
+    if g.majors.contains(&major) {
+        return Check::pass(id, format!("all-reduce fusion gate admits cc {major}")).evidence(evidence);
+    }
+    let requested = f.server_flags.is_empty() || f.flag_requested(FUSION_FLAG);
+    match g.kind {
+        GateKind::Silent => Check::warn(
+            id,
+            format!("{FUSION_FLAG} is silently ignored on cc {major}: the gate admits only SM {}; all-reduce + RMSNorm run unfused", keys(&g.majors)),
+        )
+        .fix(format!("{PATCHSET}   (opens this gate and FlashInfer's JIT gate together)")),
+        GateKind::Raises if requested => Check::fail(
+            id,
+            format!("{FUSION_FLAG} is refused on cc {major}: ValueError \"FlashInfer allreduce fusion requires SM90 or SM10X\""),
+        )
+        .fix(format!("drop {FUSION_FLAG}")),
+        GateKind::Raises => Check::pass(id, format!("fusion unsupported on cc {major}, and no profile asks for it")),
+    }
+    .evidence(evidence)
+}
+
+fn flashinfer_comm_gate(f: &DoctorFacts) -> Check {
+    let id = "flashinfer.comm-jit-gate";
+    if f.sources.flashinfer_dir.is_none() {
+        return Check::skip(id, "flashinfer-python is not installed");
+    }
+    let Some((major, _)) = f.target_cc() else {
+        return Check::skip(id, "no GPU found to check against (pin one with KILN_FACT_GPU_CC=12.0)");
+    };
+    let Some(majors) = &f.sources.flashinfer_comm_majors else {
+        return Check::skip(id, format!("gen_trtllm_comm_module not found in {}", version(f, "flashinfer-python")));
+    };
+    let evidence = format!("flashinfer/jit/comm.py: gen_trtllm_comm_module supported_major_versions=[{}]", keys(majors));
+    if majors.contains(&major) {
+        return Check::pass(id, format!("{} builds trtllm_comm for SM {major}", version(f, "flashinfer-python"))).evidence(evidence);
+    }
+    let sglang_open = f.sources.fusion_gate.as_ref().is_some_and(|g| g.majors.contains(&major));
+    if sglang_open {
+        Check::fail(
+            id,
+            format!("SGLang's fusion gate is open but FlashInfer's JIT is not: CUDA graph capture will crash with \"No supported CUDA architectures found for major versions [{}]\"", keys(majors)),
+        )
+        .fix(format!("{PATCHSET}   (patches flashinfer/jit/comm.py too)"))
+        .evidence(evidence)
+    } else {
+        Check::skip(id, format!("not reached: SGLang's fusion gate is closed on cc {major} (opening it alone would crash at graph capture)"))
+            .evidence(evidence)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_dict_keys_across_nesting_and_comments() {
+        let t = "MiB = 1\nTORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES = {\n    9: {\n        2: 64 * MiB,  # 64 MB\n    },\n    10: {2: 1},\n}\n";
+        assert_eq!(dict_keys(t, SIZES), Some(vec![9, 10]));
+        assert_eq!(dict_keys("_WORLD_SIZES_MULTIMEM = {9: [4, 6, 8], 10: [6, 8], 12: []}", MULTIMEM), Some(vec![9, 10, 12]));
+    }
+
+    #[test]
+    fn tells_index_from_get() {
+        assert_eq!(lookup("x = T[\n  self.device_capability\n]", "T"), Lookup::Index);
+        assert_eq!(lookup("x = T.get(self.device_capability)", "T"), Lookup::Get);
+    }
+
+    #[test]
+    fn reads_gate_majors() {
+        assert_eq!(gate_majors("(_is_sm90_supported or _is_sm100_supported)"), [9, 10]);
+        assert_eq!(gate_majors("(_is_sm90_supported or _is_sm100_supported or _is_sm120_supported)"), [9, 10, 12]);
+        let t = "def gen_x():\n  a(supported_major_versions=[9])\ndef gen_trtllm_comm_module() -> JitSpec:\n    f(\n        supported_major_versions=[9, 10]\n    )";
+        assert_eq!(majors_after(t, "def gen_trtllm_comm_module"), Some(vec![9, 10]));
+    }
+}

@@ -1,0 +1,156 @@
+//! One reproducible tar layer from a directory tree: entries sorted by name, one fixed mtime,
+//! owner 0:0 and no user names, permission bits (exec bits included) and symlinks kept. File
+//! contents stream through; nothing is held in memory beyond one copy buffer.
+
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Component, Path, PathBuf};
+
+use tar::{Builder, EntryType, Header};
+
+use crate::error::{Error, Result};
+
+/// What went into a layer.
+#[derive(Debug, Default, Clone)]
+pub struct LayerSummary {
+    pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    /// Sockets, FIFOs and device nodes: they cannot travel in an image and are left out.
+    pub skipped: Vec<PathBuf>,
+}
+
+/// Write `prefix` (an absolute directory) as a tar stream into `out`, at its own absolute path
+/// (`/opt/kiln/x` becomes the entries `opt/`, `opt/kiln/`, `opt/kiln/x/`, …). Returns `out`.
+pub fn write_layer<W: Write>(prefix: &Path, out: W, mtime: u64) -> Result<(W, LayerSummary)> {
+    let mut builder = Builder::new(out);
+    let mut summary = LayerSummary::default();
+    let relative = relative_in_image(prefix)?;
+    // The ancestors of the prefix, so the layer extracts on its own (e.g. into an empty image).
+    let mut ancestor = PathBuf::new();
+    let ancestors: Vec<_> = relative.components().collect();
+    for component in &ancestors[..ancestors.len().saturating_sub(1)] {
+        ancestor.push(component);
+        append_dir(&mut builder, &ancestor, 0o755, mtime)?;
+    }
+    let mode = fs::metadata(prefix).map_err(|e| io_at("cannot read", prefix, e))?.mode();
+    append_dir(&mut builder, &relative, mode, mtime)?;
+    summary.dirs += 1;
+    walk(&mut builder, prefix, &relative, mtime, &mut summary)?;
+    let out = builder.into_inner().map_err(|e| Error::io("cannot finish the layer", e))?;
+    Ok((out, summary))
+}
+
+/// `/opt/kiln/x` → `opt/kiln/x`; rejects relative paths and `..`.
+pub fn relative_in_image(prefix: &Path) -> Result<PathBuf> {
+    let mut rel = PathBuf::new();
+    for component in prefix.components() {
+        match component {
+            Component::RootDir => {}
+            Component::Normal(c) => rel.push(c),
+            Component::CurDir => {}
+            _ => {
+                return Err(Error::usage(
+                    format!("prefix {} is not a plain absolute path", prefix.display()),
+                    Some("pass the directory as an absolute path without `..`".to_string()),
+                ))
+            }
+        }
+    }
+    if !prefix.is_absolute() || rel.as_os_str().is_empty() {
+        return Err(Error::usage(
+            format!("prefix {} must be an absolute directory below /", prefix.display()),
+            Some("the layer puts the directory at the same absolute path in the image".to_string()),
+        ));
+    }
+    Ok(rel)
+}
+
+fn walk<W: Write>(
+    builder: &mut Builder<W>,
+    dir: &Path,
+    rel: &Path,
+    mtime: u64,
+    summary: &mut LayerSummary,
+) -> Result<()> {
+    let mut entries = fs::read_dir(dir)
+        .map_err(|e| io_at("cannot list", dir, e))?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<io::Result<Vec<_>>>()
+        .map_err(|e| io_at("cannot list", dir, e))?;
+    entries.sort();
+    for name in entries {
+        let path = dir.join(&name);
+        let entry_rel = rel.join(&name);
+        let meta = fs::symlink_metadata(&path).map_err(|e| io_at("cannot read", &path, e))?;
+        let kind = meta.file_type();
+        if kind.is_dir() {
+            append_dir(builder, &entry_rel, meta.mode(), mtime)?;
+            summary.dirs += 1;
+            walk(builder, &path, &entry_rel, mtime, summary)?;
+        } else if kind.is_symlink() {
+            let target = fs::read_link(&path).map_err(|e| io_at("cannot read the link", &path, e))?;
+            let mut header = header(EntryType::Symlink, 0o777, mtime);
+            builder
+                .append_link(&mut header, &entry_rel, &target)
+                .map_err(|e| io_at("cannot pack the link", &path, e))?;
+            summary.symlinks += 1;
+        } else if kind.is_file() {
+            append_file(builder, &path, &entry_rel, meta.mode(), mtime)?;
+            summary.files += 1;
+        } else if kind.is_fifo() || kind.is_socket() || kind.is_block_device() || kind.is_char_device() {
+            summary.skipped.push(path);
+        }
+    }
+    Ok(())
+}
+
+fn header(kind: EntryType, mode: u32, mtime: u64) -> Header {
+    let mut header = Header::new_gnu();
+    header.set_entry_type(kind);
+    header.set_mode(mode & 0o7777);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_mtime(mtime);
+    header.set_size(0);
+    header
+}
+
+fn append_dir<W: Write>(builder: &mut Builder<W>, rel: &Path, mode: u32, mtime: u64) -> Result<()> {
+    let mut header = header(EntryType::Directory, mode, mtime);
+    builder
+        .append_data(&mut header, rel, io::empty())
+        .map_err(|e| io_at("cannot pack the directory", rel, e))
+}
+
+fn append_file<W: Write>(builder: &mut Builder<W>, path: &Path, rel: &Path, mode: u32, mtime: u64) -> Result<()> {
+    let file = File::open(path).map_err(|e| io_at("cannot open", path, e))?;
+    let size = file.metadata().map_err(|e| io_at("cannot read", path, e))?.len();
+    let mut header = header(EntryType::Regular, mode, mtime);
+    header.set_size(size);
+    let reader = Exact { inner: file.take(size), left: size };
+    builder.append_data(&mut header, rel, reader).map_err(|e| io_at("cannot pack", path, e))
+}
+
+/// Yields exactly `left` bytes, or fails: a file that shrinks while it is packed must not leave
+/// a header that promises more bytes than follow it.
+struct Exact<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R: Read> Read for Exact<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n == 0 && self.left > 0 && !buf.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the file shrank while it was being packed"));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+fn io_at(what: &str, path: &Path, e: io::Error) -> Error {
+    Error::io(format!("{what} {}", path.display()), e)
+}

@@ -1,0 +1,270 @@
+//! The compiled-wheel cache in a registry. Local layout (shared with src/cache):
+//! `<state>/cache/wheels/<key>/entry.json` + the `.whl`, where `<key>` is the 64-hex sha256 of
+//! the canonical cache key and entry.json is `{"key": {…}, "wheel": NAME, "sha256": HEX, "size": N}`.
+//! Remote layout: one OCI artifact manifest per tag, one blob per wheel; each layer's annotations
+//! carry the wheel's file name, its cache id and the canonical key. Pushing merges with what the
+//! tag already holds; pulling verifies every blob's sha256 and size before anything is cached.
+
+use std::fs::{self, File};
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::{Reference, Registry};
+use crate::error::{Error, Result};
+use crate::image::HashingWriter;
+
+pub const ARTIFACT_TYPE: &str = "application/vnd.kiln.wheel-cache.v1";
+pub const MEDIA_WHEEL: &str = "application/vnd.kiln.wheel.v1+zip";
+const MEDIA_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+const MEDIA_EMPTY: &str = "application/vnd.oci.empty.v1+json";
+const ANNOTATION_TITLE: &str = "org.opencontainers.image.title";
+const ANNOTATION_ID: &str = "dev.kiln.cache.id";
+const ANNOTATION_KEY: &str = "dev.kiln.cache.key";
+
+/// entry.json
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EntryFile {
+    pub key: Value,
+    pub wheel: String,
+    pub sha256: String,
+    pub size: u64,
+}
+
+/// One cached wheel on disk.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WheelEntry {
+    /// The directory name: sha256 of the canonical key.
+    pub id: String,
+    pub entry: EntryFile,
+    /// The .whl file.
+    pub path: PathBuf,
+}
+
+#[derive(Debug, Default)]
+pub struct PushSummary {
+    pub uploaded: usize,
+    pub already_there: usize,
+    /// Entries in the manifest after the push (this push's and earlier ones').
+    pub total: usize,
+}
+
+#[derive(Debug, Default)]
+pub struct PullSummary {
+    pub fetched: usize,
+    pub already_cached: usize,
+    pub bytes: u64,
+}
+
+/// Every complete entry under `wheels_dir` (missing directory: none), sorted by id.
+pub fn read_wheel_cache(wheels_dir: &Path) -> Result<Vec<WheelEntry>> {
+    let listing = match fs::read_dir(wheels_dir) {
+        Ok(l) => l,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(format!("cannot list {}", wheels_dir.display()), e)),
+    };
+    let mut entries = Vec::new();
+    for item in listing.flatten() {
+        let id = item.file_name().to_string_lossy().into_owned();
+        if !is_hex64(&id) {
+            continue; // temp directories, locks
+        }
+        let json_path = item.path().join("entry.json");
+        let Ok(text) = fs::read_to_string(&json_path) else { continue };
+        let entry: EntryFile = serde_json::from_str(&text).map_err(|e| {
+            Error::other(
+                format!("cache entry {} is unreadable: {e}", json_path.display()),
+                Some(format!("remove {} and build the wheel again", item.path().display())),
+            )
+        })?;
+        check_wheel_name(&entry.wheel, &json_path.display().to_string())?;
+        let path = item.path().join(&entry.wheel);
+        entries.push(WheelEntry { id, entry, path });
+    }
+    entries.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(entries)
+}
+
+/// Upload `entries` to `reference`: blobs the registry lacks, then one manifest holding these
+/// entries and every entry the tag already had. Each wheel is hashed before it leaves: an entry
+/// whose file no longer matches its entry.json is refused.
+pub fn push_wheels(entries: &[WheelEntry], reference: &Reference, note: &dyn Fn(&str)) -> Result<PushSummary> {
+    let registry = Registry::new(reference);
+    let mut layers = remote_layers(&registry)?;
+    let mut summary = PushSummary::default();
+    for e in entries {
+        let (sha256, size) = hash_file(&e.path)?;
+        if sha256 != e.entry.sha256 || size != e.entry.size {
+            return Err(Error::other(
+                format!("cache entry {} does not match its entry.json (sha256 {sha256}, {size} bytes)", e.path.display()),
+                Some(format!("remove {} and build the wheel again; nothing was pushed", e.path.parent().unwrap_or(&e.path).display())),
+            ));
+        }
+        let digest = format!("sha256:{sha256}");
+        if registry.has_blob(&digest)? {
+            summary.already_there += 1;
+        } else {
+            let file = File::open(&e.path).map_err(|err| Error::io(format!("cannot open {}", e.path.display()), err))?;
+            registry.push_blob(&digest, size, BufReader::with_capacity(1 << 20, file))?;
+            summary.uploaded += 1;
+            note(&format!("pushed {} ({})", e.entry.wheel, crate::image::human_bytes(size as f64)));
+        }
+        layers.retain(|l| l.get("annotations").and_then(|a| a.get(ANNOTATION_ID)).and_then(Value::as_str) != Some(&e.id));
+        layers.push(json!({
+            "mediaType": MEDIA_WHEEL,
+            "digest": digest,
+            "size": size,
+            "annotations": {
+                ANNOTATION_TITLE: e.entry.wheel,
+                ANNOTATION_ID: e.id,
+                ANNOTATION_KEY: serde_json::to_string(&e.entry.key).expect("json"),
+            },
+        }));
+    }
+    layers.sort_by(|a, b| a["annotations"][ANNOTATION_ID].as_str().cmp(&b["annotations"][ANNOTATION_ID].as_str()));
+    let empty = b"{}";
+    let empty_digest = format!("sha256:{}", crate::engine::hashing::sha256_bytes(empty));
+    if !registry.has_blob(&empty_digest)? {
+        registry.push_blob(&empty_digest, empty.len() as u64, &empty[..])?;
+    }
+    summary.total = layers.len();
+    let manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": MEDIA_MANIFEST,
+        "artifactType": ARTIFACT_TYPE,
+        "config": {"mediaType": MEDIA_EMPTY, "digest": empty_digest, "size": empty.len()},
+        "layers": layers,
+        "annotations": {"dev.kiln.cache.entries": summary.total.to_string()},
+    });
+    registry.put_manifest(MEDIA_MANIFEST, &serde_json::to_vec(&manifest).expect("json"))?;
+    Ok(summary)
+}
+
+/// Fetch every entry `reference` holds into `wheels_dir`. Each blob streams into a temp
+/// directory while it is hashed; only a blob whose sha256 and size match its manifest entry is
+/// moved into place (with its entry.json). A mismatch fails the pull and leaves nothing behind.
+pub fn pull_wheels(reference: &Reference, wheels_dir: &Path, note: &dyn Fn(&str)) -> Result<PullSummary> {
+    let registry = Registry::new(reference);
+    let Some(_) = registry.manifest(MEDIA_MANIFEST)? else {
+        return Err(Error::other(
+            format!("registry has no wheel cache at {reference}"),
+            Some("push one first with `kiln cache push`, or check the repository and tag".to_string()),
+        ));
+    };
+    let layers = remote_layers(&registry)?;
+    let mut summary = PullSummary::default();
+    crate::engine::state::create_dir(wheels_dir)?;
+    for layer in &layers {
+        let remote = RemoteWheel::from_layer(layer, reference)?;
+        let final_dir = wheels_dir.join(&remote.id);
+        let local = read_wheel_cache(wheels_dir)?.into_iter().find(|e| e.id == remote.id);
+        if local.is_some_and(|e| e.entry.sha256 == remote.sha256 && e.path.is_file()) {
+            summary.already_cached += 1;
+            continue;
+        }
+        let temp = wheels_dir.join(format!(".pull-{}-{}", remote.id, std::process::id()));
+        let _ = fs::remove_dir_all(&temp);
+        crate::engine::state::create_dir(&temp)?;
+        let result = fetch_into(&registry, &remote, &temp, reference);
+        if let Err(e) = result {
+            let _ = fs::remove_dir_all(&temp);
+            return Err(e);
+        }
+        let _ = fs::remove_dir_all(&final_dir);
+        fs::rename(&temp, &final_dir).map_err(|e| Error::io(format!("cannot move {} into the cache", remote.entry.wheel), e))?;
+        summary.fetched += 1;
+        summary.bytes += remote.entry.size;
+        note(&format!("pulled {} ({})", remote.entry.wheel, crate::image::human_bytes(remote.entry.size as f64)));
+    }
+    Ok(summary)
+}
+
+fn fetch_into(registry: &Registry, remote: &RemoteWheel, temp: &Path, reference: &Reference) -> Result<()> {
+    let wheel_path = temp.join(&remote.entry.wheel);
+    let file = File::create(&wheel_path).map_err(|e| Error::io(format!("cannot create {}", wheel_path.display()), e))?;
+    let mut writer = HashingWriter::new(std::io::BufWriter::with_capacity(1 << 20, file));
+    let digest = format!("sha256:{}", remote.sha256);
+    let mut body = registry.blob(&digest)?.take(remote.entry.size + 1);
+    std::io::copy(&mut body, &mut writer).map_err(|e| Error::io(format!("cannot download {}", remote.entry.wheel), e))?;
+    let (out, sha256, size) = writer.finish();
+    let file = out.into_inner().map_err(|e| Error::io("cannot write the wheel", e.into_error()))?;
+    file.sync_all().map_err(|e| Error::io("cannot write the wheel", e))?;
+    if sha256 != remote.sha256 || size != remote.entry.size {
+        return Err(Error::other(
+            format!(
+                "blob {digest} ({}) from {reference} failed verification: got sha256:{sha256}, {size} bytes; expected {} bytes",
+                remote.entry.wheel, remote.entry.size
+            ),
+            Some("the registry served corrupted or tampered content; nothing was added to the cache. Push the entry again from a trusted cache".to_string()),
+        ));
+    }
+    let json = serde_json::to_vec_pretty(&remote.entry).expect("json");
+    crate::engine::state::write_atomic(&temp.join("entry.json"), &json)
+}
+
+/// One wheel as a manifest lists it.
+struct RemoteWheel {
+    id: String,
+    sha256: String,
+    entry: EntryFile,
+}
+
+impl RemoteWheel {
+    fn from_layer(layer: &Value, reference: &Reference) -> Result<RemoteWheel> {
+        let bad = |why: &str| {
+            Error::other(
+                format!("the wheel cache at {reference} has a malformed entry: {why}"),
+                Some("it was not written by `kiln cache push`; push the cache again".to_string()),
+            )
+        };
+        let annotation = |name: &str| layer.get("annotations").and_then(|a| a.get(name)).and_then(Value::as_str);
+        let id = annotation(ANNOTATION_ID).filter(|id| is_hex64(id)).ok_or_else(|| bad("no valid cache id"))?;
+        let wheel = annotation(ANNOTATION_TITLE).ok_or_else(|| bad("no wheel file name"))?;
+        check_wheel_name(wheel, &reference.to_string())?;
+        let key: Value = annotation(ANNOTATION_KEY)
+            .and_then(|k| serde_json::from_str(k).ok())
+            .ok_or_else(|| bad("no cache key"))?;
+        let digest = layer.get("digest").and_then(Value::as_str).unwrap_or_default();
+        let sha256 = digest.strip_prefix("sha256:").filter(|h| is_hex64(h)).ok_or_else(|| bad("a digest that is not sha256"))?;
+        let size = layer.get("size").and_then(Value::as_u64).ok_or_else(|| bad("no size"))?;
+        Ok(RemoteWheel {
+            id: id.to_string(),
+            sha256: sha256.to_string(),
+            entry: EntryFile { key, wheel: wheel.to_string(), sha256: sha256.to_string(), size },
+        })
+    }
+}
+
+/// The layers of the tag's manifest (none when the tag does not exist yet).
+fn remote_layers(registry: &Registry) -> Result<Vec<Value>> {
+    let Some(bytes) = registry.manifest(MEDIA_MANIFEST)? else { return Ok(Vec::new()) };
+    let manifest: Value = serde_json::from_slice(&bytes).map_err(|e| {
+        Error::other(format!("the manifest at {} is not JSON: {e}", registry.reference()), None)
+    })?;
+    Ok(manifest.get("layers").and_then(Value::as_array).cloned().unwrap_or_default())
+}
+
+fn hash_file(path: &Path) -> Result<(String, u64)> {
+    let file = File::open(path).map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
+    crate::engine::hashing::sha256_reader(BufReader::with_capacity(1 << 20, file))
+        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))
+}
+
+fn is_hex64(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// A wheel file name is a plain `*.whl` name: never a path.
+fn check_wheel_name(name: &str, origin: &str) -> Result<()> {
+    let plain = !name.is_empty() && !name.starts_with('.') && !name.contains(['/', '\\', '\0']) && name.ends_with(".whl");
+    if plain {
+        Ok(())
+    } else {
+        Err(Error::other(
+            format!("refusing wheel name `{name}` from {origin}: not a plain .whl file name"),
+            Some("the cache entry is corrupt or hostile; nothing was written".to_string()),
+        ))
+    }
+}
