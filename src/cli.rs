@@ -26,7 +26,7 @@ pub enum Command {
     /// Check this host and its Python environment for known failure causes
     Doctor(DoctorArgs),
     /// Apply, check or revert structured source patches
-    Patch(Pending),
+    Patch(PatchArgs),
     /// Start a recipe's server profile and verify its tunings
     Serve(Pending),
     /// Smoke-benchmark a running server
@@ -171,6 +171,52 @@ pub struct DoctorArgs {
     /// Show the evidence behind every verdict
     #[arg(short, long)]
     pub verbose: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PatchArgs {
+    #[command(subcommand)]
+    pub action: PatchAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PatchAction {
+    /// Apply a patch set (all or nothing; applying twice changes nothing)
+    Apply(PatchTarget),
+    /// Report each patch as applied, not applied, obsolete or drifted (exit 0 only when in effect)
+    Check(PatchTarget),
+    /// Restore the original files recorded by apply
+    Revert(PatchTarget),
+}
+
+#[derive(Debug, Args)]
+pub struct PatchTarget {
+    /// A patch-set file, or the name of a shipped set (e.g. sglang-0.5.9-sm120)
+    pub patchset: String,
+
+    /// The site-packages directory holding the package
+    #[arg(long, value_name = "DIR", conflicts_with = "python")]
+    pub site_packages: Option<PathBuf>,
+
+    /// A Python interpreter whose site-packages holds the package (e.g. a venv's bin/python)
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<PathBuf>,
+
+    /// Show the change as a unified diff, write nothing
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Print the report as JSON
+    #[arg(long)]
+    pub json: bool,
+
+    /// apply: even outside the set's version range; revert: even over files changed since apply
+    #[arg(long)]
+    pub force: bool,
+
+    /// Leave out patches marked experimental
+    #[arg(long)]
+    pub skip_experimental: bool,
 }
 
 /// Arguments of a command this build does not provide yet.

@@ -35,12 +35,16 @@ pub fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
         ..Inputs::default()
     };
     if let Some(name) = &args.recipe {
-        let recipe = settings.load_recipe(&RecipeArgs { recipe: Some(name.clone()), set: Vec::new() })?;
+        let recipe = settings.load_recipe(&RecipeArgs {
+            recipe: Some(name.clone()),
+            set: Vec::new(),
+        })?;
         apply_recipe(&recipe, &mut inputs);
     }
     let facts = doctor::facts::collect(&inputs);
     let report = doctor::run(facts, &args.checks);
-    let json = serde_json::to_string_pretty(&report).map_err(|e| Error::other(format!("cannot encode the report: {e}"), None))?;
+    let json = serde_json::to_string_pretty(&report)
+        .map_err(|e| Error::other(format!("cannot encode the report: {e}"), None))?;
     if args.json {
         println!("{json}");
     } else {
@@ -49,7 +53,10 @@ pub fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
     if let Some(path) = &args.bundle {
         let python = report.facts.python().map(|p| p.executable.as_str());
         doctor::bundle::write(path, &json, python)?;
-        eprintln!("kiln: wrote the support bundle {} (secrets and GPU UUIDs removed)", path.display());
+        eprintln!(
+            "kiln: wrote the support bundle {} (secrets and GPU UUIDs removed)",
+            path.display()
+        );
     }
     Ok(report.exit_code())
 }
@@ -72,5 +79,9 @@ fn apply_recipe(recipe: &Recipe, inputs: &mut Inputs) {
         }
     }
     inputs.prefix = recipe.vars.get("prefix").map(PathBuf::from);
-    inputs.server_flags = recipe.profiles.values().flat_map(|p| p.args.iter().cloned()).collect();
+    inputs.server_flags = recipe
+        .profiles
+        .values()
+        .flat_map(|p| p.args.iter().cloned())
+        .collect();
 }

@@ -2,6 +2,7 @@
 
 mod doctor;
 mod image;
+mod patch;
 mod cache;
 mod plan;
 mod up;
@@ -22,7 +23,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Up(args) => up::run(&settings, &args),
         Command::Plan(args) => plan::run(&settings, &args),
         Command::Doctor(args) => doctor::run(&settings, &args),
-        Command::Patch(_) => Err(Error::NotYetAvailable("patch")),
+        Command::Patch(args) => patch::run(&settings, &args),
         Command::Serve(_) => Err(Error::NotYetAvailable("serve")),
         Command::Bench(_) => Err(Error::NotYetAvailable("bench")),
         Command::Image(args) => image::run(&settings, &args),

@@ -39,7 +39,8 @@ pub fn render(plan: &Plan, origin: &str) -> String {
             Status::Stale(r) | Status::Skipped(r) => r.as_str(),
             Status::Fresh | Status::NotSelected => "",
         };
-        let line = format!("  {:<8} {:<width$}  {:<8} {why}", s.status.label(), s.id, s.kind);
+        let jobs = s.max_jobs.map_or(String::new(), |j| format!(" [MAX_JOBS={j}]"));
+        let line = format!("  {:<8} {:<width$}  {:<8} {why}{jobs}", s.status.label(), s.id, s.kind);
         let _ = writeln!(out, "{}", line.trim_end());
     }
     out

@@ -43,35 +43,61 @@ fn is_uuid(s: &str) -> bool {
 
 /// The environment with secret-looking names left out entirely.
 pub fn safe_env() -> String {
-    let mut vars: Vec<(String, String)> = std::env::vars().filter(|(k, _)| !is_secret_name(k)).collect();
+    let mut vars: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| !is_secret_name(k))
+        .collect();
     vars.sort();
-    vars.into_iter().map(|(k, v)| format!("{k}={v}\n")).collect()
+    vars.into_iter()
+        .map(|(k, v)| format!("{k}={v}\n"))
+        .collect()
 }
 
 fn command_output(program: &str, args: &[&str]) -> String {
     let spec = CommandSpec::new(program, args.iter().copied());
     match process::capture_timeout(&spec, Duration::from_secs(30)) {
-        Ok(c) => format!("$ {}\n{}{}[exit {}]\n", spec.display(), c.stdout, c.stderr, c.code.map_or("-".into(), |c| c.to_string())),
+        Ok(c) => format!(
+            "$ {}\n{}{}[exit {}]\n",
+            spec.display(),
+            c.stdout,
+            c.stderr,
+            c.code.map_or("-".into(), |c| c.to_string())
+        ),
         Err(e) => format!("$ {}\n{e}\n", spec.display()),
     }
 }
 
 /// Write the bundle to `path`; `report_json` is the doctor report, `python` the inspected interpreter.
 pub fn write(path: &Path, report_json: &str, python: Option<&str>) -> Result<()> {
-    let mut files: Vec<(&str, String)> = vec![("doctor.json", report_json.to_string()), ("env.txt", safe_env())];
+    let mut files: Vec<(&str, String)> = vec![
+        ("doctor.json", report_json.to_string()),
+        ("env.txt", safe_env()),
+    ];
     if which::which("nvidia-smi").is_ok() {
         files.push(("nvidia-smi.txt", command_output("nvidia-smi", &[])));
         files.push(("nvidia-smi-q.txt", command_output("nvidia-smi", &["-q"])));
-        files.push(("nvidia-smi-topo.txt", command_output("nvidia-smi", &["topo", "-m"])));
-        files.push(("nvidia-smi-topo-p2p.txt", command_output("nvidia-smi", &["topo", "-p2p", "rw"])));
+        files.push((
+            "nvidia-smi-topo.txt",
+            command_output("nvidia-smi", &["topo", "-m"]),
+        ));
+        files.push((
+            "nvidia-smi-topo-p2p.txt",
+            command_output("nvidia-smi", &["topo", "-p2p", "rw"]),
+        ));
     }
     if let Some(py) = python {
-        files.push(("pip-freeze.txt", command_output(py, &["-m", "pip", "freeze"])));
+        files.push((
+            "pip-freeze.txt",
+            command_output(py, &["-m", "pip", "freeze"]),
+        ));
     }
     let redactor = Redactor::from_env([]);
     let tmp = path.with_extension("tmp");
-    let file = std::fs::File::create(&tmp).map_err(|e| Error::io(format!("cannot create {}", tmp.display()), e))?;
-    let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(file, flate2::Compression::default()));
+    let file = std::fs::File::create(&tmp)
+        .map_err(|e| Error::io(format!("cannot create {}", tmp.display()), e))?;
+    let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(
+        file,
+        flate2::Compression::default(),
+    ));
     for (name, text) in files {
         let clean = mask_uuids(&redactor.redact(&text));
         let mut header = tar::Header::new_gnu();
@@ -81,9 +107,13 @@ pub fn write(path: &Path, report_json: &str, python: Option<&str>) -> Result<()>
         tar.append_data(&mut header, format!("kiln-doctor/{name}"), clean.as_bytes())
             .map_err(|e| Error::io(format!("cannot write {}", tmp.display()), e))?;
     }
-    let gz = tar.into_inner().map_err(|e| Error::io(format!("cannot write {}", tmp.display()), e))?;
-    gz.finish().map_err(|e| Error::io(format!("cannot write {}", tmp.display()), e))?;
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(format!("cannot write {}", path.display()), e))
+    let gz = tar
+        .into_inner()
+        .map_err(|e| Error::io(format!("cannot write {}", tmp.display()), e))?;
+    gz.finish()
+        .map_err(|e| Error::io(format!("cannot write {}", tmp.display()), e))?;
+    std::fs::rename(&tmp, path)
+        .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))
 }
 
 #[cfg(test)]
@@ -92,7 +122,11 @@ mod tests {
 
     #[test]
     fn masks_real_gpu_uuids_only() {
-        let t = "GPU 0: NVIDIA H200 (UUID: GPU-0fa4f92d-5f0e-8d91-b18f-922b56a6e20b) GPU-notauuid MIG";
-        assert_eq!(mask_uuids(t), "GPU 0: NVIDIA H200 (UUID: GPU-XXXXXXXX-XXXX-XXXX-XXXX-XXXXXXXXXXXX) GPU-notauuid MIG");
+        let t =
+            "GPU 0: NVIDIA H200 (UUID: GPU-0fa4f92d-5f0e-8d91-b18f-922b56a6e20b) GPU-notauuid MIG";
+        assert_eq!(
+            mask_uuids(t),
+            "GPU 0: NVIDIA H200 (UUID: GPU-XXXXXXXX-XXXX-XXXX-XXXX-XXXXXXXXXXXX) GPU-notauuid MIG"
+        );
     }
 }

@@ -20,26 +20,84 @@ const DRIVER_FLOORS: &[(&str, &str)] = &[
 
 pub fn definitions() -> Vec<CheckDef> {
     vec![
-        CheckDef { id: "nvidia.driver", about: "nvidia-smi answers; kernel module and library agree", run: driver },
-        CheckDef { id: "gpu.uniform", about: "All GPUs are the same model (tensor parallel runs at the slowest)", run: uniform },
-        CheckDef { id: "driver.floor", about: "Driver is new enough for the CUDA toolkit (13.0.1 needs 580.82.07)", run: driver_floor },
-        CheckDef { id: "python.torch", about: "torch imports, is a CUDA build, and sees the GPUs", run: torch },
-        CheckDef { id: "torch.arch", about: "torch ships kernels for this GPU's sm_XY (else \"no kernel image\")", run: torch_arch },
-        CheckDef { id: "cuda.nvcc-torch", about: "nvcc's CUDA major equals torch's (JIT and extension builds)", run: nvcc_torch },
-        CheckDef { id: "topology.p2p", about: "GPUs can read/write each other's memory (custom all-reduce, symm-mem)", run: p2p },
-        CheckDef { id: "topology.multicast", about: "NVLink multicast for --enable-torch-symm-mem (else it falls back)", run: multicast },
-        CheckDef { id: "topology.custom-allreduce", about: "SGLang custom all-reduce stays on (off with > 2 PCIe-only GPUs)", run: custom_allreduce },
-        CheckDef { id: "gpu.persistence", about: "Persistence mode keeps the driver loaded between runs", run: persistence },
-        CheckDef { id: "gpu.ecc", about: "ECC mode is the same on every GPU", run: ecc },
-        CheckDef { id: "build.max-jobs", about: "RAM per compile job: the MAX_JOBS a flash-attn build can take", run: max_jobs },
-        CheckDef { id: "disk.free", about: "Free space for toolchains, wheels and builds", run: disk },
-        CheckDef { id: "flashinfer.jit-cache", about: "FlashInfer kernels are precompiled (else the first launch JIT-compiles)", run: flashinfer_cache },
+        CheckDef {
+            id: "nvidia.driver",
+            about: "nvidia-smi answers; kernel module and library agree",
+            run: driver,
+        },
+        CheckDef {
+            id: "gpu.uniform",
+            about: "All GPUs are the same model (tensor parallel runs at the slowest)",
+            run: uniform,
+        },
+        CheckDef {
+            id: "driver.floor",
+            about: "Driver is new enough for the CUDA toolkit (13.0.1 needs 580.82.07)",
+            run: driver_floor,
+        },
+        CheckDef {
+            id: "python.torch",
+            about: "torch imports, is a CUDA build, and sees the GPUs",
+            run: torch,
+        },
+        CheckDef {
+            id: "torch.arch",
+            about: "torch ships kernels for this GPU's sm_XY (else \"no kernel image\")",
+            run: torch_arch,
+        },
+        CheckDef {
+            id: "cuda.nvcc-torch",
+            about: "nvcc's CUDA major equals torch's (JIT and extension builds)",
+            run: nvcc_torch,
+        },
+        CheckDef {
+            id: "topology.p2p",
+            about: "GPUs can read/write each other's memory (custom all-reduce, symm-mem)",
+            run: p2p,
+        },
+        CheckDef {
+            id: "topology.multicast",
+            about: "NVLink multicast for --enable-torch-symm-mem (else it falls back)",
+            run: multicast,
+        },
+        CheckDef {
+            id: "topology.custom-allreduce",
+            about: "SGLang custom all-reduce stays on (off with > 2 PCIe-only GPUs)",
+            run: custom_allreduce,
+        },
+        CheckDef {
+            id: "gpu.persistence",
+            about: "Persistence mode keeps the driver loaded between runs",
+            run: persistence,
+        },
+        CheckDef {
+            id: "gpu.ecc",
+            about: "ECC mode is the same on every GPU",
+            run: ecc,
+        },
+        CheckDef {
+            id: "build.max-jobs",
+            about: "RAM per compile job: the MAX_JOBS a flash-attn build can take",
+            run: max_jobs,
+        },
+        CheckDef {
+            id: "disk.free",
+            about: "Free space for toolchains, wheels and builds",
+            run: disk,
+        },
+        CheckDef {
+            id: "flashinfer.jit-cache",
+            about: "FlashInfer kernels are precompiled (else the first launch JIT-compiles)",
+            run: flashinfer_cache,
+        },
     ]
 }
 
 /// "580.82.07" → [580, 82, 7] for ordering.
 pub fn version_key(v: &str) -> Vec<u64> {
-    v.split(['.', '-', '+']).map_while(|p| p.parse().ok()).collect()
+    v.split(['.', '-', '+'])
+        .map_while(|p| p.parse().ok())
+        .collect()
 }
 
 fn gib(bytes: u64) -> String {
@@ -93,7 +151,11 @@ fn uniform(f: &DoctorFacts) -> Check {
     if f.gpus.len() < 2 {
         return Check::skip(id, "fewer than two GPUs");
     }
-    let mut kinds: Vec<String> = f.gpus.iter().map(|g| format!("{} (cc {}, {} MiB)", g.name, g.compute_cap, g.memory_mib)).collect();
+    let mut kinds: Vec<String> = f
+        .gpus
+        .iter()
+        .map(|g| format!("{} (cc {}, {} MiB)", g.name, g.compute_cap, g.memory_mib))
+        .collect();
     kinds.sort();
     kinds.dedup();
     if kinds.len() == 1 {
@@ -115,7 +177,12 @@ fn toolkit(f: &DoctorFacts) -> Option<(String, &'static str)> {
     if let Some(r) = &f.cuda.nvcc_release {
         return Some((r.clone(), "nvcc"));
     }
-    f.python()?.torch.as_ref()?.cuda.clone().map(|c| (c, "torch.version.cuda"))
+    f.python()?
+        .torch
+        .as_ref()?
+        .cuda
+        .clone()
+        .map(|c| (c, "torch.version.cuda"))
 }
 
 fn driver_floor(f: &DoctorFacts) -> Check {
@@ -124,7 +191,10 @@ fn driver_floor(f: &DoctorFacts) -> Check {
         return Check::skip(id, "no driver to check");
     };
     let Some((cuda, source)) = toolkit(f) else {
-        return Check::skip(id, format!("driver {driver}; no CUDA toolkit or torch found to compare with"));
+        return Check::skip(
+            id,
+            format!("driver {driver}; no CUDA toolkit or torch found to compare with"),
+        );
     };
     let key = version_key(&cuda);
     let full = match key.len() {
@@ -132,14 +202,23 @@ fn driver_floor(f: &DoctorFacts) -> Check {
         2 => format!("{}.{}.0", key[0], key[1]),
         _ => format!("{}.{}.{}", key[0], key[1], key[2]),
     };
-    let exact = f.driver_floor.clone().or_else(|| DRIVER_FLOORS.iter().find(|(v, _)| *v == full).map(|(_, d)| d.to_string()));
+    let exact = f.driver_floor.clone().or_else(|| {
+        DRIVER_FLOORS
+            .iter()
+            .find(|(v, _)| *v == full)
+            .map(|(_, d)| d.to_string())
+    });
     let compat = match key.first() {
         Some(13) => Some("580"),
         Some(12) => Some("525.60.13"),
         _ => None,
     };
     let have = version_key(&driver);
-    let evidence = format!("CUDA {cuda} (from {source}); floor {}; minor-version compatibility floor {}", exact.as_deref().unwrap_or("unknown"), compat.unwrap_or("unknown"));
+    let evidence = format!(
+        "CUDA {cuda} (from {source}); floor {}; minor-version compatibility floor {}",
+        exact.as_deref().unwrap_or("unknown"),
+        compat.unwrap_or("unknown")
+    );
     if let Some(c) = compat.filter(|c| have < version_key(c)) {
         return Check::fail(id, format!("driver {driver} is too old for CUDA {cuda} (needs ≥ {c}): CUDA init fails with \"driver version is insufficient\""))
             .fix(format!("install driver {} or newer (e.g. the R{} branch)", exact.as_deref().unwrap_or(c), c.split('.').next().unwrap_or(c)))
@@ -161,20 +240,33 @@ fn torch(f: &DoctorFacts) -> Check {
     let id = "python.torch";
     let p = match &f.python {
         super::facts::PythonState::NotFound => {
-            return Check::skip(id, "no python3 on PATH").fix("pass --python PATH (or --recipe R to use its venv)")
+            return Check::skip(id, "no python3 on PATH")
+                .fix("pass --python PATH (or --recipe R to use its venv)")
         }
         super::facts::PythonState::Error { message } => {
-            return Check::fail(id, format!("cannot inspect the Python environment: {message}")).fix("check the interpreter given with --python")
+            return Check::fail(
+                id,
+                format!("cannot inspect the Python environment: {message}"),
+            )
+            .fix("check the interpreter given with --python")
         }
         super::facts::PythonState::Found(p) => p,
     };
     let Some(t) = &p.torch else {
-        return Check::warn(id, format!("torch is not installed in {} (Python {})", p.executable, p.version))
-            .fix("kiln up (installs the recipe's torch), or pass --python for the serving venv");
+        return Check::warn(
+            id,
+            format!(
+                "torch is not installed in {} (Python {})",
+                p.executable, p.version
+            ),
+        )
+        .fix("kiln up (installs the recipe's torch), or pass --python for the serving venv");
     };
     let version = t.version.clone().unwrap_or_else(|| "?".into());
     if let Some(e) = &t.error {
-        return Check::fail(id, format!("`import torch` fails: {e}")).fix("reinstall torch in this environment").evidence(p.executable.clone());
+        return Check::fail(id, format!("`import torch` fails: {e}"))
+            .fix("reinstall torch in this environment")
+            .evidence(p.executable.clone());
     }
     let Some(cuda) = &t.cuda else {
         return Check::fail(id, format!("torch {version} is a CPU-only build"))
@@ -182,10 +274,19 @@ fn torch(f: &DoctorFacts) -> Check {
     };
     let seen = t.device_count.unwrap_or(0) as usize;
     let c = if !f.gpus.is_empty() && seen != f.gpus.len() {
-        Check::warn(id, format!("torch {version} (CUDA {cuda}) sees {seen} GPU(s), nvidia-smi lists {}", f.gpus.len()))
-            .fix("check CUDA_VISIBLE_DEVICES and the driver")
+        Check::warn(
+            id,
+            format!(
+                "torch {version} (CUDA {cuda}) sees {seen} GPU(s), nvidia-smi lists {}",
+                f.gpus.len()
+            ),
+        )
+        .fix("check CUDA_VISIBLE_DEVICES and the driver")
     } else {
-        Check::pass(id, format!("torch {version} (CUDA {cuda}), sees {seen} GPU(s)"))
+        Check::pass(
+            id,
+            format!("torch {version} (CUDA {cuda}), sees {seen} GPU(s)"),
+        )
     };
     c.evidence(format!("{} (Python {})", p.executable, p.version))
 }
@@ -203,7 +304,11 @@ fn arch_cc(arch: &str) -> Option<(bool, u32, u32)> {
 
 fn torch_arch(f: &DoctorFacts) -> Check {
     let id = "torch.arch";
-    let Some(t) = f.python().and_then(|p| p.torch.as_ref()).filter(|t| !t.arch_list.is_empty()) else {
+    let Some(t) = f
+        .python()
+        .and_then(|p| p.torch.as_ref())
+        .filter(|t| !t.arch_list.is_empty())
+    else {
         return Check::skip(id, "no torch arch list (torch missing or a CPU build)");
     };
     let Some((major, minor)) = f.target_cc() else {
@@ -212,8 +317,12 @@ fn torch_arch(f: &DoctorFacts) -> Check {
     let want = format!("sm_{major}{minor}");
     let arches: Vec<(bool, u32, u32)> = t.arch_list.iter().filter_map(|a| arch_cc(a)).collect();
     let evidence = format!("torch.cuda.get_arch_list() = {}", t.arch_list.join(" "));
-    let sass = arches.iter().any(|&(ptx, ma, mi)| !ptx && ma == major && mi <= minor);
-    let ptx = arches.iter().any(|&(ptx, ma, mi)| ptx && (ma, mi) <= (major, minor));
+    let sass = arches
+        .iter()
+        .any(|&(ptx, ma, mi)| !ptx && ma == major && mi <= minor);
+    let ptx = arches
+        .iter()
+        .any(|&(ptx, ma, mi)| ptx && (ma, mi) <= (major, minor));
     if sass {
         Check::pass(id, format!("torch has kernels for {want}")).evidence(evidence)
     } else if ptx {
@@ -229,19 +338,41 @@ fn torch_arch(f: &DoctorFacts) -> Check {
 
 fn nvcc_torch(f: &DoctorFacts) -> Check {
     let id = "cuda.nvcc-torch";
-    let torch_cuda = f.python().and_then(|p| p.torch.as_ref()).and_then(|t| t.cuda.clone());
+    let torch_cuda = f
+        .python()
+        .and_then(|p| p.torch.as_ref())
+        .and_then(|t| t.cuda.clone());
     let (Some(nvcc), Some(tc)) = (f.cuda.nvcc_release.clone(), torch_cuda) else {
         return Check::skip(id, "needs both nvcc and a CUDA build of torch");
     };
-    let path = f.cuda.nvcc_path.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+    let path = f
+        .cuda
+        .nvcc_path
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
     let major = |v: &str| v.split('.').next().unwrap_or("").to_string();
     if major(&nvcc) == major(&tc) {
-        return Check::pass(id, format!("nvcc {nvcc} and torch CUDA {tc} share major {}", major(&tc))).evidence(path);
+        return Check::pass(
+            id,
+            format!("nvcc {nvcc} and torch CUDA {tc} share major {}", major(&tc)),
+        )
+        .evidence(path);
     }
-    let matching = f.cuda.toolkits.iter().find(|t| major(&t.version) == major(&tc));
+    let matching = f
+        .cuda
+        .toolkits
+        .iter()
+        .find(|t| major(&t.version) == major(&tc));
     let fix = match matching {
-        Some(t) => format!("export CUDA_HOME={} PATH={}/bin:$PATH", t.path.display(), t.path.display()),
-        None => format!("install CUDA {tc} (kiln up installs the recipe's toolkit) and point CUDA_HOME at it"),
+        Some(t) => format!(
+            "export CUDA_HOME={} PATH={}/bin:$PATH",
+            t.path.display(),
+            t.path.display()
+        ),
+        None => format!(
+            "install CUDA {tc} (kiln up installs the recipe's toolkit) and point CUDA_HOME at it"
+        ),
     };
     Check::fail(id, format!("nvcc {nvcc} ({path}) but torch is built for CUDA {tc}: flash-attn builds and FlashInfer JIT fail"))
         .fix(fix)
@@ -252,10 +383,19 @@ fn p2p(f: &DoctorFacts) -> Check {
     if f.gpus.len() < 2 {
         return Check::skip(id, "fewer than two GPUs");
     }
-    let Some(m) = &f.p2p else { return Check::skip(id, "`nvidia-smi topo -p2p rw` gave no matrix") };
-    let bad: Vec<String> = m.pairs().filter(|(_, _, c)| *c != "OK").map(|(i, j, c)| format!("{}-{}: {c}", m.gpus[i], m.gpus[j])).collect();
+    let Some(m) = &f.p2p else {
+        return Check::skip(id, "`nvidia-smi topo -p2p rw` gave no matrix");
+    };
+    let bad: Vec<String> = m
+        .pairs()
+        .filter(|(_, _, c)| *c != "OK")
+        .map(|(i, j, c)| format!("{}-{}: {c}", m.gpus[i], m.gpus[j]))
+        .collect();
     if bad.is_empty() {
-        Check::pass(id, format!("peer read/write OK between all {} GPUs", m.gpus.len()))
+        Check::pass(
+            id,
+            format!("peer read/write OK between all {} GPUs", m.gpus.len()),
+        )
     } else {
         Check::warn(id, format!("no peer access for {} GPU pair(s) ({}): custom all-reduce and symm-mem are off, NCCL goes through host memory", bad.len(), bad[0]))
             .fix("GNS on GeForce cards means the stock driver disables P2P; on servers check ACS/IOMMU settings in the BIOS")
@@ -268,7 +408,9 @@ fn multicast(f: &DoctorFacts) -> Check {
     if f.gpus.len() < 2 {
         return Check::skip(id, "fewer than two GPUs");
     }
-    let Some(m) = &f.topology else { return Check::skip(id, "`nvidia-smi topo -m` gave no matrix") };
+    let Some(m) = &f.topology else {
+        return Check::skip(id, "`nvidia-smi topo -m` gave no matrix");
+    };
     let links = format!("links: {}", m.kinds().join(", "));
     if !f.server_flags.is_empty() && !f.flag_requested("--enable-torch-symm-mem") {
         return Check::pass(id, "no profile passes --enable-torch-symm-mem").evidence(links);
@@ -292,13 +434,22 @@ fn custom_allreduce(f: &DoctorFacts) -> Check {
     if f.gpus.len() < 2 {
         return Check::skip(id, "fewer than two GPUs");
     }
-    let Some(m) = &f.topology else { return Check::skip(id, "`nvidia-smi topo -m` gave no matrix") };
+    let Some(m) = &f.topology else {
+        return Check::skip(id, "`nvidia-smi topo -m` gave no matrix");
+    };
     if f.gpus.len() > 2 && m.pcie_only() {
         Check::warn(id, format!("{} PCIe-only GPUs: SGLang turns custom all-reduce off (\"not supported on more than two PCIe-only GPUs\"); NCCL carries all-reduce", f.gpus.len()))
             .fix("expected on PCIe; pass --disable-custom-all-reduce to make it explicit and silence the warning")
             .evidence(format!("links: {}", m.kinds().join(", ")))
     } else {
-        Check::pass(id, format!("custom all-reduce can run ({} GPUs, links {})", f.gpus.len(), m.kinds().join(", ")))
+        Check::pass(
+            id,
+            format!(
+                "custom all-reduce can run ({} GPUs, links {})",
+                f.gpus.len(),
+                m.kinds().join(", ")
+            ),
+        )
     }
 }
 
@@ -307,7 +458,12 @@ fn persistence(f: &DoctorFacts) -> Check {
     if let Some(c) = no_gpu(f, id) {
         return c;
     }
-    let off: Vec<String> = f.gpus.iter().filter(|g| g.persistence_mode.as_deref() == Some("Disabled")).map(|g| g.index.to_string()).collect();
+    let off: Vec<String> = f
+        .gpus
+        .iter()
+        .filter(|g| g.persistence_mode.as_deref() == Some("Disabled"))
+        .map(|g| g.index.to_string())
+        .collect();
     if off.is_empty() {
         Check::pass(id, "persistence mode on (or not reported)")
     } else {
@@ -321,7 +477,11 @@ fn ecc(f: &DoctorFacts) -> Check {
     if let Some(c) = no_gpu(f, id) {
         return c;
     }
-    let mut modes: Vec<&str> = f.gpus.iter().filter_map(|g| g.ecc_mode.as_deref()).collect();
+    let mut modes: Vec<&str> = f
+        .gpus
+        .iter()
+        .filter_map(|g| g.ecc_mode.as_deref())
+        .collect();
     if modes.is_empty() {
         return Check::skip(id, "ECC not reported (not supported by these GPUs)");
     }
@@ -341,17 +501,37 @@ fn max_jobs(f: &DoctorFacts) -> Check {
         return Check::skip(id, "MemAvailable not readable");
     };
     let jobs = ((avail / FLASH_ATTN_JOB_BYTES) as usize).min(f.system.cores);
-    let evidence = format!("{} available of {}, {} cores, 9 GiB per flash-attn job at NVCC_THREADS=4", gib(avail), f.system.mem_total_bytes.map(gib).unwrap_or_default(), f.system.cores);
+    let evidence = format!(
+        "{} available of {}, {} cores, 9 GiB per flash-attn job at NVCC_THREADS=4",
+        gib(avail),
+        f.system.mem_total_bytes.map(gib).unwrap_or_default(),
+        f.system.cores
+    );
     if jobs == 0 {
-        return Check::fail(id, format!("only {} RAM available: a flash-attn build (≈ 9 GiB per job) will be OOM-killed", gib(avail)))
-            .fix("free memory or build on a bigger machine; at least MAX_JOBS=1 NVCC_THREADS=2")
-            .evidence(evidence);
+        return Check::fail(
+            id,
+            format!(
+                "only {} RAM available: a flash-attn build (≈ 9 GiB per job) will be OOM-killed",
+                gib(avail)
+            ),
+        )
+        .fix("free memory or build on a bigger machine; at least MAX_JOBS=1 NVCC_THREADS=2")
+        .evidence(evidence);
     }
     let set = f.env.get("MAX_JOBS").and_then(|v| v.parse::<usize>().ok());
     match set {
-        Some(n) if n > jobs => Check::warn(id, format!("MAX_JOBS={n} is set but RAM allows {jobs}: the build may be OOM-killed"))
-            .fix(format!("export MAX_JOBS={jobs}")),
-        _ => Check::pass(id, format!("MAX_JOBS={jobs} for flash-attn ({} available ÷ 9 GiB per job)", gib(avail))),
+        Some(n) if n > jobs => Check::warn(
+            id,
+            format!("MAX_JOBS={n} is set but RAM allows {jobs}: the build may be OOM-killed"),
+        )
+        .fix(format!("export MAX_JOBS={jobs}")),
+        _ => Check::pass(
+            id,
+            format!(
+                "MAX_JOBS={jobs} for flash-attn ({} available ÷ 9 GiB per job)",
+                gib(avail)
+            ),
+        ),
     }
     .evidence(evidence)
 }
@@ -363,14 +543,25 @@ fn disk(f: &DoctorFacts) -> Check {
         let Some(free) = d.free_bytes else { continue };
         let line = format!("{} free at {} ({})", gib(free), d.label, d.path.display());
         let c = if free < 10 * GIB {
-            Check::fail(id, format!("only {line}: toolchains and builds need tens of GiB")).fix("free space or pass --state-dir on a bigger disk")
+            Check::fail(
+                id,
+                format!("only {line}: toolchains and builds need tens of GiB"),
+            )
+            .fix("free space or pass --state-dir on a bigger disk")
         } else if free < 50 * GIB {
-            Check::warn(id, format!("{line}; a CUDA toolkit, torch and a flash-attn build take ≈ 30 GiB")).fix("free space or move the state dir")
+            Check::warn(
+                id,
+                format!("{line}; a CUDA toolkit, torch and a flash-attn build take ≈ 30 GiB"),
+            )
+            .fix("free space or move the state dir")
         } else {
             Check::pass(id, line.clone())
         };
         if c.status >= worst.status || worst.status == super::Status::Skip {
-            worst = Check { evidence: worst.evidence, ..c };
+            worst = Check {
+                evidence: worst.evidence,
+                ..c
+            };
         }
         worst.evidence.push(line);
     }
@@ -385,14 +576,24 @@ fn flashinfer_cache(f: &DoctorFacts) -> Check {
     if let Some(jit) = f.packages.get("flashinfer-jit-cache") {
         let base = |v: &str| v.split('+').next().unwrap_or(v).to_string();
         return if base(jit) == base(fi) {
-            Check::pass(id, format!("flashinfer-jit-cache {jit} matches flashinfer-python {fi}"))
+            Check::pass(
+                id,
+                format!("flashinfer-jit-cache {jit} matches flashinfer-python {fi}"),
+            )
         } else {
             Check::warn(id, format!("flashinfer-jit-cache {jit} does not match flashinfer-python {fi}: kernels are JIT-compiled anyway"))
                 .fix(format!("pip install flashinfer-jit-cache=={fi} --index-url https://flashinfer.ai/whl/cu130"))
         };
     }
     match &f.flashinfer_cache {
-        Some(c) if c.files > 0 => Check::pass(id, format!("{} compiled FlashInfer modules in {}", c.files, c.dir.display())),
+        Some(c) if c.files > 0 => Check::pass(
+            id,
+            format!(
+                "{} compiled FlashInfer modules in {}",
+                c.files,
+                c.dir.display()
+            ),
+        ),
         cache => {
             let cu = f
                 .python()

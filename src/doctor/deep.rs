@@ -13,8 +13,11 @@ const MATMUL: &str = include_str!("deep_matmul.py");
 const PROBE: &str = include_str!("symm_mem_probe.py");
 
 /// Always in the probe's environment: never create NVLink multicast objects.
-pub const NO_MULTICAST_ENV: &[(&str, &str)] =
-    &[("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NCCL_NVLS_ENABLE", "0"), ("NVSHMEM_DISABLE_NVLS", "1")];
+pub const NO_MULTICAST_ENV: &[(&str, &str)] = &[
+    ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+    ("NCCL_NVLS_ENABLE", "0"),
+    ("NVSHMEM_DISABLE_NVLS", "1"),
+];
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct MatmulGpu {
@@ -68,30 +71,60 @@ pub fn collect(python: &str, gpu_count: usize) -> DeepFacts {
     let started = Instant::now();
     let matmul = run_matmul(python);
     let symm_mem = (gpu_count >= 2).then(|| run_probe(python, gpu_count));
-    DeepFacts { matmul, symm_mem, seconds: (started.elapsed().as_secs_f64() * 10.0).round() / 10.0 }
+    DeepFacts {
+        matmul,
+        symm_mem,
+        seconds: (started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+    }
 }
 
 fn run_matmul(python: &str) -> Matmul {
     let spec = CommandSpec::new(python, ["-c", MATMUL]);
     match process::capture_timeout(&spec, Duration::from_secs(120)) {
-        Ok(out) => match out.stdout.lines().find_map(|l| l.strip_prefix("KILN_DEEP ")) {
-            Some(json) => serde_json::from_str(json).unwrap_or_else(|e| Matmul { error: Some(e.to_string()), ..Matmul::default() }),
-            None => Matmul { error: Some(tail(&out.stderr, out.timed_out)), ..Matmul::default() },
+        Ok(out) => match out
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("KILN_DEEP "))
+        {
+            Some(json) => serde_json::from_str(json).unwrap_or_else(|e| Matmul {
+                error: Some(e.to_string()),
+                ..Matmul::default()
+            }),
+            None => Matmul {
+                error: Some(tail(&out.stderr, out.timed_out)),
+                ..Matmul::default()
+            },
         },
-        Err(e) => Matmul { error: Some(e.to_string()), ..Matmul::default() },
+        Err(e) => Matmul {
+            error: Some(e.to_string()),
+            ..Matmul::default()
+        },
     }
 }
 
 fn run_probe(python: &str, gpu_count: usize) -> SymmProbe {
-    let env: Vec<String> = NO_MULTICAST_ENV.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let env: Vec<String> = NO_MULTICAST_ENV
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
     let dir = std::env::temp_dir().join(format!("kiln-doctor-{}", std::process::id()));
     let script: PathBuf = dir.join("symm_mem_probe.py");
     if let Err(e) = std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&script, PROBE)) {
-        return SymmProbe { error: Some(format!("cannot write {}: {e}", script.display())), env, ..SymmProbe::default() };
+        return SymmProbe {
+            error: Some(format!("cannot write {}: {e}", script.display())),
+            env,
+            ..SymmProbe::default()
+        };
     }
     let mut spec = CommandSpec::new(
         python,
-        ["-m".to_string(), "torch.distributed.run".into(), "--standalone".into(), format!("--nproc-per-node={gpu_count}"), script.display().to_string()],
+        [
+            "-m".to_string(),
+            "torch.distributed.run".into(),
+            "--standalone".into(),
+            format!("--nproc-per-node={gpu_count}"),
+            script.display().to_string(),
+        ],
     );
     for (k, v) in NO_MULTICAST_ENV {
         spec.env.insert(k.to_string(), v.to_string());
@@ -104,13 +137,21 @@ fn run_probe(python: &str, gpu_count: usize) -> SymmProbe {
             let mut ranks: Vec<ProbeRank> = out
                 .stdout
                 .lines()
-                .filter_map(|l| l.split_once("RESULT ").and_then(|(_, j)| serde_json::from_str(j).ok()))
+                .filter_map(|l| {
+                    l.split_once("RESULT ")
+                        .and_then(|(_, j)| serde_json::from_str(j).ok())
+                })
                 .collect();
             ranks.sort_by_key(|r| r.rank);
-            let error = (ranks.len() < gpu_count).then(|| tail(&format!("{}\n{}", out.stdout, out.stderr), out.timed_out));
+            let error = (ranks.len() < gpu_count)
+                .then(|| tail(&format!("{}\n{}", out.stdout, out.stderr), out.timed_out));
             SymmProbe { ranks, error, env }
         }
-        Err(e) => SymmProbe { error: Some(e.to_string()), env, ..SymmProbe::default() },
+        Err(e) => SymmProbe {
+            error: Some(e.to_string()),
+            env,
+            ..SymmProbe::default()
+        },
     }
 }
 
@@ -126,8 +167,16 @@ fn tail(text: &str, timed_out: bool) -> String {
 
 pub fn definitions() -> Vec<CheckDef> {
     vec![
-        CheckDef { id: "deep.matmul", about: "A bf16 matmul runs on every GPU and matches fp32 (catches \"no kernel image\")", run: matmul_check },
-        CheckDef { id: "deep.symm-mem", about: "torch symmetric memory: rendezvous, multicast_ptr, NCCL vs two-shot all-reduce", run: symm_check },
+        CheckDef {
+            id: "deep.matmul",
+            about: "A bf16 matmul runs on every GPU and matches fp32 (catches \"no kernel image\")",
+            run: matmul_check,
+        },
+        CheckDef {
+            id: "deep.symm-mem",
+            about: "torch symmetric memory: rendezvous, multicast_ptr, NCCL vs two-shot all-reduce",
+            run: symm_check,
+        },
     ]
 }
 
@@ -138,21 +187,40 @@ fn matmul_check(f: &DoctorFacts) -> Check {
     };
     let m = &deep.matmul;
     if let Some(e) = &m.error {
-        return Check::fail(id, format!("the kernel smoke did not run: {e}")).fix("check torch with `python -c 'import torch; torch.zeros(1).cuda()'`");
+        return Check::fail(id, format!("the kernel smoke did not run: {e}"))
+            .fix("check torch with `python -c 'import torch; torch.zeros(1).cuda()'`");
     }
     let bad: Vec<&MatmulGpu> = m.gpus.iter().filter(|g| !g.ok).collect();
     let mut check = if m.gpus.is_empty() {
-        Check::fail(id, "torch sees no GPU").fix("check CUDA_VISIBLE_DEVICES and that torch is a CUDA build")
+        Check::fail(id, "torch sees no GPU")
+            .fix("check CUDA_VISIBLE_DEVICES and that torch is a CUDA build")
     } else if bad.is_empty() {
-        let tflops: Vec<String> = m.gpus.iter().filter_map(|g| g.tflops.map(|t| format!("{t}"))).collect();
-        Check::pass(id, format!("bf16 4096² matmul ok on {} GPU(s) ({} TFLOP/s)", m.gpus.len(), tflops.join(", ")))
+        let tflops: Vec<String> = m
+            .gpus
+            .iter()
+            .filter_map(|g| g.tflops.map(|t| format!("{t}")))
+            .collect();
+        Check::pass(
+            id,
+            format!(
+                "bf16 4096² matmul ok on {} GPU(s) ({} TFLOP/s)",
+                m.gpus.len(),
+                tflops.join(", ")
+            ),
+        )
     } else {
-        let first = bad[0].error.clone().unwrap_or_else(|| format!("max relative error {:?}", bad[0].max_rel_err));
+        let first = bad[0]
+            .error
+            .clone()
+            .unwrap_or_else(|| format!("max relative error {:?}", bad[0].max_rel_err));
         Check::fail(id, format!("matmul failed on GPU {}: {first}", bad.iter().map(|g| g.index.to_string()).collect::<Vec<_>>().join(", ")))
             .fix("a `no kernel image` error means torch lacks this GPU's sm_XY: reinstall torch from the matching CUDA index")
     };
     for g in &m.gpus {
-        check = check.evidence(format!("GPU {}: ok={} tflops={:?} max_rel_err={:?}", g.index, g.ok, g.tflops, g.max_rel_err));
+        check = check.evidence(format!(
+            "GPU {}: ok={} tflops={:?} max_rel_err={:?}",
+            g.index, g.ok, g.tflops, g.max_rel_err
+        ));
     }
     check
 }

@@ -52,7 +52,9 @@ pub struct Inputs {
 pub enum PythonState {
     /// No interpreter given and none on PATH.
     NotFound,
-    Error { message: String },
+    Error {
+        message: String,
+    },
     Found(PythonFacts),
 }
 
@@ -123,14 +125,23 @@ impl DoctorFacts {
 
 /// Collect every fact; nothing here fails: what cannot be learned is recorded as absent.
 pub fn collect(inputs: &Inputs) -> DoctorFacts {
-    let python_cmd = inputs
-        .python
-        .clone()
-        .or_else(|| which::which("python3").ok().map(|p| p.display().to_string()));
+    let python_cmd = inputs.python.clone().or_else(|| {
+        which::which("python3")
+            .ok()
+            .map(|p| p.display().to_string())
+    });
     let (query, topo, p2p, cuda_facts, python_state) = std::thread::scope(|s| {
         let query = s.spawn(gpu::query);
-        let topo = s.spawn(|| gpu::smi(&["topo", "-m"]).ok().and_then(|t| topology::parse_matrix(&t)));
-        let p2p = s.spawn(|| gpu::smi(&["topo", "-p2p", "rw"]).ok().and_then(|t| topology::parse_matrix(&t)));
+        let topo = s.spawn(|| {
+            gpu::smi(&["topo", "-m"])
+                .ok()
+                .and_then(|t| topology::parse_matrix(&t))
+        });
+        let p2p = s.spawn(|| {
+            gpu::smi(&["topo", "-p2p", "rw"])
+                .ok()
+                .and_then(|t| topology::parse_matrix(&t))
+        });
         let cuda_facts = s.spawn(|| cuda::collect(Path::new("/usr/local")));
         let python_state = s.spawn(|| match &python_cmd {
             None => PythonState::NotFound,
@@ -149,28 +160,44 @@ pub fn collect(inputs: &Inputs) -> DoctorFacts {
         )
     });
     let which_smi = query.smi == SmiState::Ok;
-    let site_packages = inputs.site_packages.clone().or_else(|| match &python_state {
-        PythonState::Found(p) => p.purelib.clone(),
-        _ => None,
-    });
+    let site_packages = inputs
+        .site_packages
+        .clone()
+        .or_else(|| match &python_state {
+            PythonState::Found(p) => p.purelib.clone(),
+            _ => None,
+        });
     let mut packages = match &python_state {
-        PythonState::Found(p) => p.packages.iter().map(|(k, v)| (python::normalize(k), v.clone())).collect(),
+        PythonState::Found(p) => p
+            .packages
+            .iter()
+            .map(|(k, v)| (python::normalize(k), v.clone()))
+            .collect(),
         _ => BTreeMap::new(),
     };
     if let Some(site) = &inputs.site_packages {
         packages.extend(python::dist_versions(site));
     }
-    let sources = site_packages.as_deref().map(super::sglang::read_sources).unwrap_or_default();
+    let sources = site_packages
+        .as_deref()
+        .map(super::sglang::read_sources)
+        .unwrap_or_default();
     let mut disks = vec![Disk {
         label: "state dir".into(),
         free_bytes: system::free_disk_bytes(&inputs.state_dir),
         path: inputs.state_dir.clone(),
     }];
     if let Some(prefix) = &inputs.prefix {
-        disks.push(Disk { label: "install prefix".into(), free_bytes: system::free_disk_bytes(prefix), path: prefix.clone() });
+        disks.push(Disk {
+            label: "install prefix".into(),
+            free_bytes: system::free_disk_bytes(prefix),
+            path: prefix.clone(),
+        });
     }
-    let env: BTreeMap<String, String> =
-        ENV_KEYS.iter().filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v))).collect();
+    let env: BTreeMap<String, String> = ENV_KEYS
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect();
     let gpu_count = query.gpus.len();
     let python_for_deep = match &python_state {
         PythonState::Found(p) => Some(p.executable.clone()),
@@ -204,14 +231,19 @@ pub fn collect(inputs: &Inputs) -> DoctorFacts {
 
 /// FlashInfer's JIT workspace (`$FLASHINFER_WORKSPACE_BASE/.cache/flashinfer`, else `~/.cache/flashinfer`).
 fn flashinfer_cache(env: &BTreeMap<String, String>) -> Option<FlashinferCache> {
-    let base = env.get("FLASHINFER_WORKSPACE_BASE").map(PathBuf::from).or_else(|| std::env::var_os("HOME").map(PathBuf::from))?;
+    let base = env
+        .get("FLASHINFER_WORKSPACE_BASE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(PathBuf::from))?;
     let dir = base.join(".cache/flashinfer");
     let files = count_files(&dir, 6);
     Some(FlashinferCache { dir, files })
 }
 
 fn count_files(dir: &Path, depth: u32) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
     entries
         .flatten()
         .map(|e| match e.file_type() {

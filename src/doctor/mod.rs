@@ -32,7 +32,13 @@ pub struct Check {
 
 impl Check {
     fn new(id: &'static str, status: Status, summary: impl Into<String>) -> Check {
-        Check { id, status, summary: summary.into(), evidence: Vec::new(), fix: None }
+        Check {
+            id,
+            status,
+            summary: summary.into(),
+            evidence: Vec::new(),
+            fix: None,
+        }
     }
     pub fn pass(id: &'static str, summary: impl Into<String>) -> Check {
         Check::new(id, Status::Pass, summary)

@@ -18,7 +18,13 @@ fn mark(status: Status) -> &'static str {
 pub fn headline(report: &Report) -> String {
     let f = &report.facts;
     let gpus = match f.gpus.first() {
-        Some(g) => format!("{}× {} (cc {}), driver {}", f.gpus.len(), g.name, g.compute_cap, g.driver),
+        Some(g) => format!(
+            "{}× {} (cc {}), driver {}",
+            f.gpus.len(),
+            g.name,
+            g.compute_cap,
+            g.driver
+        ),
         None => "no NVIDIA GPU".to_string(),
     };
     let python = match f.python() {
@@ -34,7 +40,11 @@ pub fn render(report: &Report, verbose: bool) -> String {
     let width = report.checks.iter().map(|c| c.id.len()).max().unwrap_or(0);
     for c in &report.checks {
         let _ = writeln!(out, "{} {:width$}  {}", mark(c.status), c.id, c.summary);
-        if let Some(fix) = c.fix.as_ref().filter(|_| matches!(c.status, Status::Warn | Status::Fail) || verbose) {
+        if let Some(fix) = c
+            .fix
+            .as_ref()
+            .filter(|_| matches!(c.status, Status::Warn | Status::Fail) || verbose)
+        {
             let _ = writeln!(out, "    fix: {fix}");
         }
         if verbose {
@@ -47,14 +57,23 @@ pub fn render(report: &Report, verbose: bool) -> String {
     let (fail, warn) = (count(Status::Fail), count(Status::Warn));
     let _ = writeln!(out);
     if fail + warn == 0 {
-        let _ = writeln!(out, "No issues found ({} passed, {} skipped).", count(Status::Pass), count(Status::Skip));
+        let _ = writeln!(
+            out,
+            "No issues found ({} passed, {} skipped).",
+            count(Status::Pass),
+            count(Status::Skip)
+        );
     } else {
         let _ = writeln!(
             out,
             "{fail} failure(s), {warn} warning(s), {} passed, {} skipped.{}",
             count(Status::Pass),
             count(Status::Skip),
-            if verbose { "" } else { " Run with -v for evidence." }
+            if verbose {
+                ""
+            } else {
+                " Run with -v for evidence."
+            }
         );
     }
     out

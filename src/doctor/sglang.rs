@@ -65,7 +65,11 @@ pub fn read_sources(site: &Path) -> StackSources {
         let symm_py = std::fs::read_to_string(comm.join("torch_symm_mem.py")).unwrap_or_default();
         let utils = comm.join("all_reduce_utils.py");
         s.symm_sizes = std::fs::read_to_string(&utils).ok().and_then(|text| {
-            Some(CapTable { file: utils.clone(), keys: dict_keys(&text, SIZES)?, lookup: lookup(&symm_py, SIZES) })
+            Some(CapTable {
+                file: utils.clone(),
+                keys: dict_keys(&text, SIZES)?,
+                lookup: lookup(&symm_py, SIZES),
+            })
         });
         s.symm_multimem = dict_keys(&symm_py, MULTIMEM).map(|keys| CapTable {
             file: comm.join("torch_symm_mem.py"),
@@ -87,7 +91,9 @@ pub fn read_sources(site: &Path) -> StackSources {
 
 /// Integer keys of the top level of the dict literal assigned to `name`.
 pub fn dict_keys(text: &str, name: &str) -> Option<Vec<u32>> {
-    let start = text.find(&format!("{name} = {{")).or_else(|| text.find(&format!("{name}: dict")))?;
+    let start = text
+        .find(&format!("{name} = {{"))
+        .or_else(|| text.find(&format!("{name}: dict")))?;
     let body = &text[start + text[start..].find('{')?..];
     let mut keys = Vec::new();
     let (mut depth, mut entry_start, mut in_comment) = (0usize, false, false);
@@ -115,7 +121,7 @@ pub fn dict_keys(text: &str, name: &str) -> Option<Vec<u32>> {
                 let digits: String = body[i..].chars().take_while(char::is_ascii_digit).collect();
                 let rest = body[i + digits.len()..].trim_start();
                 if rest.starts_with(':') {
-                    keys.extend(digits.parse().ok());
+                    keys.extend(digits.parse::<u32>().ok());
                 }
                 entry_start = false;
             }
@@ -141,14 +147,25 @@ fn fusion_gate(sg: &Path) -> Option<Gate> {
     if let Ok(text) = std::fs::read_to_string(&file) {
         if let Some(at) = text.find("def apply_flashinfer_allreduce_fusion") {
             let body = &text[at..];
-            let end = body[1..].find("\ndef ").or_else(|| body[1..].find("\nclass ")).map_or(body.len(), |e| e + 1);
-            return Some(Gate { file, majors: gate_majors(&body[..end]), kind: GateKind::Silent });
+            let end = body[1..]
+                .find("\ndef ")
+                .or_else(|| body[1..].find("\nclass "))
+                .map_or(body.len(), |e| e + 1);
+            return Some(Gate {
+                file,
+                majors: gate_majors(&body[..end]),
+                kind: GateKind::Silent,
+            });
         }
     }
     let file = sg.join("srt/layers/flashinfer_comm_fusion.py");
     let text = std::fs::read_to_string(&file).ok()?;
     text.contains("allreduce fusion requires SM90 or SM10X")
-        .then_some(Gate { file, majors: vec![9, 10], kind: GateKind::Raises })
+        .then_some(Gate {
+            file,
+            majors: vec![9, 10],
+            kind: GateKind::Raises,
+        })
 }
 
 /// Majors named by `_is_smNN_supported` / `_is_blackwell` guards in a function body.
@@ -176,7 +193,12 @@ pub fn majors_after(text: &str, anchor: &str) -> Option<Vec<u32>> {
     let rest = &text[from..];
     let list = &rest[rest.find("supported_major_versions")?..];
     let inner = &list[list.find('[')? + 1..list.find(']')?];
-    Some(inner.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+    Some(
+        inner
+            .split(',')
+            .filter_map(|n| n.trim().parse().ok())
+            .collect(),
+    )
 }
 
 pub fn definitions() -> Vec<CheckDef> {
@@ -189,22 +211,35 @@ pub fn definitions() -> Vec<CheckDef> {
 }
 
 fn keys(keys: &[u32]) -> String {
-    keys.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+    keys.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn version(f: &DoctorFacts, package: &str) -> String {
-    f.packages.get(package).map(|v| format!("{package} {v}")).unwrap_or_else(|| package.to_string())
+    f.packages
+        .get(package)
+        .map(|v| format!("{package} {v}"))
+        .unwrap_or_else(|| package.to_string())
 }
 
 /// Shared preconditions: SGLang sources and a target capability.
 fn sglang_target(f: &DoctorFacts, id: &'static str) -> Result<u32, Check> {
     if f.sources.sglang_dir.is_none() {
-        let where_ = f.site_packages.as_ref().map(|p| format!(" in {}", p.display())).unwrap_or_default();
+        let where_ = f
+            .site_packages
+            .as_ref()
+            .map(|p| format!(" in {}", p.display()))
+            .unwrap_or_default();
         return Err(Check::skip(id, format!("sglang is not installed{where_}")));
     }
     match f.target_cc() {
         Some((major, _)) => Ok(major),
-        None => Err(Check::skip(id, "no GPU found to check against (pin one with KILN_FACT_GPU_CC=12.0)")),
+        None => Err(Check::skip(
+            id,
+            "no GPU found to check against (pin one with KILN_FACT_GPU_CC=12.0)",
+        )),
     }
 }
 
@@ -217,10 +252,22 @@ fn symm_mem_table(f: &DoctorFacts) -> Check {
     let Some(t) = &f.sources.symm_sizes else {
         return Check::skip(id, format!("{SIZES} not found in {}", version(f, "sglang")));
     };
-    let evidence = format!("{}: {SIZES} keys {{{}}}, looked up with {:?}", t.file.display(), keys(&t.keys), t.lookup);
+    let evidence = format!(
+        "{}: {SIZES} keys {{{}}}, looked up with {:?}",
+        t.file.display(),
+        keys(&t.keys),
+        t.lookup
+    );
     let requested = f.server_flags.is_empty() || f.flag_requested(SYMM_FLAG);
     if major < 9 || t.keys.contains(&major) {
-        return Check::pass(id, format!("{} has torch symm-mem sizes for cc {major}", version(f, "sglang"))).evidence(evidence);
+        return Check::pass(
+            id,
+            format!(
+                "{} has torch symm-mem sizes for cc {major}",
+                version(f, "sglang")
+            ),
+        )
+        .evidence(evidence);
     }
     match (t.lookup, requested) {
         (Lookup::Index, true) => Check::fail(
@@ -245,7 +292,8 @@ fn symm_mem_table(f: &DoctorFacts) -> Check {
 /// Whether NVLink multicast can exist here (the only way SGLang 0.5.9's communicator turns on).
 /// The deep probe cannot tell: it always runs with multicast disabled.
 fn multicast_possible(f: &DoctorFacts) -> bool {
-    !f.env_is("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1") && f.topology.as_ref().is_some_and(|t| !t.pcie_only())
+    !f.env_is("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+        && f.topology.as_ref().is_some_and(|t| !t.pcie_only())
 }
 
 fn symm_mem_multimem(f: &DoctorFacts) -> Check {
@@ -255,18 +303,34 @@ fn symm_mem_multimem(f: &DoctorFacts) -> Check {
         Err(c) => return c,
     };
     let Some(t) = &f.sources.symm_multimem else {
-        return Check::skip(id, format!("{MULTIMEM} not found in {}", version(f, "sglang")));
+        return Check::skip(
+            id,
+            format!("{MULTIMEM} not found in {}", version(f, "sglang")),
+        );
     };
-    let evidence = format!("{}: {MULTIMEM} keys {{{}}}, looked up with {:?}", t.file.display(), keys(&t.keys), t.lookup);
+    let evidence = format!(
+        "{}: {MULTIMEM} keys {{{}}}, looked up with {:?}",
+        t.file.display(),
+        keys(&t.keys),
+        t.lookup
+    );
     if major < 9 || t.keys.contains(&major) || t.lookup != Lookup::Index {
-        return Check::pass(id, format!("multimem table covers cc {major} (or falls back to two-shot)")).evidence(evidence);
+        return Check::pass(
+            id,
+            format!("multimem table covers cc {major} (or falls back to two-shot)"),
+        )
+        .evidence(evidence);
     }
     if multicast_possible(f) {
         Check::fail(id, format!("with multicast available, the first symm-mem all-reduce raises `KeyError: {major}` ({MULTIMEM} has only {})", keys(&t.keys)))
             .fix(PATCHSET)
             .evidence(evidence)
     } else {
-        Check::pass(id, format!("{MULTIMEM} lacks cc {major}, but it is not reached without multicast")).evidence(evidence)
+        Check::pass(
+            id,
+            format!("{MULTIMEM} lacks cc {major}, but it is not reached without multicast"),
+        )
+        .evidence(evidence)
     }
 }
 
@@ -277,11 +341,23 @@ fn fusion_gate_check(f: &DoctorFacts) -> Check {
         Err(c) => return c,
     };
     let Some(g) = &f.sources.fusion_gate else {
-        return Check::skip(id, format!("no all-reduce fusion gate found in {}", version(f, "sglang")));
+        return Check::skip(
+            id,
+            format!(
+                "no all-reduce fusion gate found in {}",
+                version(f, "sglang")
+            ),
+        );
     };
-    let evidence = format!("{}: gate admits SM majors {{{}}} ({:?})", g.file.display(), keys(&g.majors), g.kind);
+    let evidence = format!(
+        "{}: gate admits SM majors {{{}}} ({:?})",
+        g.file.display(),
+        keys(&g.majors),
+        g.kind
+    );
     if g.majors.contains(&major) {
-        return Check::pass(id, format!("all-reduce fusion gate admits cc {major}")).evidence(evidence);
+        return Check::pass(id, format!("all-reduce fusion gate admits cc {major}"))
+            .evidence(evidence);
     }
     let requested = f.server_flags.is_empty() || f.flag_requested(FUSION_FLAG);
     match g.kind {
@@ -306,16 +382,39 @@ fn flashinfer_comm_gate(f: &DoctorFacts) -> Check {
         return Check::skip(id, "flashinfer-python is not installed");
     }
     let Some((major, _)) = f.target_cc() else {
-        return Check::skip(id, "no GPU found to check against (pin one with KILN_FACT_GPU_CC=12.0)");
+        return Check::skip(
+            id,
+            "no GPU found to check against (pin one with KILN_FACT_GPU_CC=12.0)",
+        );
     };
     let Some(majors) = &f.sources.flashinfer_comm_majors else {
-        return Check::skip(id, format!("gen_trtllm_comm_module not found in {}", version(f, "flashinfer-python")));
+        return Check::skip(
+            id,
+            format!(
+                "gen_trtllm_comm_module not found in {}",
+                version(f, "flashinfer-python")
+            ),
+        );
     };
-    let evidence = format!("flashinfer/jit/comm.py: gen_trtllm_comm_module supported_major_versions=[{}]", keys(majors));
+    let evidence = format!(
+        "flashinfer/jit/comm.py: gen_trtllm_comm_module supported_major_versions=[{}]",
+        keys(majors)
+    );
     if majors.contains(&major) {
-        return Check::pass(id, format!("{} builds trtllm_comm for SM {major}", version(f, "flashinfer-python"))).evidence(evidence);
+        return Check::pass(
+            id,
+            format!(
+                "{} builds trtllm_comm for SM {major}",
+                version(f, "flashinfer-python")
+            ),
+        )
+        .evidence(evidence);
     }
-    let sglang_open = f.sources.fusion_gate.as_ref().is_some_and(|g| g.majors.contains(&major));
+    let sglang_open = f
+        .sources
+        .fusion_gate
+        .as_ref()
+        .is_some_and(|g| g.majors.contains(&major));
     if sglang_open {
         Check::fail(
             id,
@@ -337,20 +436,41 @@ mod tests {
     fn reads_dict_keys_across_nesting_and_comments() {
         let t = "MiB = 1\nTORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES = {\n    9: {\n        2: 64 * MiB,  # 64 MB\n    },\n    10: {2: 1},\n}\n";
         assert_eq!(dict_keys(t, SIZES), Some(vec![9, 10]));
-        assert_eq!(dict_keys("_WORLD_SIZES_MULTIMEM = {9: [4, 6, 8], 10: [6, 8], 12: []}", MULTIMEM), Some(vec![9, 10, 12]));
+        assert_eq!(
+            dict_keys(
+                "_WORLD_SIZES_MULTIMEM = {9: [4, 6, 8], 10: [6, 8], 12: []}",
+                MULTIMEM
+            ),
+            Some(vec![9, 10, 12])
+        );
     }
 
     #[test]
     fn tells_index_from_get() {
-        assert_eq!(lookup("x = T[\n  self.device_capability\n]", "T"), Lookup::Index);
-        assert_eq!(lookup("x = T.get(self.device_capability)", "T"), Lookup::Get);
+        assert_eq!(
+            lookup("x = T[\n  self.device_capability\n]", "T"),
+            Lookup::Index
+        );
+        assert_eq!(
+            lookup("x = T.get(self.device_capability)", "T"),
+            Lookup::Get
+        );
     }
 
     #[test]
     fn reads_gate_majors() {
-        assert_eq!(gate_majors("(_is_sm90_supported or _is_sm100_supported)"), [9, 10]);
-        assert_eq!(gate_majors("(_is_sm90_supported or _is_sm100_supported or _is_sm120_supported)"), [9, 10, 12]);
+        assert_eq!(
+            gate_majors("(_is_sm90_supported or _is_sm100_supported)"),
+            [9, 10]
+        );
+        assert_eq!(
+            gate_majors("(_is_sm90_supported or _is_sm100_supported or _is_sm120_supported)"),
+            [9, 10, 12]
+        );
         let t = "def gen_x():\n  a(supported_major_versions=[9])\ndef gen_trtllm_comm_module() -> JitSpec:\n    f(\n        supported_major_versions=[9, 10]\n    )";
-        assert_eq!(majors_after(t, "def gen_trtllm_comm_module"), Some(vec![9, 10]));
+        assert_eq!(
+            majors_after(t, "def gen_trtllm_comm_module"),
+            Some(vec![9, 10])
+        );
     }
 }

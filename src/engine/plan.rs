@@ -50,6 +50,11 @@ pub struct PlannedStep {
     pub needs: Vec<String>,
     /// Whether the step must run even if its fingerprint matches (`--force`, `--from`).
     pub forced: bool,
+    /// Compile parallelism this box gives the step now (`mem_per_job`): `MAX_JOBS`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_jobs: Option<usize>,
+    /// The fingerprint digest (absent for skipped steps).
+    pub digest: Option<String>,
     #[serde(skip)]
     pub fingerprint: Option<Fingerprint>,
 }
@@ -104,6 +109,8 @@ pub fn plan(recipe: &Recipe, state: &StateDir, facts: &Facts, sel: &Selection, m
             status: Status::Fresh,
             needs: step.needs.clone(),
             forced,
+            max_jobs: crate::steps::max_jobs(step),
+            digest: None,
             fingerprint: None,
         };
         if let Some(w) = &step.when {
@@ -121,6 +128,7 @@ pub fn plan(recipe: &Recipe, state: &StateDir, facts: &Facts, sel: &Selection, m
         } else {
             staleness(state, &step.id, &step.check, &fp, forced, sel)
         };
+        planned.digest = Some(fp.digest.clone());
         planned.fingerprint = Some(fp);
         out.push(planned);
     }

@@ -46,8 +46,12 @@ pub enum SmiState {
     /// Not on PATH: no NVIDIA driver (or not in this container).
     Missing,
     /// Kernel module and user-space library differ (after an upgrade without reboot).
-    Mismatch { message: String },
-    Failed { message: String },
+    Mismatch {
+        message: String,
+    },
+    Failed {
+        message: String,
+    },
 }
 
 /// The result of querying the GPUs.
@@ -67,7 +71,11 @@ pub fn query_gpus() -> Option<Vec<Gpu>> {
 
 /// Query the GPUs, falling back to a query without `compute_cap` on drivers that lack it.
 pub fn query() -> GpuQuery {
-    let mut result = GpuQuery { smi: SmiState::Missing, gpus: Vec::new(), compute_cap_field: true };
+    let mut result = GpuQuery {
+        smi: SmiState::Missing,
+        gpus: Vec::new(),
+        compute_cap_field: true,
+    };
     if which::which("nvidia-smi").is_err() {
         return result;
     }
@@ -108,7 +116,11 @@ pub fn smi(args: &[&str]) -> Result<String, String> {
     let spec = CommandSpec::new("nvidia-smi", args.iter().copied());
     match process::capture_timeout(&spec, SMI_TIMEOUT) {
         Ok(c) if c.success() => Ok(c.stdout),
-        Ok(c) if c.timed_out => Err(format!("`{}` did not answer within {}s", spec.display(), SMI_TIMEOUT.as_secs())),
+        Ok(c) if c.timed_out => Err(format!(
+            "`{}` did not answer within {}s",
+            spec.display(),
+            SMI_TIMEOUT.as_secs()
+        )),
         Ok(c) => {
             let text = format!("{}\n{}", c.stdout.trim(), c.stderr.trim());
             Err(text.trim().to_string())
@@ -120,7 +132,9 @@ pub fn smi(args: &[&str]) -> Result<String, String> {
 /// Parse `--format=csv` output (with a header; units in header and values are dropped).
 pub fn parse_csv(text: &str) -> Vec<Gpu> {
     let mut lines = text.lines().filter(|l| !l.trim().is_empty());
-    let Some(header) = lines.next() else { return Vec::new() };
+    let Some(header) = lines.next() else {
+        return Vec::new();
+    };
     let columns: Vec<String> = header
         .split(',')
         .map(|c| c.split(" [").next().unwrap_or("").trim().to_string())
@@ -140,7 +154,9 @@ pub fn parse_csv(text: &str) -> Vec<Gpu> {
                 name: values.get(name_at)?.to_string(),
                 compute_cap: get("compute_cap").unwrap_or_default(),
                 driver: get("driver_version").unwrap_or_default(),
-                memory_mib: get("memory.total").and_then(|m| m.parse().ok()).unwrap_or(0),
+                memory_mib: get("memory.total")
+                    .and_then(|m| m.parse().ok())
+                    .unwrap_or(0),
                 uuid: get("uuid"),
                 bus_id: get("pci.bus_id"),
                 persistence_mode: get("persistence_mode"),
@@ -198,7 +214,10 @@ pub fn cc_from_name(name: &str) -> Option<&'static str> {
         ("V100", "7.0"),
         ("T4", "7.5"),
     ];
-    TABLE.iter().find(|(needle, _)| name.contains(needle)).map(|(_, cc)| *cc)
+    TABLE
+        .iter()
+        .find(|(needle, _)| name.contains(needle))
+        .map(|(_, cc)| *cc)
 }
 
 /// The kernel module's version from `/proc/driver/nvidia/version` (a file read, no NVML).
@@ -227,7 +246,10 @@ mod tests {
         let gpus = parse_csv(H200);
         assert_eq!(gpus.len(), 1);
         let g = &gpus[0];
-        assert_eq!((g.index, g.name.as_str(), g.compute_cap.as_str()), (0, "NVIDIA H200", "9.0"));
+        assert_eq!(
+            (g.index, g.name.as_str(), g.compute_cap.as_str()),
+            (0, "NVIDIA H200", "9.0")
+        );
         assert_eq!((g.driver.as_str(), g.memory_mib), ("580.159.04", 143771));
         assert_eq!(g.bus_id.as_deref(), Some("00000000:00:06.0"));
         assert_eq!(g.persistence_mode.as_deref(), Some("Enabled"));
@@ -242,7 +264,10 @@ mod tests {
 
     #[test]
     fn names_give_a_capability_when_the_driver_does_not() {
-        assert_eq!(cc_from_name("NVIDIA RTX PRO 6000 Blackwell Server Edition"), Some("12.0"));
+        assert_eq!(
+            cc_from_name("NVIDIA RTX PRO 6000 Blackwell Server Edition"),
+            Some("12.0")
+        );
         assert_eq!(cc_from_name("NVIDIA H200"), Some("9.0"));
         assert_eq!(cc_from_name("Matrox"), None);
     }

@@ -38,19 +38,30 @@ pub struct PythonFacts {
 pub fn collect(python: &str) -> Result<PythonFacts, String> {
     let mut spec = CommandSpec::new(python, ["-c", SCRIPT]);
     // Keep torch quiet and fast: no CUDA context just to count devices.
-    spec.env.insert("PYTORCH_NVML_BASED_CUDA_CHECK".into(), "1".into());
+    spec.env
+        .insert("PYTORCH_NVML_BASED_CUDA_CHECK".into(), "1".into());
     let out = process::capture_timeout(&spec, TIMEOUT).map_err(|e| e.to_string())?;
     if out.timed_out {
-        return Err(format!("`{python}` did not finish the facts script within {}s", TIMEOUT.as_secs()));
+        return Err(format!(
+            "`{python}` did not finish the facts script within {}s",
+            TIMEOUT.as_secs()
+        ));
     }
-    let line = out.stdout.lines().find_map(|l| l.strip_prefix("KILN_FACTS "));
+    let line = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("KILN_FACTS "));
     match line {
-        Some(json) => serde_json::from_str(json).map_err(|e| format!("unreadable facts from `{python}`: {e}")),
+        Some(json) => {
+            serde_json::from_str(json).map_err(|e| format!("unreadable facts from `{python}`: {e}"))
+        }
         None => {
             let tail: Vec<&str> = out.stderr.lines().rev().take(3).collect();
             Err(format!(
                 "`{python}` failed ({}): {}",
-                out.code.map(|c| format!("exit {c}")).unwrap_or_else(|| "killed".into()),
+                out.code
+                    .map(|c| format!("exit {c}"))
+                    .unwrap_or_else(|| "killed".into()),
                 tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
             ))
         }
@@ -60,14 +71,22 @@ pub fn collect(python: &str) -> Result<PythonFacts, String> {
 /// Package versions from the `*.dist-info/METADATA` files of a site-packages directory (a file read).
 pub fn dist_versions(site: &Path) -> BTreeMap<String, String> {
     let mut versions = BTreeMap::new();
-    let Ok(entries) = std::fs::read_dir(site) else { return versions };
+    let Ok(entries) = std::fs::read_dir(site) else {
+        return versions;
+    };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         if !name.ends_with(".dist-info") {
             continue;
         }
-        let Ok(meta) = std::fs::read_to_string(entry.path().join("METADATA")) else { continue };
-        let field = |key: &str| meta.lines().find_map(|l| l.strip_prefix(key)).map(|v| v.trim().to_string());
+        let Ok(meta) = std::fs::read_to_string(entry.path().join("METADATA")) else {
+            continue;
+        };
+        let field = |key: &str| {
+            meta.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .map(|v| v.trim().to_string())
+        };
         if let (Some(n), Some(v)) = (field("Name:"), field("Version:")) {
             versions.insert(normalize(&n), v);
         }
@@ -89,13 +108,24 @@ mod tests {
         let site = tempfile::tempdir().unwrap();
         let d = site.path().join("flashinfer_python-0.6.3.dist-info");
         std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join("METADATA"), "Metadata-Version: 2.1\nName: flashinfer-python\nVersion: 0.6.3\n").unwrap();
-        assert_eq!(dist_versions(site.path()).get("flashinfer-python").map(String::as_str), Some("0.6.3"));
+        std::fs::write(
+            d.join("METADATA"),
+            "Metadata-Version: 2.1\nName: flashinfer-python\nVersion: 0.6.3\n",
+        )
+        .unwrap();
+        assert_eq!(
+            dist_versions(site.path())
+                .get("flashinfer-python")
+                .map(String::as_str),
+            Some("0.6.3")
+        );
     }
 
     #[test]
     fn the_script_runs_under_the_system_python() {
-        let Ok(python) = which::which("python3") else { return };
+        let Ok(python) = which::which("python3") else {
+            return;
+        };
         let facts = collect(&python.display().to_string()).expect("facts script runs");
         assert!(facts.version.starts_with('3'), "{facts:?}");
     }

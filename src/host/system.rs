@@ -17,10 +17,16 @@ pub struct SystemFacts {
 
 pub fn collect() -> SystemFacts {
     SystemFacts {
-        os: std::fs::read_to_string("/etc/os-release").ok().and_then(|t| os_release_name(&t)),
-        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease").ok().map(|s| s.trim().to_string()),
+        os: std::fs::read_to_string("/etc/os-release")
+            .ok()
+            .and_then(|t| os_release_name(&t)),
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .ok()
+            .map(|s| s.trim().to_string()),
         arch: std::env::consts::ARCH.to_string(),
-        cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        cores: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
         mem_total_bytes: super::meminfo_kib("MemTotal").map(|k| k * 1024),
         mem_available_bytes: super::meminfo_kib("MemAvailable").map(|k| k * 1024),
     }

@@ -13,7 +13,10 @@ impl Matrix {
     /// Every off-diagonal cell once (i < j).
     pub fn pairs(&self) -> impl Iterator<Item = (usize, usize, &str)> {
         self.cells.iter().enumerate().flat_map(|(i, row)| {
-            row.iter().enumerate().filter(move |(j, _)| i < *j).map(move |(j, c)| (i, j, c.as_str()))
+            row.iter()
+                .enumerate()
+                .filter(move |(j, _)| i < *j)
+                .map(move |(j, c)| (i, j, c.as_str()))
         })
     }
 
@@ -54,13 +57,24 @@ pub fn parse_matrix(text: &str) -> Option<Matrix> {
     let lines: Vec<String> = text.lines().map(strip_ansi).collect();
     let header_at = lines.iter().position(|l| {
         let mut words = l.split_whitespace();
-        words.next() == Some("GPU0") && words.next().is_some_and(|w| w.starts_with("GPU") || w.starts_with("NIC"))
+        words.next() == Some("GPU0")
+            && words
+                .next()
+                .is_some_and(|w| w.starts_with("GPU") || w.starts_with("NIC"))
     });
     // A single GPU prints a header of only "GPU0".
-    let header_at = header_at.or_else(|| lines.iter().position(|l| l.split_whitespace().next() == Some("GPU0") && !l.contains(" X")))?;
+    let header_at = header_at.or_else(|| {
+        lines
+            .iter()
+            .position(|l| l.split_whitespace().next() == Some("GPU0") && !l.contains(" X"))
+    })?;
     let header: Vec<&str> = lines[header_at].split_whitespace().collect();
-    let gpu_columns: Vec<usize> =
-        header.iter().enumerate().filter(|(_, h)| is_gpu_label(h)).map(|(i, _)| i).collect();
+    let gpu_columns: Vec<usize> = header
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| is_gpu_label(h))
+        .map(|(i, _)| i)
+        .collect();
     let mut gpus = Vec::new();
     let mut cells = Vec::new();
     for line in &lines[header_at + 1..] {
@@ -72,7 +86,10 @@ pub fn parse_matrix(text: &str) -> Option<Matrix> {
             }
             break;
         }
-        let row: Option<Vec<String>> = gpu_columns.iter().map(|&c| words.get(c + 1).map(|w| w.to_string())).collect();
+        let row: Option<Vec<String>> = gpu_columns
+            .iter()
+            .map(|&c| words.get(c + 1).map(|w| w.to_string()))
+            .collect();
         gpus.push(label.to_string());
         cells.push(row?);
     }
@@ -80,7 +97,8 @@ pub fn parse_matrix(text: &str) -> Option<Matrix> {
 }
 
 fn is_gpu_label(word: &str) -> bool {
-    word.strip_prefix("GPU").is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+    word.strip_prefix("GPU")
+        .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
 }
 
 #[cfg(test)]

@@ -50,7 +50,7 @@ struct PatchWire {
     post: Option<PostWire>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EditWire {
     op: Spanned<String>,

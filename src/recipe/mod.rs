@@ -28,6 +28,8 @@ pub struct Recipe {
     pub vars: BTreeMap<String, String>,
     pub steps: Vec<Step>,
     pub profiles: BTreeMap<String, Profile>,
+    /// Profiles that cannot be used yet, with the rendered reason (a required variable unset).
+    pub unavailable_profiles: BTreeMap<String, String>,
 }
 
 impl Recipe {

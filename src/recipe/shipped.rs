@@ -6,6 +6,10 @@ pub const DEFAULT: &str = "demo";
 /// Embedded files by their path in the repository.
 pub const FILES: &[(&str, &str)] = &[
     ("recipes/demo.toml", include_str!("../../recipes/demo.toml")),
+    ("recipes/glm5-nvfp4-sm120.toml", include_str!("../../recipes/glm5-nvfp4-sm120.toml")),
+    ("toolchains/cuda-12.8.toml", include_str!("../../toolchains/cuda-12.8.toml")),
+    ("toolchains/cuda-13.0.1.toml", include_str!("../../toolchains/cuda-13.0.1.toml")),
+    ("toolchains/sglang-0.5.9-cu130.toml", include_str!("../../toolchains/sglang-0.5.9-cu130.toml")),
 ];
 
 pub fn get(key: &str) -> Option<&'static str> {

@@ -17,9 +17,11 @@ use crate::host::FACT_KEYS;
 const BUILTINS: &[&str] = &["kiln.state_dir", "kiln.cache_dir", "kiln.work_dir", "recipe.dir", "recipe.name"];
 
 /// A variable's definition: its template and where it was written (None: `--set`).
+/// `template: None` is a required variable without a value; `help` says what to give it.
 struct VarDef {
-    template: Template,
+    template: Option<Template>,
     loc: Option<Loc>,
+    help: Option<String>,
 }
 
 struct Resolver<'a> {
@@ -80,19 +82,8 @@ pub(super) fn build(loaded: Loaded, opts: &LoadOptions) -> Result<Recipe> {
     for (file, f) in &loaded.files {
         for (key, value) in &f.vars {
             let loc = sources.loc(*file, value.span());
-            let template = match value.get_ref() {
-                toml::Value::String(s) => parse_template(sources, loc, s)?,
-                toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => Template {
-                    parts: vec![super::interp::Part::Lit(value.get_ref().to_string())],
-                },
-                _ => {
-                    return Err(sources
-                        .diag(loc, format!("variable `{}` must be a string, number or boolean", key.get_ref()))
-                        .with_hint("lists and tables are not variables; use a string")
-                        .into())
-                }
-            };
-            r.defs.insert(key.get_ref().clone(), VarDef { template, loc: Some(loc) });
+            let def = var_def(sources, loc, key.get_ref(), value.get_ref())?;
+            r.defs.insert(key.get_ref().clone(), def);
         }
     }
     for (key, value) in opts.overrides {
@@ -106,9 +97,11 @@ pub(super) fn build(loaded: Loaded, opts: &LoadOptions) -> Result<Recipe> {
         let template = Template::parse(value).map_err(|e| {
             Error::usage(format!("`--set {key}=...`: {}", e.message), Some(e.hint.to_string()))
         })?;
-        r.defs.insert(key.clone(), VarDef { template, loc: None });
+        let help = r.defs.get(key).and_then(|d| d.help.clone());
+        r.defs.insert(key.clone(), VarDef { template: Some(template), loc: None, help });
     }
-    let var_names: Vec<String> = r.defs.keys().cloned().collect();
+    // Required variables without a value fail only where something uses them.
+    let var_names: Vec<String> = r.defs.iter().filter(|(_, d)| d.template.is_some()).map(|(k, _)| k.clone()).collect();
     for key in &var_names {
         r.var(key)?;
     }
@@ -164,9 +157,19 @@ pub(super) fn build(loaded: Loaded, opts: &LoadOptions) -> Result<Recipe> {
         }
     }
     let mut resolved_profiles = BTreeMap::new();
+    let mut unavailable_profiles = BTreeMap::new();
     for pname in profiles.keys() {
-        let p = profile(&mut r, &profiles, pname, &mut Vec::new())?;
-        resolved_profiles.insert(pname.clone(), p);
+        // A profile that needs a required variable without a value is unavailable, not an error:
+        // provisioning does not need the model path; serving that profile does.
+        match profile(&mut r, &profiles, pname, &mut Vec::new()) {
+            Ok(p) => {
+                resolved_profiles.insert(pname.clone(), p);
+            }
+            Err(e) if is_missing_required(&e) => {
+                unavailable_profiles.insert(pname.clone(), e.render());
+            }
+            Err(e) => return Err(e),
+        }
     }
 
     Ok(Recipe {
@@ -177,7 +180,52 @@ pub(super) fn build(loaded: Loaded, opts: &LoadOptions) -> Result<Recipe> {
         vars: r.resolved.clone(),
         steps,
         profiles: resolved_profiles,
+        unavailable_profiles,
     })
+}
+
+fn is_missing_required(e: &Error) -> bool {
+    let text = match e {
+        Error::Source(d) => d.message.as_str(),
+        Error::Usage { message, .. } => message.as_str(),
+        _ => return false,
+    };
+    text.contains("is required and has no value")
+}
+
+/// A `[vars]` entry: a string template, a number or boolean, or `{ help = "...", default = "..." }`
+/// (no `default`: required).
+fn var_def(sources: &Sources, loc: Loc, key: &str, value: &toml::Value) -> Result<VarDef> {
+    let literal = |v: &toml::Value| Template { parts: vec![super::interp::Part::Lit(v.to_string())] };
+    let template = match value {
+        toml::Value::String(s) => Some(parse_template(sources, loc, s)?),
+        toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => Some(literal(value)),
+        toml::Value::Table(t) => {
+            if let Some(bad) = t.keys().find(|k| !["help", "default"].contains(&k.as_str())) {
+                let hint = did_you_mean(bad, ["help", "default"]).map_or("keys: help, default".to_string(), |b| format!("did you mean `{b}`?"));
+                return Err(sources.diag(loc, format!("unknown key `{bad}` in variable `{key}`")).with_hint(hint).into());
+            }
+            let help = match t.get("help") {
+                Some(toml::Value::String(h)) => Some(h.clone()),
+                None => None,
+                Some(_) => return Err(sources.diag(loc, format!("`help` of variable `{key}` must be a string")).with_hint("e.g. `{ help = \"path to the model\" }`").into()),
+            };
+            let template = match t.get("default") {
+                Some(toml::Value::String(s)) => Some(parse_template(sources, loc, s)?),
+                Some(v @ (toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_))) => Some(literal(v)),
+                None => None,
+                Some(_) => return Err(sources.diag(loc, format!("`default` of variable `{key}` must be a string, number or boolean")).with_hint("use a string").into()),
+            };
+            return Ok(VarDef { template, loc: Some(loc), help });
+        }
+        _ => {
+            return Err(sources
+                .diag(loc, format!("variable `{key}` must be a string, number or boolean"))
+                .with_hint("lists are not variables; use a string, or `{ help = \"...\" }` for a required one")
+                .into())
+        }
+    };
+    Ok(VarDef { template, loc: Some(loc), help: None })
 }
 
 fn parse_template(sources: &Sources, loc: Loc, text: &str) -> Result<Template> {
@@ -208,7 +256,14 @@ impl Resolver<'_> {
         }
         self.active.push(name.to_string());
         let def = &self.defs[name];
-        let (template, loc) = (def.template.clone(), def.loc);
+        let (Some(template), loc) = (def.template.clone(), def.loc) else {
+            self.active.pop();
+            let help = def.help.clone().unwrap_or_default();
+            return Err(Error::usage(
+                format!("variable `{name}` is required and has no value ({help})"),
+                Some(format!("pass `--set {name}=...`")),
+            ));
+        };
         let value = template.expand(Quoting::None, |v| self.lookup(v, loc));
         self.active.pop();
         let value = value?;
@@ -261,7 +316,15 @@ impl Resolver<'_> {
                 "`${steps.ID.path}` names the file of a fetch step or the directory of an extract step".into(),
             ));
         }
-        if self.defs.contains_key(&v.name) {
+        if let Some(def) = self.defs.get(&v.name) {
+            if def.template.is_none() {
+                let help = def.help.clone().unwrap_or_default();
+                return Err(fail(
+                    self.sources,
+                    format!("variable `{}` is required and has no value: {help}", v.name),
+                    format!("pass `--set {}=...`", v.name),
+                ));
+            }
             return self.var(&v.name);
         }
         if let Some(d) = &v.default {

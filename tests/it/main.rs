@@ -4,3 +4,7 @@ mod common;
 mod recipes;
 mod image;
 mod engine;
+mod cuda_step;
+mod python_step;
+mod shipped;
+mod doctor;

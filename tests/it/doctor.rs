@@ -1,0 +1,454 @@
+//! `kiln doctor` end to end: real nvidia-smi captures replayed by tests/fixtures/gpu/bin/nvidia-smi
+//! (plus scenarios derived from their format), real sglang / flashinfer wheels from PyPI.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::common::{copy_tree, scrub, wheel_site, Workspace};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpu")
+}
+
+/// `kiln doctor ARGS` against a GPU scenario (None: a host without nvidia-smi).
+fn doctor(ws: &Workspace, scenario: Option<&str>) -> assert_cmd::Command {
+    let mut cmd = ws.kiln();
+    let path = std::env::var("PATH").unwrap_or_default();
+    // No nvidia-smi of the machine running the tests may answer (there is none here anyway).
+    let path: Vec<&str> = path
+        .split(':')
+        .filter(|d| !Path::new(d).join("nvidia-smi").exists())
+        .collect();
+    let path = path.join(":");
+    match scenario {
+        Some(s) => cmd
+            .env(
+                "PATH",
+                format!("{}:{path}", fixtures().join("bin").display()),
+            )
+            .env("FAKE_NVIDIA_SMI_SCENARIO", fixtures().join(s)),
+        None => cmd.env("PATH", path),
+    };
+    cmd.arg("doctor")
+        .env("FLASHINFER_WORKSPACE_BASE", ws.path())
+        .env("HOME", ws.path())
+        .env_remove("TORCH_SYMM_MEM_DISABLE_MULTICAST")
+        .env_remove("CUDA_HOME")
+        .env_remove("MAX_JOBS")
+        .env_remove("KILN_FACT_GPU_CC");
+    cmd
+}
+
+/// Run with `--json`; returns (exit code, report).
+fn json(cmd: &mut assert_cmd::Command) -> (i32, Value) {
+    let out = cmd.arg("--json").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let report: Value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("{e}: {text}\n{}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code().unwrap(), report)
+}
+
+fn check<'a>(report: &'a Value, id: &str) -> &'a Value {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == id)
+        .unwrap_or_else(|| panic!("no check {id}"))
+}
+
+fn status(report: &Value, id: &str) -> String {
+    check(report, id)["status"].as_str().unwrap().to_string()
+}
+
+fn summary(report: &Value, id: &str) -> String {
+    check(report, id)["summary"].as_str().unwrap().to_string()
+}
+
+/// The exit code must be the worst status: fail 2, warn 1, else 0.
+fn assert_exit_matches(code: i32, report: &Value) {
+    let statuses: Vec<&str> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["status"].as_str().unwrap())
+        .collect();
+    let want = if statuses.contains(&"fail") {
+        2
+    } else if statuses.contains(&"warn") {
+        1
+    } else {
+        0
+    };
+    assert_eq!(code, want, "{statuses:?}");
+}
+
+/// One site-packages holding both the sglang and flashinfer wheels (symlinks into the cache).
+fn stack_site(ws: &Workspace, sglang: &str, flashinfer: &str) -> PathBuf {
+    let site = ws.path().join("site");
+    std::fs::create_dir_all(&site).unwrap();
+    for wheel in [wheel_site(sglang), wheel_site(flashinfer)] {
+        for entry in std::fs::read_dir(&wheel).unwrap().flatten() {
+            let name = entry.file_name();
+            if name.to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let _ = std::os::unix::fs::symlink(entry.path(), site.join(name));
+        }
+    }
+    site
+}
+
+#[test]
+fn a_host_without_gpu_or_torch_gets_a_clean_report() {
+    let ws = Workspace::new();
+    let (code, report) = json(&mut doctor(&ws, None));
+    assert_exit_matches(code, &report);
+    assert_eq!(status(&report, "nvidia.driver"), "warn");
+    assert!(summary(&report, "nvidia.driver").contains("nvidia-smi is not on PATH"));
+    for id in [
+        "driver.floor",
+        "torch.arch",
+        "topology.multicast",
+        "gpu.persistence",
+        "sglang.symm-mem-table",
+        "deep.matmul",
+    ] {
+        assert_eq!(status(&report, id), "skip", "{id}");
+    }
+    assert_eq!(report["facts"]["nvidia_smi"]["state"], "missing");
+    assert!(report["facts"]["system"]["cores"].as_u64().unwrap() >= 1);
+    // The human form says the same, one line per check.
+    let out = doctor(&ws, None).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("kiln doctor: no NVIDIA GPU;"), "{text}");
+    assert!(text.contains("[!] nvidia.driver"), "{text}");
+    assert_eq!(out.status.code(), Some(code));
+}
+
+#[test]
+fn real_h200_captures_give_driver_topology_and_gpu_facts() {
+    let ws = Workspace::new();
+    let (code, report) = json(&mut doctor(&ws, Some("h200x2")));
+    assert_exit_matches(code, &report);
+    assert_eq!(status(&report, "nvidia.driver"), "pass");
+    assert!(summary(&report, "nvidia.driver")
+        .contains("driver 580.159.04, 2× NVIDIA H200 (cc 9.0, 143771 MiB)"));
+    let gpus = report["facts"]["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 2);
+    assert_eq!(gpus[1]["bus_id"], "00000000:00:07.0");
+    assert_eq!(report["facts"]["topology"]["cells"][0][1], "NV18");
+    for id in [
+        "gpu.uniform",
+        "topology.p2p",
+        "topology.multicast",
+        "topology.custom-allreduce",
+        "gpu.persistence",
+        "gpu.ecc",
+    ] {
+        assert_eq!(
+            status(&report, id),
+            "pass",
+            "{id}: {}",
+            summary(&report, id)
+        );
+    }
+    // The device machine sets TORCH_SYMM_MEM_DISABLE_MULTICAST=1: symm-mem then falls back.
+    let (_, report) =
+        json(doctor(&ws, Some("h200x2")).env("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"));
+    assert_eq!(status(&report, "topology.multicast"), "warn");
+    assert!(summary(&report, "topology.multicast").contains("TORCH_SYMM_MEM_DISABLE_MULTICAST=1"));
+}
+
+#[test]
+fn sm120_pcie_box_with_sglang_0_5_9_predicts_key_error_12_and_silent_fusion() {
+    let ws = Workspace::new();
+    let site = stack_site(&ws, "sglang==0.5.9", "flashinfer-python==0.6.3");
+    let (code, report) = json(
+        doctor(&ws, Some("derived-8x-rtx-pro-6000-pcie"))
+            .arg("--site-packages")
+            .arg(&site),
+    );
+    assert_eq!(code, 2);
+    assert_exit_matches(code, &report);
+    assert_eq!(status(&report, "sglang.symm-mem-table"), "fail");
+    assert!(summary(&report, "sglang.symm-mem-table").contains("`KeyError: 12`"));
+    assert_eq!(
+        check(&report, "sglang.symm-mem-table")["fix"]
+            .as_str()
+            .unwrap(),
+        "kiln patch apply sglang-0.5.9-sm120   (or drop --enable-torch-symm-mem)"
+    );
+    assert_eq!(status(&report, "sglang.allreduce-fusion-gate"), "warn");
+    assert!(summary(&report, "sglang.allreduce-fusion-gate").contains("silently ignored on cc 12"));
+    assert_eq!(status(&report, "flashinfer.comm-jit-gate"), "skip");
+    assert_eq!(status(&report, "sglang.symm-mem-multimem"), "pass");
+    assert_eq!(status(&report, "topology.multicast"), "warn");
+    assert_eq!(status(&report, "topology.custom-allreduce"), "warn");
+    assert_eq!(report["facts"]["packages"]["sglang"], "0.5.9");
+    assert_eq!(report["facts"]["packages"]["flashinfer-python"], "0.6.3");
+
+    // What a person sees (machine-dependent checks left out; paths and the interpreter scrubbed).
+    let ids = [
+        "nvidia.driver",
+        "gpu.uniform",
+        "topology.p2p",
+        "topology.multicast",
+        "topology.custom-allreduce",
+        "gpu.persistence",
+        "gpu.ecc",
+        "sglang.symm-mem-table",
+        "sglang.symm-mem-multimem",
+        "sglang.allreduce-fusion-gate",
+        "flashinfer.comm-jit-gate",
+    ];
+    let out = doctor(&ws, Some("derived-8x-rtx-pro-6000-pcie"))
+        .arg("--site-packages")
+        .arg(&site)
+        .args(ids)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let text = scrub(&String::from_utf8_lossy(&out.stdout), &ws);
+    insta::with_settings!({filters => vec![(r"Python \S+ at \S+", "Python [VERSION] at [PYTHON]")]}, {
+        insta::assert_snapshot!("doctor_sm120_sglang_0_5_9", text);
+    });
+}
+
+#[test]
+fn half_patched_sglang_predicts_the_graph_capture_crash_and_the_table_patch_passes() {
+    let ws = Workspace::new();
+    let site = ws.path().join("site");
+    copy_tree(&wheel_site("sglang==0.5.9"), &site);
+    for entry in std::fs::read_dir(wheel_site("flashinfer-python==0.6.3"))
+        .unwrap()
+        .flatten()
+    {
+        let _ = std::os::unix::fs::symlink(entry.path(), site.join(entry.file_name()));
+    }
+    // The table patch (key 12 like key 10) and the SGLang half of the fusion gate, FlashInfer untouched.
+    let utils = site.join("sglang/srt/distributed/device_communicators/all_reduce_utils.py");
+    let text = std::fs::read_to_string(&utils).unwrap();
+    std::fs::write(
+        &utils,
+        text.replacen(
+            "    10: {",
+            "    12: {\n        2: 64 * MiB,\n    },\n    10: {",
+            1,
+        ),
+    )
+    .unwrap();
+    let comm = site.join("sglang/srt/layers/communicator.py");
+    let text = std::fs::read_to_string(&comm).unwrap();
+    assert!(text.contains("(_is_sm90_supported or _is_sm100_supported)"));
+    std::fs::write(
+        &comm,
+        text.replace(
+            "(_is_sm90_supported or _is_sm100_supported)",
+            "(_is_sm90_supported or _is_sm100_supported or _is_sm120_supported)",
+        ),
+    )
+    .unwrap();
+
+    let (_, report) = json(
+        doctor(&ws, Some("derived-8x-rtx-pro-6000-pcie"))
+            .arg("--site-packages")
+            .arg(&site),
+    );
+    assert_eq!(
+        status(&report, "sglang.symm-mem-table"),
+        "pass",
+        "{}",
+        summary(&report, "sglang.symm-mem-table")
+    );
+    assert_eq!(status(&report, "sglang.allreduce-fusion-gate"), "pass");
+    assert_eq!(status(&report, "flashinfer.comm-jit-gate"), "fail");
+    assert!(summary(&report, "flashinfer.comm-jit-gate")
+        .contains("No supported CUDA architectures found for major versions [9, 10]"));
+}
+
+#[test]
+fn sglang_0_5_23_disables_symm_mem_itself_and_refuses_the_fusion() {
+    let ws = Workspace::new();
+    let site = stack_site(&ws, "sglang==0.5.23", "flashinfer-python==0.7.2");
+    let (_, report) = json(
+        doctor(&ws, Some("derived-8x-rtx-pro-6000-pcie"))
+            .arg("--site-packages")
+            .arg(&site),
+    );
+    assert_eq!(status(&report, "sglang.symm-mem-table"), "warn");
+    assert!(summary(&report, "sglang.symm-mem-table").contains("disables itself"));
+    assert_eq!(status(&report, "sglang.symm-mem-multimem"), "pass");
+    assert_eq!(status(&report, "sglang.allreduce-fusion-gate"), "fail");
+    assert!(summary(&report, "sglang.allreduce-fusion-gate").contains("requires SM90 or SM10X"));
+    assert_eq!(status(&report, "flashinfer.comm-jit-gate"), "pass");
+}
+
+#[test]
+fn a_pinned_capability_checks_sglang_on_a_machine_without_the_gpu() {
+    let ws = Workspace::new();
+    let site = wheel_site("sglang==0.5.9");
+    let (_, report) = json(
+        doctor(&ws, None)
+            .env("KILN_FACT_GPU_CC", "12.0")
+            .args(["sglang.symm-mem-table", "--site-packages"])
+            .arg(&site),
+    );
+    assert_eq!(report["checks"].as_array().unwrap().len(), 1);
+    assert_eq!(status(&report, "sglang.symm-mem-table"), "fail");
+    let (code, report) = json(
+        doctor(&ws, None)
+            .env("KILN_FACT_GPU_CC", "9.0")
+            .args(["sglang.symm-mem-table", "--site-packages"])
+            .arg(&site),
+    );
+    assert_eq!(
+        (code, status(&report, "sglang.symm-mem-table")),
+        (0, "pass".to_string())
+    );
+}
+
+/// A CUDA toolkit as `kiln doctor` reads it: `$CUDA_HOME/version.json`.
+fn toolkit(ws: &Workspace, version: &str) -> PathBuf {
+    ws.write(
+        "cuda-13.0/version.json",
+        &format!(r#"{{"cuda": {{"name": "CUDA SDK", "version": "{version}"}}}}"#),
+    );
+    ws.path().join("cuda-13.0")
+}
+
+#[test]
+fn an_old_driver_fails_the_cuda_13_floor_and_gns_p2p_warns() {
+    let ws = Workspace::new();
+    let cuda = toolkit(&ws, "13.0.1");
+    let (code, report) = json(doctor(&ws, Some("derived-old-driver-570")).env("CUDA_HOME", &cuda));
+    assert_eq!(code, 2);
+    assert_eq!(status(&report, "driver.floor"), "fail");
+    assert!(
+        summary(&report, "driver.floor").contains("driver 570.133.07 is too old for CUDA 13.0.1")
+    );
+    assert!(check(&report, "driver.floor")["fix"]
+        .as_str()
+        .unwrap()
+        .contains("580.82.07"));
+    assert_eq!(status(&report, "topology.p2p"), "warn");
+    assert!(summary(&report, "topology.p2p").contains("GNS"));
+    assert_eq!(status(&report, "gpu.persistence"), "warn");
+    assert_eq!(
+        check(&report, "gpu.persistence")["fix"],
+        "sudo nvidia-smi -pm 1   (or enable the nvidia-persistenced service)"
+    );
+    // Two PCIe GPUs keep custom all-reduce.
+    assert_eq!(status(&report, "topology.custom-allreduce"), "pass");
+}
+
+#[test]
+fn a_current_driver_passes_the_floor_for_the_toolkit_it_ships_with() {
+    let ws = Workspace::new();
+    let cuda = toolkit(&ws, "13.0.2");
+    let (_, report) = json(
+        doctor(&ws, Some("h200x2"))
+            .env("CUDA_HOME", &cuda)
+            .arg("driver.floor"),
+    );
+    assert_eq!(status(&report, "driver.floor"), "pass");
+    assert_eq!(
+        summary(&report, "driver.floor"),
+        "driver 580.159.04 ≥ 580.95.05 for CUDA 13.0.2"
+    );
+}
+
+#[test]
+fn a_driver_without_compute_cap_falls_back_to_the_gpu_name() {
+    let ws = Workspace::new();
+    let (_, report) = json(doctor(&ws, Some("derived-no-compute-cap")).arg("-v"));
+    assert_eq!(status(&report, "nvidia.driver"), "pass");
+    assert_eq!(report["facts"]["compute_cap_field"], false);
+    assert_eq!(report["facts"]["gpus"][0]["compute_cap"], "8.0");
+    let evidence = check(&report, "nvidia.driver")["evidence"].to_string();
+    assert!(
+        evidence.contains("no compute_cap query field"),
+        "{evidence}"
+    );
+}
+
+#[test]
+fn a_driver_library_mismatch_is_its_own_failure() {
+    let ws = Workspace::new();
+    let (code, report) = json(&mut doctor(&ws, Some("derived-driver-mismatch")));
+    assert_eq!(code, 2);
+    assert_eq!(status(&report, "nvidia.driver"), "fail");
+    assert!(summary(&report, "nvidia.driver").contains("Driver/library version mismatch"));
+    assert!(check(&report, "nvidia.driver")["fix"]
+        .as_str()
+        .unwrap()
+        .starts_with("reboot"));
+    assert_eq!(report["facts"]["nvidia_smi"]["state"], "mismatch");
+}
+
+#[test]
+fn an_unknown_check_id_is_a_usage_error_with_a_suggestion() {
+    let ws = Workspace::new();
+    let out = doctor(&ws, None).arg("driver.flor").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("error: unknown check `driver.flor`"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("hint: did you mean `driver.floor`?"),
+        "{stderr}"
+    );
+    let out = doctor(&ws, None)
+        .args(["--site-packages", "no/such/dir"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("error: --site-packages no/such/dir is not a directory"));
+}
+
+#[test]
+fn the_bundle_leaves_out_secrets_and_masks_gpu_uuids() {
+    let ws = Workspace::new();
+    let bundle = ws.path().join("report.tar.gz");
+    let out = doctor(&ws, Some("h200x2"))
+        .env("HF_TOKEN", "hf_kilnsecretvalue")
+        .env("KILN_TEST_VISIBLE", "plain-value")
+        .arg("--bundle")
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("wrote the support bundle"));
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(
+        std::fs::File::open(&bundle).unwrap(),
+    ));
+    let mut files = std::collections::BTreeMap::new();
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let mut text = String::new();
+        entry.read_to_string(&mut text).unwrap();
+        files.insert(entry.path().unwrap().display().to_string(), text);
+    }
+    let names: Vec<&str> = files.keys().map(String::as_str).collect();
+    for want in [
+        "kiln-doctor/doctor.json",
+        "kiln-doctor/env.txt",
+        "kiln-doctor/nvidia-smi-q.txt",
+        "kiln-doctor/nvidia-smi-topo.txt",
+        "kiln-doctor/pip-freeze.txt",
+    ] {
+        assert!(names.contains(&want), "{names:?}");
+    }
+    let all: String = files.values().cloned().collect();
+    assert!(!all.contains("hf_kilnsecretvalue"));
+    assert!(!all.contains("HF_TOKEN"));
+    assert!(!all.contains("0fa4f92d"), "a GPU UUID leaked");
+    assert!(files["kiln-doctor/nvidia-smi-q.txt"].contains("GPU UUID                                           : GPU-XXXXXXXX-XXXX-XXXX-XXXX-XXXXXXXXXXXX"));
+    assert!(files["kiln-doctor/env.txt"].contains("KILN_TEST_VISIBLE=plain-value"));
+    let report: Value = serde_json::from_str(&files["kiln-doctor/doctor.json"]).unwrap();
+    assert_eq!(status(&report, "nvidia.driver"), "pass");
+}

@@ -1,0 +1,92 @@
+//! The `python` step kind against the real package registry: a uv venv, pinned packages, and a
+//! C extension built from its sdist once, then reused from the wheel cache with no compiler.
+
+use crate::common::Workspace;
+
+const RECIPE: &str = r#"[recipe]
+name = "py"
+[vars]
+venv = "${kiln.work_dir}/venv"
+version = "2.9.2"
+[[step]]
+id = "env"
+kind = "python"
+venv = "${venv}"
+install = ["six==1.16.0", "bitarray==${version}"]
+build = ["bitarray==${version}"]
+env = { CFLAGS = "-O1" }
+mem_per_job = "512MiB"
+verify = "import bitarray, six; assert bitarray.__version__ == ${version}, bitarray.__version__"
+"#;
+
+fn log(ws: &Workspace, state: &str) -> String {
+    std::fs::read_to_string(ws.path().join(state).join("runs/py/logs/env.log")).unwrap()
+}
+
+#[test]
+fn builds_once_then_installs_the_cached_wheel_without_a_compiler() {
+    let ws = Workspace::new();
+    ws.write("py.toml", RECIPE);
+    let cache = ws.path().join("shared-cache");
+    ws.kiln().args(["up", "py.toml"]).env("KILN_CACHE_DIR", &cache).assert().success();
+    let first = log(&ws, "state");
+    assert!(first.contains("wheel cache miss: building bitarray 2.9.2 from source"), "{first}");
+    assert!(first.contains("venv --seed"), "the venv is made with uv: {first}");
+    assert!(first.contains("MAX_JOBS") || first.contains("Successfully built bitarray"), "{first}");
+
+    // A second box: new state, same cache, and no working compiler at all.
+    ws.kiln()
+        .args(["up", "py.toml", "--state-dir", "state2"])
+        .env("KILN_CACHE_DIR", &cache)
+        .env("CC", "/bin/false")
+        .env("CXX", "/bin/false")
+        .assert()
+        .success();
+    let second = log(&ws, "state2");
+    assert!(second.contains("wheel cache hit: bitarray 2.9.2"), "{second}");
+    assert!(!second.contains("Building wheel"), "{second}");
+
+    let ls = ws.kiln().args(["cache", "ls"]).env("KILN_CACHE_DIR", &cache).assert().success().get_output().stdout.clone();
+    let ls = String::from_utf8_lossy(&ls);
+    assert!(ls.contains("bitarray 2.9.2") && ls.contains("cp3"), "{ls}");
+
+    // Export, import into an empty cache, and refuse a tampered archive.
+    let archive = ws.path().join("wheels.tar");
+    ws.kiln().args(["cache", "export"]).arg(&archive).env("KILN_CACHE_DIR", &cache).assert().success();
+    let other = ws.path().join("other-cache");
+    ws.kiln().args(["cache", "import"]).arg(&archive).env("KILN_CACHE_DIR", &other).assert().success();
+    let listed = |c: &std::path::Path| ws.kiln().args(["cache", "ls", "--json"]).env("KILN_CACHE_DIR", c).output().unwrap().stdout;
+    assert_eq!(listed(&cache).len(), listed(&other).len());
+
+    let mut bytes = std::fs::read(&archive).unwrap();
+    let at = bytes.windows(4).position(|w| w == b"PK\x03\x04").expect("the wheel (a zip) is in the archive");
+    bytes[at + 40] ^= 0xff;
+    let tampered = ws.path().join("tampered.tar");
+    std::fs::write(&tampered, bytes).unwrap();
+    let third = ws.path().join("third-cache");
+    let out = ws.kiln().args(["cache", "import"]).arg(&tampered).env("KILN_CACHE_DIR", &third).assert().code(1).get_output().clone();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("the manifest says"), "{stderr}");
+    assert!(listed(&third).starts_with(b"[]"), "nothing imported from a tampered archive");
+}
+
+#[test]
+fn a_failed_verification_fails_the_step() {
+    let ws = Workspace::new();
+    ws.write(
+        "py.toml",
+        r#"[recipe]
+name = "py"
+[[step]]
+id = "env"
+kind = "python"
+venv = "${kiln.work_dir}/venv"
+install = ["six==1.16.0"]
+verify = "import six; assert six.__version__ == '0.0', 'six is ' + six.__version__"
+"#,
+    );
+    let out = ws.kiln().args(["up", "py.toml"]).assert().code(1).get_output().clone();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("post-install verification failed"), "{stderr}");
+    assert!(stderr.contains("six is 1.16.0"), "{stderr}");
+}

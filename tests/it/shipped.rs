@@ -1,0 +1,61 @@
+//! Every shipped recipe and toolchain loads, and `kiln plan` of the default GPU stack works on a
+//! machine without a GPU.
+
+use crate::common::Workspace;
+
+#[test]
+fn every_shipped_recipe_plans() {
+    let ws = Workspace::new();
+    for name in kiln::recipe::shipped::recipe_names() {
+        let out = ws.kiln().args(["plan", &name]).assert().success().get_output().stdout.clone();
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.starts_with(&format!("recipe {name} ")), "{text}");
+    }
+}
+
+#[test]
+fn every_recipe_and_toolchain_file_in_the_tree_loads() {
+    let ws = Workspace::new();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for dir in ["recipes", "toolchains"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                ws.kiln().arg("plan").arg(&path).assert().success();
+            }
+        }
+    }
+}
+
+#[test]
+fn the_sm120_stack_plans_without_a_gpu() {
+    let ws = Workspace::new();
+    let out = ws.kiln().args(["plan", "glm5-nvfp4-sm120", "--json"]).assert().success().get_output().stdout.clone();
+    let plan: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let ids: Vec<&str> = plan["steps"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
+    for id in ["cuda", "torch", "flash-attn", "flashinfer", "sgl-kernel", "sglang"] {
+        assert!(ids.contains(&id), "{id} missing from {ids:?}");
+    }
+    let fa = plan["steps"].as_array().unwrap().iter().find(|s| s["id"] == "flash-attn").unwrap();
+    assert!(fa["max_jobs"].as_u64().unwrap() >= 1, "MAX_JOBS is shown: {fa}");
+}
+
+#[test]
+fn arch_follows_the_gpu_and_set_overrides_it() {
+    let ws = Workspace::new();
+    let dump = |args: &[&str], cc: Option<&str>| {
+        let mut c = ws.kiln();
+        c.args(["plan", "glm5-nvfp4-sm120", "--json"]).args(args);
+        if let Some(cc) = cc {
+            c.env("KILN_FACT_GPU_CC", cc);
+        }
+        let out = c.assert().success().get_output().stdout.clone();
+        serde_json::from_slice::<serde_json::Value>(&out).unwrap()
+    };
+    // The plan differs by arch: the same recipe fingerprints differently for sm_90 and sm_120.
+    let sm120 = dump(&[], Some("12.0"));
+    let sm90 = dump(&[], Some("9.0"));
+    let set90 = dump(&["--set", "arch=9.0"], Some("12.0"));
+    assert_eq!(sm90, set90);
+    assert_ne!(sm120, sm90);
+}
