@@ -28,9 +28,11 @@ pub enum Command {
     /// Apply, check or revert structured source patches
     Patch(PatchArgs),
     /// Start a recipe's server profile and verify its tunings
-    Serve(Pending),
+    Serve(ServeArgs),
     /// Smoke-benchmark a running server
-    Bench(Pending),
+    Bench(BenchArgs),
+    /// Greedy A/B: the same prompts at temperature 0 against two profiles; agreement and first divergence
+    Verify(VerifyArgs),
     /// Build CI images from a recipe
     Image(ImageArgs),
     /// Inspect and move kiln's caches
@@ -73,6 +75,105 @@ pub struct UpArgs {
     pub jobs: Option<usize>,
 
     /// Print a JSON event stream on stdout instead of progress
+    #[arg(long)]
+    pub json: bool,
+
+    /// Server profile to serve, verify and bench after the steps [default: `tuned`, else the only profile]
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+
+    /// Only provision: do not serve, verify or bench
+    #[arg(long)]
+    pub no_serve: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub recipe: RecipeArgs,
+
+    /// Profile to start [default: `tuned`, else the recipe's only profile]
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+
+    /// Leave the server running after it is ready and verdicts are printed (its pid is recorded)
+    #[arg(long)]
+    pub detach: bool,
+
+    /// Stop the server kiln started for this recipe (the whole process group)
+    #[arg(long, conflicts_with = "detach")]
+    pub stop: bool,
+
+    /// Seconds to wait for readiness [default: the profile's `timeout`, else 1800]
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+
+    /// Print the result (verdicts) as JSON on stdout
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Server base URL
+    #[arg(long, default_value = "http://127.0.0.1:30000")]
+    pub url: String,
+
+    /// API: `sglang` (/generate) or `openai` (/v1/completions)
+    #[arg(long, default_value = "sglang", value_parser = ["sglang", "openai"])]
+    pub api: String,
+
+    /// Tokens per run (requested with ignore_eos)
+    #[arg(long, default_value_t = 2048)]
+    pub max_tokens: u32,
+
+    /// Measured runs
+    #[arg(long, default_value_t = 5)]
+    pub runs: u32,
+
+    /// Unmeasured warm-up runs
+    #[arg(long, default_value_t = 2)]
+    pub warmup: u32,
+
+    /// Read the prompt from this file
+    #[arg(long, value_name = "FILE")]
+    pub prompt_file: Option<PathBuf>,
+
+    /// Print the full result as JSON on stdout (usable later as --baseline)
+    #[arg(long)]
+    pub json: bool,
+
+    /// Fail (exit 2) below 0.9x this result's median (same fingerprint required)
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+
+    /// Write per-run tok/s against the baseline as an SVG
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    pub recipe: RecipeArgs,
+
+    /// Candidate profile [default: `tuned`, else the recipe's only profile]
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+
+    /// Reference profile [default: the candidate's `baseline`]
+    #[arg(long, value_name = "NAME")]
+    pub against: Option<String>,
+
+    /// Greedy tokens per prompt
+    #[arg(long, default_value_t = 64)]
+    pub max_tokens: u32,
+
+    /// A divergence before this many tokens is "wrong output" (exit 2); later is a warning
+    #[arg(long, default_value_t = 32)]
+    pub min_prefix: usize,
+
+    /// Print the comparison as JSON on stdout
     #[arg(long)]
     pub json: bool,
 }

@@ -1,6 +1,7 @@
 //! kiln: provision a GPU LLM-serving stack from declarative recipes, start the tuned server, and
 //! prove that it works.
 
+pub mod bench;
 pub mod cache;
 pub mod cli;
 pub mod commands;
@@ -16,4 +17,5 @@ pub mod process;
 pub mod recipe;
 pub mod redact;
 pub mod report;
+pub mod serve;
 pub mod steps;

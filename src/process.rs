@@ -288,3 +288,103 @@ pub fn capture_timeout(spec: &CommandSpec, timeout: Duration) -> Result<Captured
         timed_out,
     })
 }
+
+/// A child started into its own process group whose output goes to a log file.
+#[derive(Debug)]
+pub struct Detached {
+    pub pid: u32,
+    child: std::process::Child,
+}
+
+impl Detached {
+    /// Its exit status, once it has ended (`None` while it runs).
+    pub fn try_exit(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+}
+
+/// Start `spec` in its own process group (pgid = pid), stdin null, stdout and stderr appended to
+/// `log`. With `tie_to_parent` the child gets SIGTERM when kiln dies; without it, it keeps running
+/// after kiln exits (`--detach`). The caller ends it with `kill_group(pid)`.
+pub fn spawn_detached(spec: &CommandSpec, log: &std::path::Path, tie_to_parent: bool) -> Result<Detached> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| Error::io(format!("cannot open the server log {}", log.display()), e))?;
+    let err = file.try_clone().map_err(|e| Error::io("cannot duplicate the log file", e))?;
+    let mut cmd = std::process::Command::new(&spec.program);
+    cmd.args(&spec.args).envs(&spec.env).stdin(std::process::Stdio::null()).stdout(file).stderr(err);
+    cmd.process_group(0);
+    if let Some(dir) = &spec.cwd {
+        cmd.current_dir(dir);
+    }
+    if tie_to_parent {
+        let parent = std::process::id() as libc::pid_t;
+        // SAFETY: prctl and getppid are async-signal-safe; nothing else runs here.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+    }
+    let child = cmd.spawn().map_err(|e| spawn_error(spec, e))?;
+    Ok(Detached { pid: child.id(), child })
+}
+
+/// Whether any process of group `pgid` is still alive (zombies of our own children count as gone
+/// once reaped by `Detached::try_exit`).
+pub fn group_alive(pgid: u32) -> bool {
+    // SAFETY: signal 0 only probes for existence.
+    unsafe { libc::killpg(pgid as libc::pid_t, 0) == 0 }
+}
+
+/// Whether process `pid` exists and is not a zombie.
+pub fn pid_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// The command names (`comm`) of every live process in group `pgid`.
+pub fn group_commands(pgid: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return out };
+    for entry in dir.flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        let (Some(open), Some((head, rest))) = (stat.find('('), stat.rsplit_once(')')) else { continue };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // rest: state ppid pgrp ...
+        if fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string() {
+            out.push(head[open + 1..].to_string());
+        }
+    }
+    out
+}
+
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn note_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// From now on, SIGINT (Ctrl-C), SIGTERM and SIGHUP only set a flag that `interrupted()` reads, so a
+/// long wait can end its children's process groups before returning.
+pub fn catch_interrupts() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            libc::signal(sig, note_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t);
+        }
+    }
+}
+
+/// Whether a signal caught by `catch_interrupts` arrived.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
+}

@@ -31,6 +31,7 @@ pub fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
         site_packages: args.site_packages.clone(),
         deep: args.deep,
         state_dir: settings.state_dir.clone(),
+        cache_dir: Some(settings.cache_dir.clone()),
         pinned_cc: settings.facts.pinned("gpu.cc").map(str::to_string),
         ..Inputs::default()
     };

@@ -17,15 +17,28 @@ pub fn run(settings: &Settings, args: &ImageArgs) -> Result<u8> {
 }
 
 fn run_dockerfile(settings: &Settings, args: &ImageDockerfileArgs) -> Result<u8> {
-    let recipe = settings.load_recipe(&RecipeArgs { recipe: args.recipe.clone(), set: Vec::new() })?;
+    let recipe = settings.load_recipe(&RecipeArgs {
+        recipe: args.recipe.clone(),
+        set: Vec::new(),
+    })?;
     let source = if recipe.origin.starts_with("<embedded>") {
-        RecipeSource::Shipped(args.recipe.clone().unwrap_or_else(|| crate::recipe::shipped::DEFAULT.to_string()))
+        RecipeSource::Shipped(
+            args.recipe
+                .clone()
+                .unwrap_or_else(|| crate::recipe::shipped::DEFAULT.to_string()),
+        )
     } else {
-        RecipeSource::File(context_relative(Path::new(args.recipe.as_deref().unwrap_or_default()))?)
+        RecipeSource::File(context_relative(Path::new(
+            args.recipe.as_deref().unwrap_or_default(),
+        ))?)
     };
     let text = dockerfile::render(&recipe, &source, &args.base, args.profile.as_deref())?;
     match &args.output {
-        Some(path) => crate::engine::state::write_atomic(path, text.as_bytes())?,
+        Some(path) => {
+            let cwd = std::env::current_dir()
+                .map_err(|e| Error::io("cannot read the current directory", e))?;
+            crate::engine::state::write_atomic(&cwd.join(path), text.as_bytes())?
+        }
         None => print!("{text}"),
     }
     Ok(0)
@@ -33,8 +46,13 @@ fn run_dockerfile(settings: &Settings, args: &ImageDockerfileArgs) -> Result<u8>
 
 /// The recipe's path inside the build context (the current directory), with `/` separators.
 fn context_relative(path: &Path) -> Result<String> {
-    let cwd = std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?;
-    let relative = if path.is_absolute() { path.strip_prefix(&cwd).ok().map(Path::to_path_buf) } else { Some(path.to_path_buf()) };
+    let cwd =
+        std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?;
+    let relative = if path.is_absolute() {
+        path.strip_prefix(&cwd).ok().map(Path::to_path_buf)
+    } else {
+        Some(path.to_path_buf())
+    };
     let outside = || {
         Error::usage(
             format!("recipe {} is outside the build context {}", path.display(), cwd.display()),
@@ -54,14 +72,18 @@ fn context_relative(path: &Path) -> Result<String> {
 }
 
 fn run_export(settings: &Settings, args: &ImageExportArgs) -> Result<u8> {
-    let cwd = std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?;
+    let cwd =
+        std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?;
     let mut prefixes = Vec::new();
     for prefix in &args.prefix {
         let absolute: PathBuf = cwd.join(prefix);
         if !absolute.is_dir() {
             return Err(Error::usage(
                 format!("prefix {} is not a directory", prefix.display()),
-                Some("pass directories that `kiln up` provisioned, e.g. --prefix /opt/kiln/demo".to_string()),
+                Some(
+                    "pass directories that `kiln up` provisioned, e.g. --prefix /opt/kiln/demo"
+                        .to_string(),
+                ),
             ));
         }
         prefixes.push(absolute);
@@ -70,24 +92,45 @@ fn run_export(settings: &Settings, args: &ImageExportArgs) -> Result<u8> {
         Ok(v) if !v.trim().is_empty() => v.trim().parse::<u64>().map_err(|_| {
             Error::usage(
                 format!("SOURCE_DATE_EPOCH={v} is not a number of seconds"),
-                Some("set it to e.g. `$(git log -1 --format=%ct)`, or unset it for mtime 0".to_string()),
+                Some(
+                    "set it to e.g. `$(git log -1 --format=%ct)`, or unset it for mtime 0"
+                        .to_string(),
+                ),
             )
         })?,
         _ => 0,
     };
     let (env, labels) = match &args.config_from {
         Some(spec) => {
-            let recipe = settings.load_recipe(&RecipeArgs { recipe: Some(spec.clone()), set: Vec::new() })?;
+            let recipe = settings.load_recipe(&RecipeArgs {
+                recipe: Some(spec.clone()),
+                set: Vec::new(),
+            })?;
             let labels = BTreeMap::from([
-                ("org.opencontainers.image.title".to_string(), recipe.name.clone()),
-                ("org.opencontainers.image.description".to_string(), recipe.description.clone()),
-                ("org.opencontainers.image.version".to_string(), recipe.version.clone()),
+                (
+                    "org.opencontainers.image.title".to_string(),
+                    recipe.name.clone(),
+                ),
+                (
+                    "org.opencontainers.image.description".to_string(),
+                    recipe.description.clone(),
+                ),
+                (
+                    "org.opencontainers.image.version".to_string(),
+                    recipe.version.clone(),
+                ),
             ]);
             (crate::image::shared_env(&recipe), labels)
         }
         None => (BTreeMap::new(), BTreeMap::new()),
     };
-    let options = ExportOptions { prefixes, tag: args.tag.clone(), epoch, env, labels };
+    let options = ExportOptions {
+        prefixes,
+        tag: args.tag.clone(),
+        epoch,
+        env,
+        labels,
+    };
     let reporter = super::reporter(false);
     let exported = archive::export(&options, &args.output, &|line| reporter.note(line))?;
     reporter.note(&format!(

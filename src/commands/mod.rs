@@ -1,11 +1,14 @@
 //! Glue from command-line settings to the engine: one file per subcommand.
 
+mod bench;
 mod doctor;
 mod image;
 mod patch;
 mod cache;
 mod plan;
+mod serve;
 mod up;
+mod verify;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -24,8 +27,9 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Plan(args) => plan::run(&settings, &args),
         Command::Doctor(args) => doctor::run(&settings, &args),
         Command::Patch(args) => patch::run(&settings, &args),
-        Command::Serve(_) => Err(Error::NotYetAvailable("serve")),
-        Command::Bench(_) => Err(Error::NotYetAvailable("bench")),
+        Command::Serve(args) => serve::run(&settings, &args),
+        Command::Bench(args) => bench::run(&settings, &args),
+        Command::Verify(args) => verify::run(&settings, &args),
         Command::Image(args) => image::run(&settings, &args),
         Command::Cache(args) => cache::run(&settings, &args),
     }
@@ -56,7 +60,21 @@ impl Settings {
         Ok(Settings { state_dir, cache_dir, facts: Facts::from_env() })
     }
 
+    /// The recipe named on the command line, or the default for this host (said on stderr).
     pub fn load_recipe(&self, args: &RecipeArgs) -> Result<Recipe> {
+        let name = match &args.recipe {
+            Some(r) => Some(r.clone()),
+            None => {
+                let gpus: usize = self.facts.get("gpu.count").and_then(|c| c.parse().ok()).unwrap_or(0);
+                let name = recipe::shipped::default_for(gpus);
+                if gpus == 0 {
+                    eprintln!("kiln: no NVIDIA GPU found: using the CPU demo recipe `{name}` (name a recipe to choose another)");
+                } else {
+                    eprintln!("kiln: {gpus} NVIDIA GPU(s) found: using the default recipe `{name}`");
+                }
+                Some(name.to_string())
+            }
+        };
         let overrides = args
             .set
             .iter()
@@ -69,7 +87,7 @@ impl Settings {
             })
             .collect::<Result<Vec<_>>>()?;
         recipe::load(
-            args.recipe.as_deref(),
+            name.as_deref(),
             &recipe::LoadOptions {
                 overrides: &overrides,
                 facts: &self.facts,

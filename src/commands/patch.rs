@@ -15,7 +15,11 @@ pub fn run(settings: &Settings, args: &PatchArgs) -> Result<u8> {
     };
     let set = patch::load(&target.patchset)?;
     let site = site_packages(target)?;
-    let opts = Options { dry_run: target.dry_run, force: target.force, skip_experimental: target.skip_experimental };
+    let opts = Options {
+        dry_run: target.dry_run,
+        force: target.force,
+        skip_experimental: target.skip_experimental,
+    };
     if action == "check" && (target.dry_run || target.force) {
         return Err(Error::usage(
             "`kiln patch check` writes nothing: --dry-run and --force do not apply to it",
@@ -28,7 +32,10 @@ pub fn run(settings: &Settings, args: &PatchArgs) -> Result<u8> {
         _ => patch::revert(&set, &site, &settings.state_dir, &opts)?,
     };
     if target.json {
-        println!("{}", serde_json::to_string_pretty(&report).expect("a report serializes"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("a report serializes")
+        );
     } else {
         print!("{}", patch::render(&report));
     }
@@ -37,17 +44,23 @@ pub fn run(settings: &Settings, args: &PatchArgs) -> Result<u8> {
 
 fn site_packages(target: &PatchTarget) -> Result<PathBuf> {
     match (&target.site_packages, &target.python) {
-        (Some(dir), _) if dir.is_dir() => {
-            dir.canonicalize().map_err(|e| Error::io(format!("cannot resolve {}", dir.display()), e))
-        }
+        (Some(dir), _) if dir.is_dir() => dir
+            .canonicalize()
+            .map_err(|e| Error::io(format!("cannot resolve {}", dir.display()), e)),
         (Some(dir), _) => Err(Error::usage(
             format!("--site-packages {} is not a directory", dir.display()),
-            Some("pass the site-packages directory that holds the package's `*.dist-info`".to_string()),
+            Some(
+                "pass the site-packages directory that holds the package's `*.dist-info`"
+                    .to_string(),
+            ),
         )),
         (None, Some(python)) => patch::site_packages_of(python),
         (None, None) => Err(Error::usage(
             "no environment given: kiln does not guess which Python to patch",
-            Some("pass --site-packages DIR or --python PATH (e.g. --python /opt/venv/bin/python)".to_string()),
+            Some(
+                "pass --site-packages DIR or --python PATH (e.g. --python /opt/venv/bin/python)"
+                    .to_string(),
+            ),
         )),
     }
 }

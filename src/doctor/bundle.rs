@@ -1,5 +1,5 @@
 //! `--bundle FILE`: a redacted tar.gz for bug reports (nvidia-smi -q, topology, pip freeze, the
-//! environment without secret-looking names, the doctor report), with GPU UUIDs masked.
+//! environment without secret-looking names, the doctor report), with GPU UUIDs and serials masked.
 
 use std::path::Path;
 use std::time::Duration;
@@ -29,6 +29,22 @@ pub fn mask_uuids(text: &str) -> String {
         }
     }
     out.push_str(rest);
+    out
+}
+
+/// Replace board serial numbers (`Serial Number : 1653724025069` in `nvidia-smi -q`).
+pub fn mask_serials(text: &str) -> String {
+    let mut out: String = text
+        .lines()
+        .map(|line| match line.split_once(':') {
+            Some((name, value)) if name.contains("Serial Number") && value.trim() != "N/A" => format!("{name}: ***"),
+            _ => line.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    if text.ends_with('\n') {
+        out.push('\n');
+    }
     out
 }
 
@@ -99,7 +115,7 @@ pub fn write(path: &Path, report_json: &str, python: Option<&str>) -> Result<()>
         flate2::Compression::default(),
     ));
     for (name, text) in files {
-        let clean = mask_uuids(&redactor.redact(&text));
+        let clean = mask_serials(&mask_uuids(&redactor.redact(&text)));
         let mut header = tar::Header::new_gnu();
         header.set_size(clean.len() as u64);
         header.set_mode(0o644);
@@ -119,6 +135,15 @@ pub fn write(path: &Path, report_json: &str, python: Option<&str>) -> Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn masks_serial_numbers() {
+        let t = "    Serial Number                                      : 1653724025069\n        Chassis Serial Number                          : N/A\n";
+        assert_eq!(
+            mask_serials(t),
+            "    Serial Number                                      : ***\n        Chassis Serial Number                          : N/A\n"
+        );
+    }
 
     #[test]
     fn masks_real_gpu_uuids_only() {

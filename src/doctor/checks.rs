@@ -288,7 +288,16 @@ fn torch(f: &DoctorFacts) -> Check {
             format!("torch {version} (CUDA {cuda}), sees {seen} GPU(s)"),
         )
     };
-    c.evidence(format!("{} (Python {})", p.executable, p.version))
+    c.evidence(format!(
+        "{} (Python {}){}",
+        p.executable,
+        p.version,
+        if p.cached {
+            "; facts cached until its site-packages change"
+        } else {
+            ""
+        }
+    ))
 }
 
 /// (major, minor) from "sm_120", "sm_90a", "compute_120".

@@ -35,6 +35,8 @@ pub struct Inputs {
     pub site_packages: Option<PathBuf>,
     pub deep: bool,
     pub state_dir: PathBuf,
+    /// Where interpreter facts are cached; None collects them afresh every time.
+    pub cache_dir: Option<PathBuf>,
     /// Install prefix (from a recipe) whose free space matters too.
     pub prefix: Option<PathBuf>,
     /// A pinned compute capability (`KILN_FACT_GPU_CC`) used when no GPU can be queried.
@@ -145,7 +147,10 @@ pub fn collect(inputs: &Inputs) -> DoctorFacts {
         let cuda_facts = s.spawn(|| cuda::collect(Path::new("/usr/local")));
         let python_state = s.spawn(|| match &python_cmd {
             None => PythonState::NotFound,
-            Some(cmd) => match python::collect(cmd) {
+            Some(cmd) => match inputs.cache_dir.as_deref().map_or_else(
+                || python::collect(cmd),
+                |dir| python::collect_cached(cmd, dir),
+            ) {
                 Ok(f) => PythonState::Found(f),
                 Err(message) => PythonState::Error { message },
             },

@@ -272,7 +272,11 @@ fn symm_mem_table(f: &DoctorFacts) -> Check {
     match (t.lookup, requested) {
         (Lookup::Index, true) => Check::fail(
             id,
-            format!("{SYMM_FLAG} will crash at startup with `KeyError: {major}` ({SIZES} has only {})", keys(&t.keys)),
+            format!(
+                "{}: {SYMM_FLAG} will crash at startup with `KeyError: {major}` ({SIZES} has only {})",
+                version(f, "sglang"),
+                keys(&t.keys)
+            ),
         )
         .fix(format!("{PATCHSET}   (or drop {SYMM_FLAG})")),
         (Lookup::Index, false) => Check::pass(
@@ -363,7 +367,11 @@ fn fusion_gate_check(f: &DoctorFacts) -> Check {
     match g.kind {
         GateKind::Silent => Check::warn(
             id,
-            format!("{FUSION_FLAG} is silently ignored on cc {major}: the gate admits only SM {}; all-reduce + RMSNorm run unfused", keys(&g.majors)),
+            format!(
+                "{}: {FUSION_FLAG} is silently ignored on cc {major}: the gate admits only SM {}; all-reduce + RMSNorm run unfused",
+                version(f, "sglang"),
+                keys(&g.majors)
+            ),
         )
         .fix(format!("{PATCHSET}   (opens this gate and FlashInfer's JIT gate together)")),
         GateKind::Raises if requested => Check::fail(

@@ -39,6 +39,8 @@ enum State {
     Running,
     Done,
     Failed,
+    /// Left out by `--only` and never completed: fatal only to selected steps that need it.
+    Missing,
 }
 
 struct Finished {
@@ -76,13 +78,16 @@ pub fn execute(
                 }
                 if p.status == Status::NotSelected && state.receipt(&p.id).is_none() {
                     // A dependency --only leaves out must have completed before.
-                    states[i] = State::Failed;
+                    states[i] = State::Missing;
                 }
             }
         }
     }
     let to_run = states.iter().filter(|s| **s == State::Pending).count();
     reporter.run_started(&recipe.name, to_run, n);
+    for (id, outcome) in &summary.outcomes {
+        reporter.step_finished(id, outcome, Duration::ZERO);
+    }
 
     let index: BTreeMap<&str, usize> = recipe.steps.iter().enumerate().map(|(i, s)| (s.id.as_str(), i)).collect();
     let mut first_error: Option<Error> = None;
@@ -96,7 +101,7 @@ pub fn execute(
                 if states[i] != State::Pending {
                     continue;
                 }
-                if let Some(dep) = recipe.steps[i].needs.iter().find(|d| states[index[d.as_str()]] == State::Failed) {
+                if let Some(dep) = recipe.steps[i].needs.iter().find(|d| matches!(states[index[d.as_str()]], State::Failed | State::Missing)) {
                     states[i] = State::Failed;
                     let why = if plan.steps[index[dep.as_str()]].status == Status::NotSelected {
                         format!("dependency `{dep}` has never completed; run it first (drop --only)")
@@ -161,7 +166,7 @@ pub fn execute(
     });
     summary.elapsed = started.elapsed();
     let _ = memo.save();
-    let failed = states.iter().any(|s| *s == State::Failed);
+    let failed = states.contains(&State::Failed);
     reporter.run_finished(!failed, summary.elapsed);
     match first_error {
         Some(e) => Err(e),

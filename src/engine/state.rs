@@ -94,6 +94,15 @@ impl StateDir {
             }
         }
         file.set_len(0).and_then(|_| write!(file, "{}", std::process::id())).map_err(|e| Error::io("cannot write the lock file", e))?;
+        // A run killed inside `write_atomic` leaves its temp file; no writer is alive now.
+        if let Ok(entries) = std::fs::read_dir(self.run_dir().join("receipts")) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with('.') && name.contains(".tmp-") {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
         Ok(RunLock { _file: file })
     }
 }

@@ -32,6 +32,75 @@ pub struct PythonFacts {
     #[serde(default)]
     pub packages: BTreeMap<String, String>,
     pub torch: Option<TorchFacts>,
+    /// True when these facts came from the cache (see [`collect_cached`]).
+    #[serde(default)]
+    pub cached: bool,
+}
+
+/// What must be unchanged for cached facts to stand: the interpreter, its site-packages
+/// directory (installs and removals change its mtime), the script, and visible devices.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct CacheKey {
+    python: String,
+    python_mtime_ns: u128,
+    purelib_mtime_ns: u128,
+    script: String,
+    visible_devices: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct CacheEntry {
+    key: CacheKey,
+    facts: PythonFacts,
+}
+
+fn mtime_ns(path: &Path) -> u128 {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos())
+}
+
+fn cache_key(python: &str, purelib: Option<&Path>) -> CacheKey {
+    let exe = which::which(python).unwrap_or_else(|_| PathBuf::from(python));
+    CacheKey {
+        python: python.to_string(),
+        python_mtime_ns: mtime_ns(&exe),
+        purelib_mtime_ns: purelib.map_or(0, mtime_ns),
+        script: crate::engine::hashing::sha256_bytes(SCRIPT.as_bytes()),
+        visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
+    }
+}
+
+/// Like [`collect`], but reuses the facts stored under `cache_dir` while the interpreter and its
+/// site-packages are unchanged (importing torch takes seconds; the check takes microseconds).
+pub fn collect_cached(python: &str, cache_dir: &Path) -> Result<PythonFacts, String> {
+    let name = crate::engine::hashing::sha256_bytes(python.as_bytes());
+    let path = cache_dir
+        .join("python-facts")
+        .join(format!("{}.json", &name[..16]));
+    if let Some(entry) = std::fs::read(&path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<CacheEntry>(&b).ok())
+    {
+        if entry.key == cache_key(python, entry.facts.purelib.as_deref()) {
+            return Ok(PythonFacts {
+                cached: true,
+                ..entry.facts
+            });
+        }
+    }
+    let facts = collect(python)?;
+    let entry = CacheEntry {
+        key: cache_key(python, facts.purelib.as_deref()),
+        facts,
+    };
+    if let Ok(bytes) = serde_json::to_vec(&entry) {
+        // A cache that cannot be written only costs time on the next run.
+        let _ = crate::engine::state::write_atomic(&path, &bytes);
+    }
+    Ok(entry.facts)
 }
 
 /// Run the facts script with `python`; an error names what went wrong in one line.
@@ -119,6 +188,32 @@ mod tests {
                 .map(String::as_str),
             Some("0.6.3")
         );
+    }
+
+    #[test]
+    fn cached_facts_are_reused_until_site_packages_change() {
+        let Ok(python) = which::which("python3") else {
+            return;
+        };
+        let python = python.display().to_string();
+        let cache = tempfile::tempdir().unwrap();
+        let first = collect_cached(&python, cache.path()).unwrap();
+        assert!(!first.cached);
+        let second = collect_cached(&python, cache.path()).unwrap();
+        assert!(second.cached);
+        assert_eq!(second.version, first.version);
+        // An install touches site-packages; simulate by bumping the recorded mtime.
+        let entry_path = std::fs::read_dir(cache.path().join("python-facts"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let mut entry: CacheEntry =
+            serde_json::from_slice(&std::fs::read(&entry_path).unwrap()).unwrap();
+        entry.key.purelib_mtime_ns += 1;
+        std::fs::write(&entry_path, serde_json::to_vec(&entry).unwrap()).unwrap();
+        assert!(!collect_cached(&python, cache.path()).unwrap().cached);
     }
 
     #[test]

@@ -56,15 +56,22 @@ pub struct Exported {
 /// Write the archive to `output` (atomically: a temp file next to it, renamed at the end).
 /// `note` receives progress lines.
 pub fn export(opts: &ExportOptions, output: &Path, note: &dyn Fn(&str)) -> Result<Exported> {
-    let file_name = output.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let file_name = output
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let temp = output.with_file_name(format!(".{file_name}.kiln-tmp"));
     let result = File::create(&temp)
         .map_err(|e| Error::io(format!("cannot create {}", temp.display()), e))
         .and_then(|file| write_archive(opts, file, note));
     match result {
         Ok(mut exported) => {
-            std::fs::rename(&temp, output)
-                .map_err(|e| Error::io(format!("cannot move the archive to {}", output.display()), e))?;
+            std::fs::rename(&temp, output).map_err(|e| {
+                Error::io(
+                    format!("cannot move the archive to {}", output.display()),
+                    e,
+                )
+            })?;
             exported.archive_size = std::fs::metadata(output).map(|m| m.len()).unwrap_or(0);
             Ok(exported)
         }
@@ -76,17 +83,32 @@ pub fn export(opts: &ExportOptions, output: &Path, note: &dyn Fn(&str)) -> Resul
 }
 
 fn write_archive(opts: &ExportOptions, file: File, note: &dyn Fn(&str)) -> Result<Exported> {
-    let mut outer = Outer { out: BufWriter::with_capacity(1 << 20, file), mtime: opts.epoch };
+    let mut outer = Outer {
+        out: BufWriter::with_capacity(1 << 20, file),
+        mtime: opts.epoch,
+    };
     outer.entry("oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#)?;
     outer.dir("blobs/")?;
     outer.dir("blobs/sha256/")?;
     let mut layers: Vec<LayerInfo> = Vec::new();
     for (index, prefix) in opts.prefixes.iter().enumerate() {
         let started = Instant::now();
-        let label = format!("layer {}/{} {}", index + 1, opts.prefixes.len(), prefix.display());
+        let label = format!(
+            "layer {}/{} {}",
+            index + 1,
+            opts.prefixes.len(),
+            prefix.display()
+        );
         let mut summary = LayerSummary::default();
         let (digest, size) = outer.blob_stream(|w| {
-            let progress = Progress { inner: w, label: &label, note, started, last: started, written: 0 };
+            let progress = Progress {
+                inner: w,
+                label: &label,
+                note,
+                started,
+                last: started,
+                written: 0,
+            };
             let (_, s) = layer::write_layer(prefix, progress, opts.epoch)?;
             summary = s;
             Ok(())
@@ -102,9 +124,17 @@ fn write_archive(opts: &ExportOptions, file: File, note: &dyn Fn(&str)) -> Resul
             &digest[..12]
         ));
         for skipped in &summary.skipped {
-            note(&format!("left out {} (not a file, directory or symlink)", skipped.display()));
+            note(&format!(
+                "left out {} (not a file, directory or symlink)",
+                skipped.display()
+            ));
         }
-        layers.push(LayerInfo { prefix: prefix.clone(), digest, size, summary });
+        layers.push(LayerInfo {
+            prefix: prefix.clone(),
+            digest,
+            size,
+            summary,
+        });
     }
     let config = config_json(opts, &layers);
     let config_bytes = serde_json::to_vec(&config).expect("json");
@@ -140,13 +170,23 @@ fn write_archive(opts: &ExportOptions, file: File, note: &dyn Fn(&str)) -> Resul
     }]);
     outer.entry("manifest.json", &serde_json::to_vec(&docker).expect("json"))?;
     outer.finish()?;
-    Ok(Exported { manifest_digest, layers, archive_size: 0 })
+    Ok(Exported {
+        manifest_digest,
+        layers,
+        archive_size: 0,
+    })
 }
 
 fn config_json(opts: &ExportOptions, layers: &[LayerInfo]) -> Value {
     let created = rfc3339(opts.epoch);
-    let mut env = vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string()];
-    env.extend(opts.env.iter().filter(|(k, _)| k.as_str() != "PATH").map(|(k, v)| format!("{k}={v}")));
+    let mut env =
+        vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string()];
+    env.extend(
+        opts.env
+            .iter()
+            .filter(|(k, _)| k.as_str() != "PATH")
+            .map(|(k, v)| format!("{k}={v}")),
+    );
     let mut config = json!({ "Env": env });
     if !opts.labels.is_empty() {
         config["Labels"] = json!(opts.labels);
@@ -184,15 +224,22 @@ impl ImageName {
     pub fn parse(text: &str) -> ImageName {
         let slash = text.rfind('/').map_or(0, |i| i + 1);
         match text[slash..].rfind(':') {
-            Some(i) => ImageName { name: text[..slash + i].to_string(), tag: text[slash + i + 1..].to_string() },
-            None => ImageName { name: text.to_string(), tag: "latest".to_string() },
+            Some(i) => ImageName {
+                name: text[..slash + i].to_string(),
+                tag: text[slash + i + 1..].to_string(),
+            },
+            None => ImageName {
+                name: text.to_string(),
+                tag: "latest".to_string(),
+            },
         }
     }
 
     /// The fully qualified form containerd records (`docker.io/library/x:tag`).
     pub fn full(&self) -> String {
         let first = self.name.split('/').next().unwrap_or_default();
-        let has_registry = self.name.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
+        let has_registry = self.name.contains('/')
+            && (first.contains('.') || first.contains(':') || first == "localhost");
         let name = if has_registry {
             self.name.clone()
         } else if self.name.contains('/') {
@@ -218,7 +265,12 @@ pub fn rfc3339(epoch: u64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 /// The outer tar, written by hand so that a blob can be streamed behind a header patched later.
@@ -228,9 +280,17 @@ struct Outer {
 }
 
 impl Outer {
-    fn header(&self, name: &str, size: u64, kind: tar::EntryType, mode: u32) -> Result<tar::Header> {
+    fn header(
+        &self,
+        name: &str,
+        size: u64,
+        kind: tar::EntryType,
+        mode: u32,
+    ) -> Result<tar::Header> {
         let mut header = tar::Header::new_ustar();
-        header.set_path(name).map_err(|e| Error::io(format!("cannot name archive entry {name}"), e))?;
+        header
+            .set_path(name)
+            .map_err(|e| Error::io(format!("cannot name archive entry {name}"), e))?;
         header.set_entry_type(kind);
         header.set_size(size);
         header.set_mode(mode);
@@ -242,7 +302,9 @@ impl Outer {
     }
 
     fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        self.out.write_all(bytes).map_err(|e| Error::io("cannot write the archive", e))
+        self.out
+            .write_all(bytes)
+            .map_err(|e| Error::io("cannot write the archive", e))
     }
 
     fn pad(&mut self, size: u64) -> Result<()> {
@@ -281,7 +343,12 @@ impl Outer {
         let (_, digest, size) = hashing.finish();
         self.pad(size)?;
         let end = self.out.stream_position().map_err(seek_err)?;
-        let header = self.header(&format!("blobs/sha256/{digest}"), size, tar::EntryType::Regular, 0o644)?;
+        let header = self.header(
+            &format!("blobs/sha256/{digest}"),
+            size,
+            tar::EntryType::Regular,
+            0o644,
+        )?;
         self.out.seek(SeekFrom::Start(start)).map_err(seek_err)?;
         self.write(header.as_bytes())?;
         self.out.seek(SeekFrom::Start(end)).map_err(seek_err)?;
@@ -290,8 +357,12 @@ impl Outer {
 
     fn finish(mut self) -> Result<()> {
         self.write(&[0u8; 1024])?;
-        let file = self.out.into_inner().map_err(|e| Error::io("cannot write the archive", e.into_error()))?;
-        file.sync_all().map_err(|e| Error::io("cannot write the archive", e))
+        let file = self
+            .out
+            .into_inner()
+            .map_err(|e| Error::io("cannot write the archive", e.into_error()))?;
+        file.sync_all()
+            .map_err(|e| Error::io("cannot write the archive", e))
     }
 }
 
@@ -334,7 +405,10 @@ mod tests {
     #[test]
     fn image_names_split_at_the_tag_not_the_port() {
         let n = ImageName::parse("localhost:5000/kiln/demo");
-        assert_eq!((n.name.as_str(), n.tag.as_str()), ("localhost:5000/kiln/demo", "latest"));
+        assert_eq!(
+            (n.name.as_str(), n.tag.as_str()),
+            ("localhost:5000/kiln/demo", "latest")
+        );
         assert_eq!(n.full(), "localhost:5000/kiln/demo:latest");
         let n = ImageName::parse("kiln-demo:1");
         assert_eq!(n.full(), "docker.io/library/kiln-demo:1");

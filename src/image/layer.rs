@@ -34,11 +34,15 @@ pub fn write_layer<W: Write>(prefix: &Path, out: W, mtime: u64) -> Result<(W, La
         ancestor.push(component);
         append_dir(&mut builder, &ancestor, 0o755, mtime)?;
     }
-    let mode = fs::metadata(prefix).map_err(|e| io_at("cannot read", prefix, e))?.mode();
+    let mode = fs::metadata(prefix)
+        .map_err(|e| io_at("cannot read", prefix, e))?
+        .mode();
     append_dir(&mut builder, &relative, mode, mtime)?;
     summary.dirs += 1;
     walk(&mut builder, prefix, &relative, mtime, &mut summary)?;
-    let out = builder.into_inner().map_err(|e| Error::io("cannot finish the layer", e))?;
+    let out = builder
+        .into_inner()
+        .map_err(|e| Error::io("cannot finish the layer", e))?;
     Ok((out, summary))
 }
 
@@ -60,7 +64,10 @@ pub fn relative_in_image(prefix: &Path) -> Result<PathBuf> {
     }
     if !prefix.is_absolute() || rel.as_os_str().is_empty() {
         return Err(Error::usage(
-            format!("prefix {} must be an absolute directory below /", prefix.display()),
+            format!(
+                "prefix {} must be an absolute directory below /",
+                prefix.display()
+            ),
             Some("the layer puts the directory at the same absolute path in the image".to_string()),
         ));
     }
@@ -90,7 +97,8 @@ fn walk<W: Write>(
             summary.dirs += 1;
             walk(builder, &path, &entry_rel, mtime, summary)?;
         } else if kind.is_symlink() {
-            let target = fs::read_link(&path).map_err(|e| io_at("cannot read the link", &path, e))?;
+            let target =
+                fs::read_link(&path).map_err(|e| io_at("cannot read the link", &path, e))?;
             let mut header = header(EntryType::Symlink, 0o777, mtime);
             builder
                 .append_link(&mut header, &entry_rel, &target)
@@ -99,7 +107,11 @@ fn walk<W: Write>(
         } else if kind.is_file() {
             append_file(builder, &path, &entry_rel, meta.mode(), mtime)?;
             summary.files += 1;
-        } else if kind.is_fifo() || kind.is_socket() || kind.is_block_device() || kind.is_char_device() {
+        } else if kind.is_fifo()
+            || kind.is_socket()
+            || kind.is_block_device()
+            || kind.is_char_device()
+        {
             summary.skipped.push(path);
         }
     }
@@ -124,13 +136,27 @@ fn append_dir<W: Write>(builder: &mut Builder<W>, rel: &Path, mode: u32, mtime: 
         .map_err(|e| io_at("cannot pack the directory", rel, e))
 }
 
-fn append_file<W: Write>(builder: &mut Builder<W>, path: &Path, rel: &Path, mode: u32, mtime: u64) -> Result<()> {
+fn append_file<W: Write>(
+    builder: &mut Builder<W>,
+    path: &Path,
+    rel: &Path,
+    mode: u32,
+    mtime: u64,
+) -> Result<()> {
     let file = File::open(path).map_err(|e| io_at("cannot open", path, e))?;
-    let size = file.metadata().map_err(|e| io_at("cannot read", path, e))?.len();
+    let size = file
+        .metadata()
+        .map_err(|e| io_at("cannot read", path, e))?
+        .len();
     let mut header = header(EntryType::Regular, mode, mtime);
     header.set_size(size);
-    let reader = Exact { inner: file.take(size), left: size };
-    builder.append_data(&mut header, rel, reader).map_err(|e| io_at("cannot pack", path, e))
+    let reader = Exact {
+        inner: file.take(size),
+        left: size,
+    };
+    builder
+        .append_data(&mut header, rel, reader)
+        .map_err(|e| io_at("cannot pack", path, e))
 }
 
 /// Yields exactly `left` bytes, or fails: a file that shrinks while it is packed must not leave
@@ -144,7 +170,10 @@ impl<R: Read> Read for Exact<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
         if n == 0 && self.left > 0 && !buf.is_empty() {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the file shrank while it was being packed"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the file shrank while it was being packed",
+            ));
         }
         self.left -= n as u64;
         Ok(n)

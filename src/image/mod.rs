@@ -22,7 +22,11 @@ pub struct HashingWriter<W> {
 
 impl<W: Write> HashingWriter<W> {
     pub fn new(inner: W) -> Self {
-        HashingWriter { inner, hasher: Sha256::new(), written: 0 }
+        HashingWriter {
+            inner,
+            hasher: Sha256::new(),
+            written: 0,
+        }
     }
 
     pub fn written(&self) -> u64 {
@@ -31,7 +35,11 @@ impl<W: Write> HashingWriter<W> {
 
     /// The inner writer, the hex sha256 and the byte count of what was written.
     pub fn finish(self) -> (W, String, u64) {
-        (self.inner, crate::engine::hashing::hex(&self.hasher.finalize()), self.written)
+        (
+            self.inner,
+            crate::engine::hashing::hex(&self.hasher.finalize()),
+            self.written,
+        )
     }
 }
 
@@ -52,7 +60,9 @@ impl<W: Write> Write for HashingWriter<W> {
 /// that looks like a secret: that is what an image bakes in. Secrets never enter an image.
 pub fn shared_env(recipe: &Recipe) -> BTreeMap<String, String> {
     let mut steps = recipe.steps.iter();
-    let Some(first) = steps.next() else { return BTreeMap::new() };
+    let Some(first) = steps.next() else {
+        return BTreeMap::new();
+    };
     let mut env = first.env.clone();
     for step in steps {
         env.retain(|k, v| step.env.get(k) == Some(v));

@@ -21,13 +21,19 @@ pub struct Registry {
 
 impl Registry {
     pub fn new(reference: &Reference) -> Registry {
-        let credentials = match (std::env::var("KILN_REGISTRY_USER"), std::env::var("KILN_REGISTRY_PASSWORD")) {
+        let credentials = match (
+            std::env::var("KILN_REGISTRY_USER"),
+            std::env::var("KILN_REGISTRY_PASSWORD"),
+        ) {
             (Ok(user), Ok(password)) if !user.is_empty() => Some((user, password)),
             _ => None,
         };
         Registry {
             reference: reference.clone(),
-            agent: ureq::AgentBuilder::new().timeout_connect(Duration::from_secs(15)).timeout_read(Duration::from_secs(300)).build(),
+            agent: ureq::AgentBuilder::new()
+                .timeout_connect(Duration::from_secs(15))
+                .timeout_read(Duration::from_secs(300))
+                .build(),
             credentials,
             authorization: Mutex::new(None),
         }
@@ -50,14 +56,25 @@ impl Registry {
     /// Upload a blob of `size` bytes read from `body` (one monolithic PUT, streamed).
     pub fn push_blob(&self, digest: &str, size: u64, body: impl Read) -> Result<()> {
         let start = format!("{}/blobs/uploads/", self.reference.api_base());
-        let response = self.send("POST", &start, &[("Content-Length", "0")], Some(&[])).map_err(|f| self.error("POST", &start, f))?;
+        let response = self
+            .send("POST", &start, &[("Content-Length", "0")], Some(&[]))
+            .map_err(|f| self.error("POST", &start, f))?;
         let location = response.header("Location").ok_or_else(|| {
-            Error::other(format!("registry {} started an upload without a Location", self.reference.registry), None)
+            Error::other(
+                format!(
+                    "registry {} started an upload without a Location",
+                    self.reference.registry
+                ),
+                None,
+            )
         })?;
         let location = if location.starts_with("http://") || location.starts_with("https://") {
             location.to_string()
         } else {
-            format!("{}://{}{location}", self.reference.scheme, self.reference.registry)
+            format!(
+                "{}://{}{location}",
+                self.reference.scheme, self.reference.registry
+            )
         };
         let separator = if location.contains('?') { '&' } else { '?' };
         let url = format!("{location}{separator}digest={digest}");
@@ -69,27 +86,40 @@ impl Registry {
         if let Some(auth) = self.authorization.lock().expect("auth lock").clone() {
             request = request.set("Authorization", &auth);
         }
-        request.send(body).map_err(|e| self.error("PUT", &url, Failure::from(e)))?;
+        request
+            .send(body)
+            .map_err(|e| self.error("PUT", &url, Failure::from(e)))?;
         Ok(())
     }
 
     /// Download a blob: a reader over its bytes (the caller verifies the digest).
     pub fn blob(&self, digest: &str) -> Result<Box<dyn Read + Send + Sync>> {
         let url = format!("{}/blobs/{digest}", self.reference.api_base());
-        let response = self.send("GET", &url, &[], None).map_err(|f| self.error("GET", &url, f))?;
+        let response = self
+            .send("GET", &url, &[], None)
+            .map_err(|f| self.error("GET", &url, f))?;
         Ok(response.into_reader())
     }
 
     /// Put a manifest under the reference's tag.
     pub fn put_manifest(&self, media_type: &str, bytes: &[u8]) -> Result<()> {
-        let url = format!("{}/manifests/{}", self.reference.api_base(), self.reference.tag);
-        self.send("PUT", &url, &[("Content-Type", media_type)], Some(bytes)).map_err(|f| self.error("PUT", &url, f))?;
+        let url = format!(
+            "{}/manifests/{}",
+            self.reference.api_base(),
+            self.reference.tag
+        );
+        self.send("PUT", &url, &[("Content-Type", media_type)], Some(bytes))
+            .map_err(|f| self.error("PUT", &url, f))?;
         Ok(())
     }
 
     /// The manifest under the reference's tag, or None when the tag does not exist.
     pub fn manifest(&self, media_type: &str) -> Result<Option<Vec<u8>>> {
-        let url = format!("{}/manifests/{}", self.reference.api_base(), self.reference.tag);
+        let url = format!(
+            "{}/manifests/{}",
+            self.reference.api_base(),
+            self.reference.tag
+        );
         match self.send("GET", &url, &[("Accept", media_type)], None) {
             Ok(response) => {
                 let mut bytes = Vec::new();
@@ -97,7 +127,9 @@ impl Registry {
                     .into_reader()
                     .take(16 << 20)
                     .read_to_end(&mut bytes)
-                    .map_err(|e| Error::io(format!("cannot read the manifest of {}", self.reference), e))?;
+                    .map_err(|e| {
+                        Error::io(format!("cannot read the manifest of {}", self.reference), e)
+                    })?;
                 Ok(Some(bytes))
             }
             Err(Failure::Status(404, _)) => Ok(None),
@@ -106,7 +138,13 @@ impl Registry {
     }
 
     /// One request with a byte body (or none); on 401 it authenticates once and retries.
-    fn send(&self, method: &str, url: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> Result<ureq::Response, Failure> {
+    fn send(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> Result<ureq::Response, Failure> {
         let attempt = |auth: Option<String>| {
             let mut request = self.agent.request(method, url);
             for (k, v) in headers {
@@ -123,7 +161,10 @@ impl Registry {
         let current = self.authorization.lock().expect("auth lock").clone();
         match attempt(current.clone()) {
             Err(ureq::Error::Status(401, response)) => {
-                let challenge = response.header("WWW-Authenticate").unwrap_or_default().to_string();
+                let challenge = response
+                    .header("WWW-Authenticate")
+                    .unwrap_or_default()
+                    .to_string();
                 let auth = self.authenticate(&challenge)?;
                 if Some(&auth) == current.as_ref() {
                     return Err(Failure::Status(401, "credentials rejected".into()));
@@ -137,9 +178,14 @@ impl Registry {
 
     /// The `Authorization` value answering a `WWW-Authenticate` challenge.
     fn authenticate(&self, challenge: &str) -> Result<String, Failure> {
-        let basic = self.credentials.as_ref().map(|(user, password)| format!("Basic {}", base64(format!("{user}:{password}").as_bytes())));
+        let basic = self.credentials.as_ref().map(|(user, password)| {
+            format!("Basic {}", base64(format!("{user}:{password}").as_bytes()))
+        });
         let Some(params) = challenge.strip_prefix("Bearer ") else {
-            return basic.ok_or(Failure::Status(401, "the registry wants credentials".into()));
+            return basic.ok_or(Failure::Status(
+                401,
+                "the registry wants credentials".into(),
+            ));
         };
         let field = |name: &str| {
             params.split(',').find_map(|kv| {
@@ -147,7 +193,10 @@ impl Registry {
                 (k == name).then(|| v.trim_matches('"').to_string())
             })
         };
-        let realm = field("realm").ok_or(Failure::Status(401, "the registry's challenge names no realm".into()))?;
+        let realm = field("realm").ok_or(Failure::Status(
+            401,
+            "the registry's challenge names no realm".into(),
+        ))?;
         let mut request = self.agent.get(&realm);
         for name in ["service", "scope"] {
             if let Some(value) = field(name) {
@@ -157,11 +206,21 @@ impl Registry {
         if let Some(basic) = &basic {
             request = request.set("Authorization", basic);
         }
-        let text = request.call().map_err(Failure::from)?.into_string().map_err(|e| Failure::Transport(e.to_string()))?;
-        let answer: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| Failure::Transport(format!("unreadable token answer: {e}")))?;
-        let token = answer.get("token").or_else(|| answer.get("access_token")).and_then(|t| t.as_str());
-        token.map(|t| format!("Bearer {t}")).ok_or(Failure::Status(401, "the token service gave no token".into()))
+        let text = request
+            .call()
+            .map_err(Failure::from)?
+            .into_string()
+            .map_err(|e| Failure::Transport(e.to_string()))?;
+        let answer: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Failure::Transport(format!("unreadable token answer: {e}")))?;
+        let token = answer
+            .get("token")
+            .or_else(|| answer.get("access_token"))
+            .and_then(|t| t.as_str());
+        token.map(|t| format!("Bearer {t}")).ok_or(Failure::Status(
+            401,
+            "the token service gave no token".into(),
+        ))
     }
 
     fn error(&self, method: &str, url: &str, failure: Failure) -> Error {
@@ -201,7 +260,11 @@ impl From<ureq::Error> for Failure {
                     .ok()
                     .and_then(|v| {
                         let errors = v.get("errors")?.as_array()?.iter().map(|e| {
-                            format!("{} {}", e.get("code").and_then(|c| c.as_str()).unwrap_or(""), e.get("message").and_then(|c| c.as_str()).unwrap_or(""))
+                            format!(
+                                "{} {}",
+                                e.get("code").and_then(|c| c.as_str()).unwrap_or(""),
+                                e.get("message").and_then(|c| c.as_str()).unwrap_or("")
+                            )
                         });
                         Some(errors.collect::<Vec<_>>().join("; "))
                     })
@@ -217,7 +280,10 @@ fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for chunk in bytes.chunks(3) {
-        let n = chunk.iter().enumerate().fold(0u32, |acc, (i, b)| acc | (u32::from(*b) << (16 - 8 * i)));
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, b)| acc | (u32::from(*b) << (16 - 8 * i)));
         for i in 0..4 {
             if i <= chunk.len() {
                 out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
@@ -233,7 +299,13 @@ fn base64(bytes: &[u8]) -> String {
 mod tests {
     #[test]
     fn base64_matches_rfc4648_vectors() {
-        let cases = [("", ""), ("f", "Zg=="), ("fo", "Zm8="), ("foo", "Zm9v"), ("foobar", "Zm9vYmFy")];
+        let cases = [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foobar", "Zm9vYmFy"),
+        ];
         for (input, expected) in cases {
             assert_eq!(super::base64(input.as_bytes()), expected);
         }

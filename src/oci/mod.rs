@@ -7,4 +7,6 @@ pub mod wheels;
 
 pub use client::Registry;
 pub use reference::Reference;
-pub use wheels::{pull_wheels, push_wheels, read_wheel_cache, PullSummary, PushSummary, WheelEntry};
+pub use wheels::{
+    pull_wheels, push_wheels, read_wheel_cache, PullSummary, PushSummary, WheelEntry,
+};

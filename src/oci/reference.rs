@@ -21,7 +21,10 @@ impl Reference {
         let bad = |why: &str| {
             Error::usage(
                 format!("`{text}` is not a registry reference: {why}"),
-                Some("write REGISTRY/REPOSITORY[:TAG], e.g. 127.0.0.1:5000/kiln/wheels:latest".to_string()),
+                Some(
+                    "write REGISTRY/REPOSITORY[:TAG], e.g. 127.0.0.1:5000/kiln/wheels:latest"
+                        .to_string(),
+                ),
             )
         };
         let (forced, rest) = match text.split_once("://") {
@@ -30,7 +33,9 @@ impl Reference {
             Some(_) => return Err(bad("only http:// and https:// are supported")),
             None => (None, text),
         };
-        let (registry, path) = rest.split_once('/').ok_or_else(|| bad("it names no repository"))?;
+        let (registry, path) = rest
+            .split_once('/')
+            .ok_or_else(|| bad("it names no repository"))?;
         if registry.is_empty() || path.is_empty() {
             return Err(bad("it names no registry or no repository"));
         }
@@ -38,13 +43,22 @@ impl Reference {
             Some((repo, tag)) if !tag.contains('/') => (repo, tag),
             _ => (path, "latest"),
         };
-        let repo_ok = repository
-            .split('/')
-            .all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c)));
+        let repo_ok = repository.split('/').all(|part| {
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c))
+        });
         if !repo_ok {
-            return Err(bad("repository names are lowercase letters, digits, `.`, `_`, `-` and `/`"));
+            return Err(bad(
+                "repository names are lowercase letters, digits, `.`, `_`, `-` and `/`",
+            ));
         }
-        let tag_ok = !tag.is_empty() && tag.len() <= 128 && tag.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+        let tag_ok = !tag.is_empty()
+            && tag.len() <= 128
+            && tag
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
         if !tag_ok {
             return Err(bad("tags are letters, digits, `.`, `_` and `-`"));
         }
@@ -78,8 +92,14 @@ mod tests {
     #[test]
     fn parses_registry_port_repository_and_tag() {
         let r = Reference::parse("127.0.0.1:5000/kiln/wheels:cu130").unwrap();
-        assert_eq!((r.scheme.as_str(), r.registry.as_str()), ("http", "127.0.0.1:5000"));
-        assert_eq!((r.repository.as_str(), r.tag.as_str()), ("kiln/wheels", "cu130"));
+        assert_eq!(
+            (r.scheme.as_str(), r.registry.as_str()),
+            ("http", "127.0.0.1:5000")
+        );
+        assert_eq!(
+            (r.repository.as_str(), r.tag.as_str()),
+            ("kiln/wheels", "cu130")
+        );
         let r = Reference::parse("ghcr.io/org/cache").unwrap();
         assert_eq!((r.scheme.as_str(), r.tag.as_str()), ("https", "latest"));
         assert_eq!(r.api_base(), "https://ghcr.io/v2/org/cache");

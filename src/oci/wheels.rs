@@ -5,6 +5,7 @@
 //! carry the wheel's file name, its cache id and the canonical key. Pushing merges with what the
 //! tag already holds; pulling verifies every blob's sha256 and size before anything is cached.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -23,6 +24,7 @@ const MEDIA_EMPTY: &str = "application/vnd.oci.empty.v1+json";
 const ANNOTATION_TITLE: &str = "org.opencontainers.image.title";
 const ANNOTATION_ID: &str = "dev.kiln.cache.id";
 const ANNOTATION_KEY: &str = "dev.kiln.cache.key";
+const ANNOTATION_EXTRA: &str = "dev.kiln.cache.entry-extra";
 
 /// entry.json
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,6 +33,9 @@ pub struct EntryFile {
     pub wheel: String,
     pub sha256: String,
     pub size: u64,
+    /// Fields this reader does not interpret (e.g. `created_unix`): carried through unchanged.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
 }
 
 /// One cached wheel on disk.
@@ -63,7 +68,12 @@ pub fn read_wheel_cache(wheels_dir: &Path) -> Result<Vec<WheelEntry>> {
     let listing = match fs::read_dir(wheels_dir) {
         Ok(l) => l,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(format!("cannot list {}", wheels_dir.display()), e)),
+        Err(e) => {
+            return Err(Error::io(
+                format!("cannot list {}", wheels_dir.display()),
+                e,
+            ))
+        }
     };
     let mut entries = Vec::new();
     for item in listing.flatten() {
@@ -72,11 +82,16 @@ pub fn read_wheel_cache(wheels_dir: &Path) -> Result<Vec<WheelEntry>> {
             continue; // temp directories, locks
         }
         let json_path = item.path().join("entry.json");
-        let Ok(text) = fs::read_to_string(&json_path) else { continue };
+        let Ok(text) = fs::read_to_string(&json_path) else {
+            continue;
+        };
         let entry: EntryFile = serde_json::from_str(&text).map_err(|e| {
             Error::other(
                 format!("cache entry {} is unreadable: {e}", json_path.display()),
-                Some(format!("remove {} and build the wheel again", item.path().display())),
+                Some(format!(
+                    "remove {} and build the wheel again",
+                    item.path().display()
+                )),
             )
         })?;
         check_wheel_name(&entry.wheel, &json_path.display().to_string())?;
@@ -90,7 +105,11 @@ pub fn read_wheel_cache(wheels_dir: &Path) -> Result<Vec<WheelEntry>> {
 /// Upload `entries` to `reference`: blobs the registry lacks, then one manifest holding these
 /// entries and every entry the tag already had. Each wheel is hashed before it leaves: an entry
 /// whose file no longer matches its entry.json is refused.
-pub fn push_wheels(entries: &[WheelEntry], reference: &Reference, note: &dyn Fn(&str)) -> Result<PushSummary> {
+pub fn push_wheels(
+    entries: &[WheelEntry],
+    reference: &Reference,
+    note: &dyn Fn(&str),
+) -> Result<PushSummary> {
     let registry = Registry::new(reference);
     let mut layers = remote_layers(&registry)?;
     let mut summary = PushSummary::default();
@@ -98,20 +117,36 @@ pub fn push_wheels(entries: &[WheelEntry], reference: &Reference, note: &dyn Fn(
         let (sha256, size) = hash_file(&e.path)?;
         if sha256 != e.entry.sha256 || size != e.entry.size {
             return Err(Error::other(
-                format!("cache entry {} does not match its entry.json (sha256 {sha256}, {size} bytes)", e.path.display()),
-                Some(format!("remove {} and build the wheel again; nothing was pushed", e.path.parent().unwrap_or(&e.path).display())),
+                format!(
+                    "cache entry {} does not match its entry.json (sha256 {sha256}, {size} bytes)",
+                    e.path.display()
+                ),
+                Some(format!(
+                    "remove {} and build the wheel again; nothing was pushed",
+                    e.path.parent().unwrap_or(&e.path).display()
+                )),
             ));
         }
         let digest = format!("sha256:{sha256}");
         if registry.has_blob(&digest)? {
             summary.already_there += 1;
         } else {
-            let file = File::open(&e.path).map_err(|err| Error::io(format!("cannot open {}", e.path.display()), err))?;
+            let file = File::open(&e.path)
+                .map_err(|err| Error::io(format!("cannot open {}", e.path.display()), err))?;
             registry.push_blob(&digest, size, BufReader::with_capacity(1 << 20, file))?;
             summary.uploaded += 1;
-            note(&format!("pushed {} ({})", e.entry.wheel, crate::image::human_bytes(size as f64)));
+            note(&format!(
+                "pushed {} ({})",
+                e.entry.wheel,
+                crate::image::human_bytes(size as f64)
+            ));
         }
-        layers.retain(|l| l.get("annotations").and_then(|a| a.get(ANNOTATION_ID)).and_then(Value::as_str) != Some(&e.id));
+        layers.retain(|l| {
+            l.get("annotations")
+                .and_then(|a| a.get(ANNOTATION_ID))
+                .and_then(Value::as_str)
+                != Some(&e.id)
+        });
         layers.push(json!({
             "mediaType": MEDIA_WHEEL,
             "digest": digest,
@@ -120,10 +155,15 @@ pub fn push_wheels(entries: &[WheelEntry], reference: &Reference, note: &dyn Fn(
                 ANNOTATION_TITLE: e.entry.wheel,
                 ANNOTATION_ID: e.id,
                 ANNOTATION_KEY: serde_json::to_string(&e.entry.key).expect("json"),
+                ANNOTATION_EXTRA: serde_json::to_string(&e.entry.extra).expect("json"),
             },
         }));
     }
-    layers.sort_by(|a, b| a["annotations"][ANNOTATION_ID].as_str().cmp(&b["annotations"][ANNOTATION_ID].as_str()));
+    layers.sort_by(|a, b| {
+        a["annotations"][ANNOTATION_ID]
+            .as_str()
+            .cmp(&b["annotations"][ANNOTATION_ID].as_str())
+    });
     let empty = b"{}";
     let empty_digest = format!("sha256:{}", crate::engine::hashing::sha256_bytes(empty));
     if !registry.has_blob(&empty_digest)? {
@@ -138,19 +178,29 @@ pub fn push_wheels(entries: &[WheelEntry], reference: &Reference, note: &dyn Fn(
         "layers": layers,
         "annotations": {"dev.kiln.cache.entries": summary.total.to_string()},
     });
-    registry.put_manifest(MEDIA_MANIFEST, &serde_json::to_vec(&manifest).expect("json"))?;
+    registry.put_manifest(
+        MEDIA_MANIFEST,
+        &serde_json::to_vec(&manifest).expect("json"),
+    )?;
     Ok(summary)
 }
 
 /// Fetch every entry `reference` holds into `wheels_dir`. Each blob streams into a temp
 /// directory while it is hashed; only a blob whose sha256 and size match its manifest entry is
 /// moved into place (with its entry.json). A mismatch fails the pull and leaves nothing behind.
-pub fn pull_wheels(reference: &Reference, wheels_dir: &Path, note: &dyn Fn(&str)) -> Result<PullSummary> {
+pub fn pull_wheels(
+    reference: &Reference,
+    wheels_dir: &Path,
+    note: &dyn Fn(&str),
+) -> Result<PullSummary> {
     let registry = Registry::new(reference);
     let Some(_) = registry.manifest(MEDIA_MANIFEST)? else {
         return Err(Error::other(
             format!("registry has no wheel cache at {reference}"),
-            Some("push one first with `kiln cache push`, or check the repository and tag".to_string()),
+            Some(
+                "push one first with `kiln cache push`, or check the repository and tag"
+                    .to_string(),
+            ),
         ));
     };
     let layers = remote_layers(&registry)?;
@@ -159,7 +209,9 @@ pub fn pull_wheels(reference: &Reference, wheels_dir: &Path, note: &dyn Fn(&str)
     for layer in &layers {
         let remote = RemoteWheel::from_layer(layer, reference)?;
         let final_dir = wheels_dir.join(&remote.id);
-        let local = read_wheel_cache(wheels_dir)?.into_iter().find(|e| e.id == remote.id);
+        let local = read_wheel_cache(wheels_dir)?
+            .into_iter()
+            .find(|e| e.id == remote.id);
         if local.is_some_and(|e| e.entry.sha256 == remote.sha256 && e.path.is_file()) {
             summary.already_cached += 1;
             continue;
@@ -173,24 +225,43 @@ pub fn pull_wheels(reference: &Reference, wheels_dir: &Path, note: &dyn Fn(&str)
             return Err(e);
         }
         let _ = fs::remove_dir_all(&final_dir);
-        fs::rename(&temp, &final_dir).map_err(|e| Error::io(format!("cannot move {} into the cache", remote.entry.wheel), e))?;
+        fs::rename(&temp, &final_dir).map_err(|e| {
+            Error::io(
+                format!("cannot move {} into the cache", remote.entry.wheel),
+                e,
+            )
+        })?;
         summary.fetched += 1;
         summary.bytes += remote.entry.size;
-        note(&format!("pulled {} ({})", remote.entry.wheel, crate::image::human_bytes(remote.entry.size as f64)));
+        note(&format!(
+            "pulled {} ({})",
+            remote.entry.wheel,
+            crate::image::human_bytes(remote.entry.size as f64)
+        ));
     }
     Ok(summary)
 }
 
-fn fetch_into(registry: &Registry, remote: &RemoteWheel, temp: &Path, reference: &Reference) -> Result<()> {
+fn fetch_into(
+    registry: &Registry,
+    remote: &RemoteWheel,
+    temp: &Path,
+    reference: &Reference,
+) -> Result<()> {
     let wheel_path = temp.join(&remote.entry.wheel);
-    let file = File::create(&wheel_path).map_err(|e| Error::io(format!("cannot create {}", wheel_path.display()), e))?;
+    let file = File::create(&wheel_path)
+        .map_err(|e| Error::io(format!("cannot create {}", wheel_path.display()), e))?;
     let mut writer = HashingWriter::new(std::io::BufWriter::with_capacity(1 << 20, file));
     let digest = format!("sha256:{}", remote.sha256);
     let mut body = registry.blob(&digest)?.take(remote.entry.size + 1);
-    std::io::copy(&mut body, &mut writer).map_err(|e| Error::io(format!("cannot download {}", remote.entry.wheel), e))?;
+    std::io::copy(&mut body, &mut writer)
+        .map_err(|e| Error::io(format!("cannot download {}", remote.entry.wheel), e))?;
     let (out, sha256, size) = writer.finish();
-    let file = out.into_inner().map_err(|e| Error::io("cannot write the wheel", e.into_error()))?;
-    file.sync_all().map_err(|e| Error::io("cannot write the wheel", e))?;
+    let file = out
+        .into_inner()
+        .map_err(|e| Error::io("cannot write the wheel", e.into_error()))?;
+    file.sync_all()
+        .map_err(|e| Error::io("cannot write the wheel", e))?;
     if sha256 != remote.sha256 || size != remote.entry.size {
         return Err(Error::other(
             format!(
@@ -219,46 +290,88 @@ impl RemoteWheel {
                 Some("it was not written by `kiln cache push`; push the cache again".to_string()),
             )
         };
-        let annotation = |name: &str| layer.get("annotations").and_then(|a| a.get(name)).and_then(Value::as_str);
-        let id = annotation(ANNOTATION_ID).filter(|id| is_hex64(id)).ok_or_else(|| bad("no valid cache id"))?;
+        let annotation = |name: &str| {
+            layer
+                .get("annotations")
+                .and_then(|a| a.get(name))
+                .and_then(Value::as_str)
+        };
+        let id = annotation(ANNOTATION_ID)
+            .filter(|id| is_hex64(id))
+            .ok_or_else(|| bad("no valid cache id"))?;
         let wheel = annotation(ANNOTATION_TITLE).ok_or_else(|| bad("no wheel file name"))?;
         check_wheel_name(wheel, &reference.to_string())?;
         let key: Value = annotation(ANNOTATION_KEY)
             .and_then(|k| serde_json::from_str(k).ok())
             .ok_or_else(|| bad("no cache key"))?;
-        let digest = layer.get("digest").and_then(Value::as_str).unwrap_or_default();
-        let sha256 = digest.strip_prefix("sha256:").filter(|h| is_hex64(h)).ok_or_else(|| bad("a digest that is not sha256"))?;
-        let size = layer.get("size").and_then(Value::as_u64).ok_or_else(|| bad("no size"))?;
+        let mut extra: BTreeMap<String, Value> = annotation(ANNOTATION_EXTRA)
+            .and_then(|x| serde_json::from_str(x).ok())
+            .unwrap_or_default();
+        extra.retain(|k, _| !["key", "wheel", "sha256", "size"].contains(&k.as_str()));
+        let digest = layer
+            .get("digest")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let sha256 = digest
+            .strip_prefix("sha256:")
+            .filter(|h| is_hex64(h))
+            .ok_or_else(|| bad("a digest that is not sha256"))?;
+        let size = layer
+            .get("size")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| bad("no size"))?;
         Ok(RemoteWheel {
             id: id.to_string(),
             sha256: sha256.to_string(),
-            entry: EntryFile { key, wheel: wheel.to_string(), sha256: sha256.to_string(), size },
+            entry: EntryFile {
+                key,
+                wheel: wheel.to_string(),
+                sha256: sha256.to_string(),
+                size,
+                extra,
+            },
         })
     }
 }
 
 /// The layers of the tag's manifest (none when the tag does not exist yet).
 fn remote_layers(registry: &Registry) -> Result<Vec<Value>> {
-    let Some(bytes) = registry.manifest(MEDIA_MANIFEST)? else { return Ok(Vec::new()) };
+    let Some(bytes) = registry.manifest(MEDIA_MANIFEST)? else {
+        return Ok(Vec::new());
+    };
     let manifest: Value = serde_json::from_slice(&bytes).map_err(|e| {
-        Error::other(format!("the manifest at {} is not JSON: {e}", registry.reference()), None)
+        Error::other(
+            format!("the manifest at {} is not JSON: {e}", registry.reference()),
+            None,
+        )
     })?;
-    Ok(manifest.get("layers").and_then(Value::as_array).cloned().unwrap_or_default())
+    Ok(manifest
+        .get("layers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default())
 }
 
 fn hash_file(path: &Path) -> Result<(String, u64)> {
-    let file = File::open(path).map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
+    let file =
+        File::open(path).map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
     crate::engine::hashing::sha256_reader(BufReader::with_capacity(1 << 20, file))
         .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))
 }
 
 fn is_hex64(text: &str) -> bool {
-    text.len() == 64 && text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    text.len() == 64
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// A wheel file name is a plain `*.whl` name: never a path.
 fn check_wheel_name(name: &str, origin: &str) -> Result<()> {
-    let plain = !name.is_empty() && !name.starts_with('.') && !name.contains(['/', '\\', '\0']) && name.ends_with(".whl");
+    let plain = !name.is_empty()
+        && !name.starts_with('.')
+        && !name.contains(['/', '\\', '\0'])
+        && name.ends_with(".whl");
     if plain {
         Ok(())
     } else {

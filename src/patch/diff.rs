@@ -32,17 +32,30 @@ impl UnifiedDiff {
                     }
                     hunks.push(h);
                 }
-                let (old_start, old_len, new_len) =
-                    parse_header(header).ok_or_else(|| format!("line {number}: `{line}` is not a hunk header"))?;
-                current = Some((Hunk { old_start, old: String::new(), new: String::new() }, old_len, new_len));
+                let (old_start, old_len, new_len) = parse_header(header)
+                    .ok_or_else(|| format!("line {number}: `{line}` is not a hunk header"))?;
+                current = Some((
+                    Hunk {
+                        old_start,
+                        old: String::new(),
+                        new: String::new(),
+                    },
+                    old_len,
+                    new_len,
+                ));
                 continue;
             }
             let Some((hunk, old_left, new_left)) = current.as_mut() else {
-                if line.starts_with("--- ") || line.starts_with("+++ ") || line.starts_with("diff ") || line.trim().is_empty()
+                if line.starts_with("--- ")
+                    || line.starts_with("+++ ")
+                    || line.starts_with("diff ")
+                    || line.trim().is_empty()
                 {
                     continue;
                 }
-                return Err(format!("line {number}: text before the first `@@` hunk header: `{line}`"));
+                return Err(format!(
+                    "line {number}: text before the first `@@` hunk header: `{line}`"
+                ));
             };
             if line == "\\ No newline at end of file" {
                 continue;
@@ -50,7 +63,9 @@ impl UnifiedDiff {
             let (tag, body) = line.split_at(line.len().min(1));
             let body = format!("{body}\n");
             let take = |left: &mut usize| -> Result<(), String> {
-                *left = left.checked_sub(1).ok_or_else(|| format!("line {number}: the hunk is longer than its header says"))?;
+                *left = left.checked_sub(1).ok_or_else(|| {
+                    format!("line {number}: the hunk is longer than its header says")
+                })?;
                 Ok(())
             };
             match tag {
@@ -68,7 +83,11 @@ impl UnifiedDiff {
                     take(new_left)?;
                     hunk.new.push_str(&body);
                 }
-                _ => return Err(format!("line {number}: a hunk line must start with ' ', '-' or '+': `{line}`")),
+                _ => {
+                    return Err(format!(
+                        "line {number}: a hunk line must start with ' ', '-' or '+': `{line}`"
+                    ))
+                }
             }
         }
         match current {
@@ -93,22 +112,37 @@ impl UnifiedDiff {
                     applied += 1;
                     continue;
                 }
-                return Err(Drift { message: format!("{label}: its context and removed lines are not in the file"), at: None });
+                return Err(Drift {
+                    message: format!("{label}: its context and removed lines are not in the file"),
+                    at: None,
+                });
             }
             let at = if olds.len() == 1 {
                 olds[0]
             } else {
-                let hinted = olds.iter().copied().find(|&o| super::syntax::line_of(source, o) == hunk.old_start);
+                let hinted = olds
+                    .iter()
+                    .copied()
+                    .find(|&o| super::syntax::line_of(source, o) == hunk.old_start);
                 hinted.ok_or_else(|| Drift {
-                    message: format!("{label}: ambiguous anchor: its context matches {} places", olds.len()),
+                    message: format!(
+                        "{label}: ambiguous anchor: its context matches {} places",
+                        olds.len()
+                    ),
                     at: Some(olds[1]),
                 })?
             };
-            splices.push(Splice { range: at..at + hunk.old.len(), text: hunk.new.clone() });
+            splices.push(Splice {
+                range: at..at + hunk.old.len(),
+                text: hunk.new.clone(),
+            });
         }
         if applied > 0 && !splices.is_empty() {
             return Err(Drift {
-                message: format!("{applied} of {} hunks are already applied and the others are not", self.hunks.len()),
+                message: format!(
+                    "{applied} of {} hunks are already applied and the others are not",
+                    self.hunks.len()
+                ),
                 at: None,
             });
         }
@@ -177,16 +211,28 @@ mod tests {
     fn missing_and_ambiguous_context() {
         let diff = UnifiedDiff::parse(DIFF).unwrap();
         let missing = diff.locate("a = 1\nb = 5\nc = 4\n").unwrap_err();
-        assert_eq!(missing.message, "hunk 1 (@@ -2): its context and removed lines are not in the file");
+        assert_eq!(
+            missing.message,
+            "hunk 1 (@@ -2): its context and removed lines are not in the file"
+        );
         let twice = "a = 1\nb = 2\nc = 4\n\na = 1\nb = 2\nc = 4\n";
         let ambiguous = diff.locate(twice).unwrap_err();
-        assert_eq!(ambiguous.message, "hunk 1 (@@ -2): ambiguous anchor: its context matches 2 places");
+        assert_eq!(
+            ambiguous.message,
+            "hunk 1 (@@ -2): ambiguous anchor: its context matches 2 places"
+        );
     }
 
     #[test]
     fn rejects_malformed_diffs() {
-        assert_eq!(UnifiedDiff::parse("a = 1\n").unwrap_err(), "line 1: text before the first `@@` hunk header: `a = 1`");
-        assert_eq!(UnifiedDiff::parse("@@ -1,2 +1,2 @@\n a\n").unwrap_err(), "the last hunk is shorter than its header says");
+        assert_eq!(
+            UnifiedDiff::parse("a = 1\n").unwrap_err(),
+            "line 1: text before the first `@@` hunk header: `a = 1`"
+        );
+        assert_eq!(
+            UnifiedDiff::parse("@@ -1,2 +1,2 @@\n a\n").unwrap_err(),
+            "the last hunk is shorter than its header says"
+        );
         assert_eq!(UnifiedDiff::parse("").unwrap_err(), "no `@@` hunk found");
     }
 

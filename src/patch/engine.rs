@@ -35,7 +35,11 @@ fn located(rel: &str, source: &str, drift: &Drift) -> String {
         Some(at) => {
             let line = syntax::line_of(source, at);
             let line_start = source[..at].rfind('\n').map_or(0, |i| i + 1);
-            format!("{} ({rel}:{line}:{})", drift.message, source[line_start..at].chars().count() + 1)
+            format!(
+                "{} ({rel}:{line}:{})",
+                drift.message,
+                source[line_start..at].chars().count() + 1
+            )
         }
         None => format!("{} ({rel})", drift.message),
     }
@@ -56,11 +60,20 @@ fn evaluate(set: &PatchSet, site: &Path, opts: &Options) -> Result<Evaluation> {
             detail,
         };
         if opts.skip_experimental && patch.experimental {
-            reports.push(report(Status::Skipped, Some("experimental; left out by --skip-experimental".into())));
+            reports.push(report(
+                Status::Skipped,
+                Some("experimental; left out by --skip-experimental".into()),
+            ));
             continue;
         }
         if let Some(fixed) = patch.fixed_in.as_ref().filter(|f| installed.version >= **f) {
-            reports.push(report(Status::Obsolete, Some(format!("fixed upstream in {fixed}; {} is installed", installed.version))));
+            reports.push(report(
+                Status::Obsolete,
+                Some(format!(
+                    "fixed upstream in {fixed}; {} is installed",
+                    installed.version
+                )),
+            ));
             continue;
         }
         if !files.contains_key(&rel) {
@@ -68,15 +81,28 @@ fn evaluate(set: &PatchSet, site: &Path, opts: &Options) -> Result<Evaluation> {
             match std::fs::read(&path) {
                 Ok(bytes) => match String::from_utf8(bytes) {
                     Ok(text) => {
-                        files.insert(rel.clone(), Working { original: text.clone(), current: text, patches: vec![] });
+                        files.insert(
+                            rel.clone(),
+                            Working {
+                                original: text.clone(),
+                                current: text,
+                                patches: vec![],
+                            },
+                        );
                     }
                     Err(_) => {
-                        reports.push(report(Status::Drifted, Some(format!("{rel} is not UTF-8 text"))));
+                        reports.push(report(
+                            Status::Drifted,
+                            Some(format!("{rel} is not UTF-8 text")),
+                        ));
                         continue;
                     }
                 },
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    reports.push(report(Status::Drifted, Some(format!("file not found: {rel}"))));
+                    reports.push(report(
+                        Status::Drifted,
+                        Some(format!("file not found: {rel}")),
+                    ));
                     continue;
                 }
                 Err(e) => return Err(Error::io(format!("cannot read {}", path.display()), e)),
@@ -90,37 +116,66 @@ fn evaluate(set: &PatchSet, site: &Path, opts: &Options) -> Result<Evaluation> {
                 Ok(splices) if splices.is_empty() => present += 1,
                 Ok(splices) => text = ops::splice(&text, &splices),
                 Err(d) => {
-                    drift = Some(format!("edit {} ({}): {}", i + 1, edit.describe(), located(&rel, &text, &d)));
+                    drift = Some(format!(
+                        "edit {} ({}): {}",
+                        i + 1,
+                        edit.describe(),
+                        located(&rel, &text, &d)
+                    ));
                     break;
                 }
             }
         }
-        let drift = drift.or_else(|| post_condition(patch, &text).err().map(|m| format!("post-condition failed: {m} ({rel})")));
+        let drift = drift.or_else(|| {
+            post_condition(patch, &text)
+                .err()
+                .map(|m| format!("post-condition failed: {m} ({rel})"))
+        });
         if let Some(detail) = drift {
             reports.push(report(Status::Drifted, Some(detail)));
             continue;
         }
         let edits = patch.edits.len();
-        let status = if present == edits { Status::Applied } else { Status::NotApplied };
-        let detail = (present > 0 && present < edits).then(|| format!("{present} of {edits} edits present"));
+        let status = if present == edits {
+            Status::Applied
+        } else {
+            Status::NotApplied
+        };
+        let detail =
+            (present > 0 && present < edits).then(|| format!("{present} of {edits} edits present"));
         working.current = text;
         working.patches.push(patch.id.clone());
         reports.push(report(status, detail));
     }
-    Ok(Evaluation { installed, patches: reports, files })
+    Ok(Evaluation {
+        installed,
+        patches: reports,
+        files,
+    })
 }
 
 /// After the edits: the file parses, every edit finds its result present, and the set's own checks hold.
 fn post_condition(patch: &Patch, text: &str) -> std::result::Result<(), String> {
     if let Some(at) = syntax::first_error(&syntax::parse(text)) {
-        return Err(format!("the result does not parse as Python at line {}", syntax::line_of(text, at)));
+        return Err(format!(
+            "the result does not parse as Python at line {}",
+            syntax::line_of(text, at)
+        ));
     }
     for edit in &patch.edits {
         if !ops::locate(edit, text).is_ok_and(|s| s.is_empty()) {
-            return Err(format!("{} is not in effect after applying", edit.describe()));
+            return Err(format!(
+                "{} is not in effect after applying",
+                edit.describe()
+            ));
         }
     }
-    if let Some(missing) = patch.post.contains.iter().find(|c| !text.contains(c.as_str())) {
+    if let Some(missing) = patch
+        .post
+        .contains
+        .iter()
+        .find(|c| !text.contains(c.as_str()))
+    {
         return Err(format!("the file does not contain `{missing}`"));
     }
     if let Some(present) = patch.post.absent.iter().find(|c| text.contains(c.as_str())) {
@@ -131,19 +186,30 @@ fn post_condition(patch: &Patch, text: &str) -> std::result::Result<(), String> 
 
 /// Requirements of the patches that are (or are about to be) in effect; each unmet one is
 /// returned as (patch id, why).
-fn unmet_requirements(set: &PatchSet, site: &Path, reports: &[PatchReport]) -> Result<Vec<(String, String)>> {
+fn unmet_requirements(
+    set: &PatchSet,
+    site: &Path,
+    reports: &[PatchReport],
+) -> Result<Vec<(String, String)>> {
     let mut unmet = Vec::new();
     let mut others: BTreeMap<String, Vec<PatchReport>> = BTreeMap::new();
     for patch in &set.patches {
-        let active = reports.iter().any(|r| r.id == patch.id && matches!(r.status, Status::Applied | Status::NotApplied));
+        let active = reports
+            .iter()
+            .any(|r| r.id == patch.id && matches!(r.status, Status::Applied | Status::NotApplied));
         if !active {
             continue;
         }
         for requirement in &patch.requires {
             let (label, status) = match requirement {
-                Requirement::Local(id) => {
-                    (id.clone(), reports.iter().find(|r| r.id == *id).map(|r| r.status).expect("validated at load"))
-                }
+                Requirement::Local(id) => (
+                    id.clone(),
+                    reports
+                        .iter()
+                        .find(|r| r.id == *id)
+                        .map(|r| r.status)
+                        .expect("validated at load"),
+                ),
                 Requirement::Other { set: other, id } => {
                     if !others.contains_key(other) {
                         let spec = match &set.dir {
@@ -166,11 +232,17 @@ fn unmet_requirements(set: &PatchSet, site: &Path, reports: &[PatchReport]) -> R
                 }
             };
             let in_effect = match requirement {
-                Requirement::Local(_) => matches!(status, Status::Applied | Status::NotApplied | Status::Obsolete),
+                Requirement::Local(_) => matches!(
+                    status,
+                    Status::Applied | Status::NotApplied | Status::Obsolete
+                ),
                 Requirement::Other { .. } => matches!(status, Status::Applied | Status::Obsolete),
             };
             if !in_effect {
-                unmet.push((patch.id.clone(), format!("requires {label}, which is {}", status.label())));
+                unmet.push((
+                    patch.id.clone(),
+                    format!("requires {label}, which is {}", status.label()),
+                ));
             }
         }
     }
@@ -195,7 +267,12 @@ fn report_of(action: Action, set: &PatchSet, site: &Path, evaluation: &Evaluatio
 }
 
 fn effective(patches: &[PatchReport]) -> bool {
-    patches.iter().all(|p| matches!(p.status, Status::Applied | Status::Obsolete | Status::Skipped))
+    patches.iter().all(|p| {
+        matches!(
+            p.status,
+            Status::Applied | Status::Obsolete | Status::Skipped
+        )
+    })
 }
 
 pub fn check(set: &PatchSet, site: &Path, opts: &Options) -> Result<Report> {
@@ -204,7 +281,11 @@ pub fn check(set: &PatchSet, site: &Path, opts: &Options) -> Result<Report> {
     let unmet = unmet_requirements(set, site, &report.patches)?;
     report.effective = effective(&report.patches) && unmet.is_empty();
     for (id, why) in unmet {
-        let p = report.patches.iter_mut().find(|p| p.id == id).expect("unmet ids come from the set");
+        let p = report
+            .patches
+            .iter_mut()
+            .find(|p| p.id == id)
+            .expect("unmet ids come from the set");
         p.detail = Some(match p.detail.take() {
             Some(d) => format!("{d}; {why}"),
             None => why,
@@ -216,7 +297,13 @@ pub fn check(set: &PatchSet, site: &Path, opts: &Options) -> Result<Report> {
 /// The writer seam: production writes atomically; tests can fail on purpose.
 pub type WriteFile<'a> = &'a mut dyn FnMut(&Path, &[u8]) -> Result<()>;
 
-pub fn apply(set: &PatchSet, site: &Path, state_dir: &Path, opts: &Options, write: WriteFile<'_>) -> Result<Report> {
+pub fn apply(
+    set: &PatchSet,
+    site: &Path,
+    state_dir: &Path,
+    opts: &Options,
+    write: WriteFile<'_>,
+) -> Result<Report> {
     let evaluation = evaluate(set, site, opts)?;
     let installed = &evaluation.installed;
     if !set.versions.contains(&installed.version) && !opts.force {
@@ -242,7 +329,10 @@ pub fn apply(set: &PatchSet, site: &Path, state_dir: &Path, opts: &Options, writ
     }
     let unmet = unmet_requirements(set, site, &evaluation.patches)?;
     if !unmet.is_empty() {
-        let lines: Vec<String> = unmet.iter().map(|(id, why)| format!("{id} {why}")).collect();
+        let lines: Vec<String> = unmet
+            .iter()
+            .map(|(id, why)| format!("{id} {why}"))
+            .collect();
         return Err(Error::other(
             format!("patch set `{}` cannot be applied; nothing was changed:\n  {}", set.name, lines.join("\n  ")),
             Some(format!(
@@ -253,14 +343,23 @@ pub fn apply(set: &PatchSet, site: &Path, state_dir: &Path, opts: &Options, writ
         ));
     }
     let mut report = report_of(Action::Apply, set, site, &evaluation);
-    let changed: Vec<(&String, &Working)> = evaluation.files.iter().filter(|(_, w)| w.current != w.original).collect();
+    let changed: Vec<(&String, &Working)> = evaluation
+        .files
+        .iter()
+        .filter(|(_, w)| w.current != w.original)
+        .collect();
     for p in &mut report.patches {
         p.changed = p.status == Status::NotApplied;
     }
     report.changed_files = changed.iter().map(|(rel, _)| (*rel).clone()).collect();
     report.effective = true;
     if opts.dry_run {
-        report.diff = Some(changed.iter().map(|(rel, w)| super::diff::render(rel, &w.original, &w.current)).collect());
+        report.diff = Some(
+            changed
+                .iter()
+                .map(|(rel, w)| super::diff::render(rel, &w.original, &w.current))
+                .collect(),
+        );
         return Ok(report);
     }
     if changed.is_empty() {
@@ -273,8 +372,13 @@ pub fn apply(set: &PatchSet, site: &Path, state_dir: &Path, opts: &Options, writ
         site_packages: site.to_path_buf(),
         package: set.package.clone(),
         version: installed.version.to_string(),
-        files: previous.as_ref().map(|r| r.files.clone()).unwrap_or_default(),
-        applied_unix: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        files: previous
+            .as_ref()
+            .map(|r| r.files.clone())
+            .unwrap_or_default(),
+        applied_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
         kiln_version: env!("CARGO_PKG_VERSION").to_string(),
     };
     for (rel, working) in &changed {
@@ -296,11 +400,16 @@ pub fn apply(set: &PatchSet, site: &Path, state_dir: &Path, opts: &Options, writ
             None => record.files.push(entry),
         }
     }
-    let targets: Vec<(PathBuf, &[u8], &[u8])> =
-        changed.iter().map(|(rel, w)| (site.join(rel), w.original.as_bytes(), w.current.as_bytes())).collect();
+    let targets: Vec<(PathBuf, &[u8], &[u8])> = changed
+        .iter()
+        .map(|(rel, w)| (site.join(rel), w.original.as_bytes(), w.current.as_bytes()))
+        .collect();
     write_all_or_nothing(&targets, write)?;
     if let Err(e) = store.save(&record) {
-        let undo: Vec<(PathBuf, &[u8], &[u8])> = targets.iter().map(|(p, old, new)| (p.clone(), *new, *old)).collect();
+        let undo: Vec<(PathBuf, &[u8], &[u8])> = targets
+            .iter()
+            .map(|(p, old, new)| (p.clone(), *new, *old))
+            .collect();
         write_all_or_nothing(&undo, &mut |p, b| store::write_preserving(p, b))?;
         return Err(e);
     }
@@ -323,7 +432,11 @@ fn required_sets(set: &PatchSet, unmet: &[(String, String)]) -> String {
         })
         .collect();
     names.dedup();
-    if names.is_empty() { "SET".to_string() } else { names.join(" ") }
+    if names.is_empty() {
+        "SET".to_string()
+    } else {
+        names.join(" ")
+    }
 }
 
 /// Write each (path, old, new); if one write fails, put back the ones already written.
@@ -338,7 +451,11 @@ fn write_all_or_nothing(targets: &[(PathBuf, &[u8], &[u8])], write: WriteFile<'_
             }
             if !failed_restores.is_empty() {
                 return Err(Error::other(
-                    format!("{}; restoring the files already written also failed: {}", e, failed_restores.join(", ")),
+                    format!(
+                        "{}; restoring the files already written also failed: {}",
+                        e,
+                        failed_restores.join(", ")
+                    ),
                     Some("reinstall the package to get consistent files back".into()),
                 ));
             }
@@ -350,7 +467,14 @@ fn write_all_or_nothing(targets: &[(PathBuf, &[u8], &[u8])], write: WriteFile<'_
 
 pub fn revert(set: &PatchSet, site: &Path, state_dir: &Path, opts: &Options) -> Result<Report> {
     let store = Store::new(state_dir);
-    let evaluation = evaluate(set, site, &Options { skip_experimental: false, ..*opts })?;
+    let evaluation = evaluate(
+        set,
+        site,
+        &Options {
+            skip_experimental: false,
+            ..*opts
+        },
+    )?;
     let mut report = report_of(Action::Revert, set, site, &evaluation);
     let Some(record) = store.load(&set.name, site)? else {
         report.effective = true;
@@ -360,7 +484,8 @@ pub fn revert(set: &PatchSet, site: &Path, state_dir: &Path, opts: &Options) -> 
     let mut conflicts = Vec::new();
     for file in &record.files {
         let path = site.join(&file.path);
-        let current = std::fs::read(&path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        let current = std::fs::read(&path)
+            .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
         let current_sha = sha256_bytes(&current);
         if current_sha == file.original_sha256 {
             continue;
@@ -378,22 +503,37 @@ pub fn revert(set: &PatchSet, site: &Path, state_dir: &Path, opts: &Options) -> 
             Some("--force restores the originals anyway, discarding those changes".into()),
         ));
     }
-    report.changed_files = record.files.iter().map(|f| f.path.clone()).filter(|p| restores.iter().any(|(path, _, _)| path == &site.join(p))).collect();
+    report.changed_files = record
+        .files
+        .iter()
+        .map(|f| f.path.clone())
+        .filter(|p| restores.iter().any(|(path, _, _)| path == &site.join(p)))
+        .collect();
     report.effective = true;
     if opts.dry_run {
         report.diff = Some(
             restores
                 .iter()
                 .map(|(path, current, original)| {
-                    let rel = path.strip_prefix(site).unwrap_or(path).display().to_string();
-                    super::diff::render(&rel, &String::from_utf8_lossy(current), &String::from_utf8_lossy(original))
+                    let rel = path
+                        .strip_prefix(site)
+                        .unwrap_or(path)
+                        .display()
+                        .to_string();
+                    super::diff::render(
+                        &rel,
+                        &String::from_utf8_lossy(current),
+                        &String::from_utf8_lossy(original),
+                    )
                 })
                 .collect(),
         );
         return Ok(report);
     }
-    let targets: Vec<(PathBuf, &[u8], &[u8])> =
-        restores.iter().map(|(p, cur, orig)| (p.clone(), cur.as_slice(), orig.as_slice())).collect();
+    let targets: Vec<(PathBuf, &[u8], &[u8])> = restores
+        .iter()
+        .map(|(p, cur, orig)| (p.clone(), cur.as_slice(), orig.as_slice()))
+        .collect();
     write_all_or_nothing(&targets, &mut |p, b| store::write_preserving(p, b))?;
     for (path, _, _) in &targets {
         report.pycache_removed += store::remove_pycache(path)?;

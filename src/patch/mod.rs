@@ -107,12 +107,25 @@ pub struct Report {
 }
 
 /// Apply a patch set (all-or-nothing); idempotent.
-pub fn apply(set: &PatchSet, site_packages: &Path, state_dir: &Path, opts: &Options) -> Result<Report> {
-    engine::apply(set, site_packages, state_dir, opts, &mut |path, bytes| store::write_preserving(path, bytes))
+pub fn apply(
+    set: &PatchSet,
+    site_packages: &Path,
+    state_dir: &Path,
+    opts: &Options,
+) -> Result<Report> {
+    engine::apply(set, site_packages, state_dir, opts, &mut |path, bytes| {
+        store::write_preserving(path, bytes)
+    })
 }
 
 /// Apply with a custom file writer (tests use it to fail midway on purpose).
-pub fn apply_with(set: &PatchSet, site_packages: &Path, state_dir: &Path, opts: &Options, write: WriteFile<'_>) -> Result<Report> {
+pub fn apply_with(
+    set: &PatchSet,
+    site_packages: &Path,
+    state_dir: &Path,
+    opts: &Options,
+    write: WriteFile<'_>,
+) -> Result<Report> {
     engine::apply(set, site_packages, state_dir, opts, write)
 }
 
@@ -122,13 +135,31 @@ pub fn check(set: &PatchSet, site_packages: &Path, opts: &Options) -> Result<Rep
 }
 
 /// Restore the byte-identical originals recorded by apply.
-pub fn revert(set: &PatchSet, site_packages: &Path, state_dir: &Path, opts: &Options) -> Result<Report> {
+pub fn revert(
+    set: &PatchSet,
+    site_packages: &Path,
+    state_dir: &Path,
+    opts: &Options,
+) -> Result<Report> {
     engine::revert(set, site_packages, state_dir, opts)
 }
 
 /// Apply a patch set given by shipped name or path: what a recipe step of kind `patch` calls.
-pub fn apply_named(set: &str, site_packages: &Path, state_dir: &Path, dry_run: bool) -> Result<Report> {
-    apply(&load(set)?, site_packages, state_dir, &Options { dry_run, ..Options::default() })
+pub fn apply_named(
+    set: &str,
+    site_packages: &Path,
+    state_dir: &Path,
+    dry_run: bool,
+) -> Result<Report> {
+    apply(
+        &load(set)?,
+        site_packages,
+        state_dir,
+        &Options {
+            dry_run,
+            ..Options::default()
+        },
+    )
 }
 
 /// Check a patch set given by shipped name or path (a step's "is it still in effect" probe).

@@ -32,15 +32,22 @@ pub fn normalize(name: &str) -> String {
 /// Find `package` in `site` by its dist-info directory and read name and version from METADATA.
 pub fn find(site: &Path, package: &str) -> Result<Installed> {
     let entries = std::fs::read_dir(site).map_err(|e| {
-        Error::io(format!("cannot read site-packages directory {}", site.display()), e)
+        Error::io(
+            format!("cannot read site-packages directory {}", site.display()),
+            e,
+        )
     })?;
     let wanted = normalize(package);
     let mut found = Vec::new();
     for entry in entries.flatten() {
         let file_name = entry.file_name().to_string_lossy().into_owned();
-        let Some(stem) = file_name.strip_suffix(".dist-info") else { continue };
+        let Some(stem) = file_name.strip_suffix(".dist-info") else {
+            continue;
+        };
         // `<name>-<version>`: names are escaped with `_`, so the last `-` splits them.
-        let Some((name, _)) = stem.rsplit_once('-') else { continue };
+        let Some((name, _)) = stem.rsplit_once('-') else {
+            continue;
+        };
         if normalize(name) == wanted {
             found.push(entry.path().join("METADATA"));
         }
@@ -68,16 +75,27 @@ pub fn find(site: &Path, package: &str) -> Result<Installed> {
     let text = std::fs::read_to_string(&metadata)
         .map_err(|e| Error::io(format!("cannot read {}", metadata.display()), e))?;
     let header = |key: &str| {
-        text.lines()
-            .take_while(|l| !l.is_empty())
-            .find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(':')).map(|v| v.trim().to_string()))
+        text.lines().take_while(|l| !l.is_empty()).find_map(|l| {
+            l.strip_prefix(key)
+                .and_then(|r| r.strip_prefix(':'))
+                .map(|v| v.trim().to_string())
+        })
     };
     let bad = |what: &str| {
-        Error::other(format!("{} has no valid `{what}:` header", metadata.display()), Some("reinstall the package".into()))
+        Error::other(
+            format!("{} has no valid `{what}:` header", metadata.display()),
+            Some("reinstall the package".into()),
+        )
     };
     let name = header("Name").ok_or_else(|| bad("Name"))?;
-    let version = header("Version").and_then(|v| Version::parse(&v)).ok_or_else(|| bad("Version"))?;
-    Ok(Installed { name, version, metadata })
+    let version = header("Version")
+        .and_then(|v| Version::parse(&v))
+        .ok_or_else(|| bad("Version"))?;
+    Ok(Installed {
+        name,
+        version,
+        metadata,
+    })
 }
 
 /// The pure-Python site-packages directory of an interpreter (a venv's python gives the venv's).
@@ -85,12 +103,18 @@ pub fn site_packages_of(python: &Path) -> Result<PathBuf> {
     let program = python.to_string_lossy();
     let out = crate::process::capture(
         &program,
-        &["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        &[
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ],
     )?;
     let site = PathBuf::from(out.trim());
     if !site.is_dir() {
         return Err(Error::other(
-            format!("`{program}` reports site-packages {}, which is not a directory", site.display()),
+            format!(
+                "`{program}` reports site-packages {}, which is not a directory",
+                site.display()
+            ),
             Some("pass --site-packages DIR instead".into()),
         ));
     }
@@ -106,11 +130,23 @@ mod tests {
         let site = tempfile::tempdir().unwrap();
         let info = site.path().join("flashinfer_python-0.6.3.dist-info");
         std::fs::create_dir(&info).unwrap();
-        std::fs::write(info.join("METADATA"), "Metadata-Version: 2.4\nName: flashinfer-python\nVersion: 0.6.3\n\nVersion: 9\n").unwrap();
+        std::fs::write(
+            info.join("METADATA"),
+            "Metadata-Version: 2.4\nName: flashinfer-python\nVersion: 0.6.3\n\nVersion: 9\n",
+        )
+        .unwrap();
         let found = find(site.path(), "flashinfer-python").unwrap();
-        assert_eq!((found.name.as_str(), found.version.to_string()), ("flashinfer-python", "0.6.3".to_string()));
+        assert_eq!(
+            (found.name.as_str(), found.version.to_string()),
+            ("flashinfer-python", "0.6.3".to_string())
+        );
         let missing = find(site.path(), "sglang").unwrap_err();
-        assert!(missing.to_string().starts_with("package `sglang` is not installed in "), "{missing}");
+        assert!(
+            missing
+                .to_string()
+                .starts_with("package `sglang` is not installed in "),
+            "{missing}"
+        );
     }
 
     #[test]

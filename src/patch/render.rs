@@ -4,7 +4,11 @@ use super::{Action, Report, Status};
 
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
-    let range = if report.in_range { String::new() } else { format!(" (outside {})", report.versions) };
+    let range = if report.in_range {
+        String::new()
+    } else {
+        format!(" (outside {})", report.versions)
+    };
     out.push_str(&format!(
         "patch set {} on {} {}{range} in {}\n",
         report.set,
@@ -20,8 +24,15 @@ pub fn render(report: &Report) -> String {
             (Action::Apply, Status::Applied) => "already applied",
             (_, status) => status.label(),
         };
-        let experimental = if p.experimental { "  [experimental]" } else { "" };
-        out.push_str(&format!("  {:id_width$}  {label:<15}  {}{experimental}\n", p.id, p.file));
+        let experimental = if p.experimental {
+            "  [experimental]"
+        } else {
+            ""
+        };
+        out.push_str(&format!(
+            "  {:id_width$}  {label:<15}  {}{experimental}\n",
+            p.id, p.file
+        ));
         if let Some(detail) = &p.detail {
             out.push_str(&format!("  {:id_width$}  {:<15}  {detail}\n", "", ""));
         }
@@ -29,30 +40,57 @@ pub fn render(report: &Report) -> String {
     if let Some(diff) = &report.diff {
         out.push_str(diff);
     }
-    let files = |n: usize| if n == 1 { "1 file".to_string() } else { format!("{n} files") };
+    let files = |n: usize| {
+        if n == 1 {
+            "1 file".to_string()
+        } else {
+            format!("{n} files")
+        }
+    };
     let pycache = match report.pycache_removed {
         0 => String::new(),
         n => format!("; removed {n} stale __pycache__ entries"),
     };
     let summary = match report.action {
-        Action::Check if report.effective => "effective: every patch is applied or obsolete".to_string(),
+        Action::Check if report.effective => {
+            "effective: every patch is applied or obsolete".to_string()
+        }
         Action::Check => {
             let count = |s: Status| report.patches.iter().filter(|p| p.status == s).count();
-            let blocked = report.patches.iter().filter(|p| p.detail.as_deref().is_some_and(|d| d.contains("requires "))).count();
+            let blocked = report
+                .patches
+                .iter()
+                .filter(|p| p.detail.as_deref().is_some_and(|d| d.contains("requires ")))
+                .count();
             let mut parts = Vec::new();
-            for (n, what) in [(count(Status::NotApplied), "not applied"), (count(Status::Drifted), "drifted"), (blocked, "with unmet requirements")] {
+            for (n, what) in [
+                (count(Status::NotApplied), "not applied"),
+                (count(Status::Drifted), "drifted"),
+                (blocked, "with unmet requirements"),
+            ] {
                 if n > 0 {
                     parts.push(format!("{n} {what}"));
                 }
             }
             format!("not effective: {}", parts.join(", "))
         }
-        Action::Apply if report.diff.is_some() => format!("dry run: would change {}; nothing was written", files(report.changed_files.len())),
-        Action::Apply if report.changed_files.is_empty() => "nothing to do: the set is already in effect".to_string(),
+        Action::Apply if report.diff.is_some() => format!(
+            "dry run: would change {}; nothing was written",
+            files(report.changed_files.len())
+        ),
+        Action::Apply if report.changed_files.is_empty() => {
+            "nothing to do: the set is already in effect".to_string()
+        }
         Action::Apply => format!("patched {}{pycache}", files(report.changed_files.len())),
-        Action::Revert if report.diff.is_some() => format!("dry run: would restore {}; nothing was written", files(report.changed_files.len())),
+        Action::Revert if report.diff.is_some() => format!(
+            "dry run: would restore {}; nothing was written",
+            files(report.changed_files.len())
+        ),
         Action::Revert if report.changed_files.is_empty() => "nothing to revert".to_string(),
-        Action::Revert => format!("restored {} to their originals{pycache}", files(report.changed_files.len())),
+        Action::Revert => format!(
+            "restored {} to their originals{pycache}",
+            files(report.changed_files.len())
+        ),
     };
     out.push_str(&summary);
     out.push('\n');

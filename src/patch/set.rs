@@ -132,15 +132,28 @@ pub fn load(spec: &str) -> Result<PatchSet> {
     let file = if path.exists() || spec.contains('/') || spec.ends_with(".toml") {
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::io(format!("cannot read patch set {}", path.display()), e))?;
-        SourceFile { path: path.to_path_buf(), text, dir: Some(path.parent().map(Path::to_path_buf).unwrap_or_default()) }
+        SourceFile {
+            path: path.to_path_buf(),
+            text,
+            dir: Some(path.parent().map(Path::to_path_buf).unwrap_or_default()),
+        }
     } else if let Some(text) = shipped::get(spec) {
-        SourceFile { path: PathBuf::from(format!("<embedded>/recipes/patches/{spec}.toml")), text: text.to_string(), dir: None }
+        SourceFile {
+            path: PathBuf::from(format!("<embedded>/recipes/patches/{spec}.toml")),
+            text: text.to_string(),
+            dir: None,
+        }
     } else {
         let names = shipped::names();
-        let close = did_you_mean(spec, names.iter().copied()).map(|n| format!("did you mean `{n}`? ")).unwrap_or_default();
+        let close = did_you_mean(spec, names.iter().copied())
+            .map(|n| format!("did you mean `{n}`? "))
+            .unwrap_or_default();
         return Err(Error::usage(
             format!("patch set `{spec}` not found"),
-            Some(format!("{close}pass a path to a patch-set file, or one of the shipped sets: {}", names.join(", "))),
+            Some(format!(
+                "{close}pass a path to a patch-set file, or one of the shipped sets: {}",
+                names.join(", ")
+            )),
         ));
     };
     parse(file)
@@ -151,7 +164,11 @@ pub fn parse(file: SourceFile) -> Result<PatchSet> {
     let mut sources = Sources::default();
     let index = sources.add(file);
     let wire: FileWire = sources.parse(index).map_err(|d| {
-        let hint = d.hint.clone().filter(|h| !h.contains("docs/recipes.md")).unwrap_or_else(|| "see docs/patches.md for the patch-set format".into());
+        let hint = d
+            .hint
+            .clone()
+            .filter(|h| !h.contains("docs/recipes.md"))
+            .unwrap_or_else(|| "see docs/patches.md for the patch-set format".into());
         Error::from(d.with_hint(hint))
     })?;
     let source = &sources.files[index];
@@ -163,17 +180,33 @@ struct Validator<'a> {
 }
 
 impl Validator<'_> {
-    fn diag(&self, span: Span<usize>, message: impl Into<String>, hint: impl Into<String>) -> Error {
-        Diagnostic::at(&self.file.path, &self.file.text, span, message).with_hint(hint).into()
+    fn diag(
+        &self,
+        span: Span<usize>,
+        message: impl Into<String>,
+        hint: impl Into<String>,
+    ) -> Error {
+        Diagnostic::at(&self.file.path, &self.file.text, span, message)
+            .with_hint(hint)
+            .into()
     }
 
     fn build(&self, wire: FileWire) -> Result<PatchSet> {
         let meta = wire.patchset;
         if meta.name.get_ref().trim().is_empty() {
-            return Err(self.diag(meta.name.span(), "the patch set's name is empty", "name it, e.g. `sglang-0.5.9-sm120`"));
+            return Err(self.diag(
+                meta.name.span(),
+                "the patch set's name is empty",
+                "name it, e.g. `sglang-0.5.9-sm120`",
+            ));
         }
-        let versions = Range::parse(meta.versions.get_ref())
-            .map_err(|e| self.diag(meta.versions.span(), format!("invalid version range: {e}"), "write e.g. `>=0.5.9, <0.6`"))?;
+        let versions = Range::parse(meta.versions.get_ref()).map_err(|e| {
+            self.diag(
+                meta.versions.span(),
+                format!("invalid version range: {e}"),
+                "write e.g. `>=0.5.9, <0.6`",
+            )
+        })?;
         let root = match &meta.root {
             Some(r) => self.relative(r, "root")?,
             None => meta.package.get_ref().replace('-', "_"),
@@ -181,25 +214,46 @@ impl Validator<'_> {
         let mut patches: Vec<Patch> = Vec::new();
         for p in &wire.patches {
             if patches.iter().any(|q| q.id == *p.id.get_ref()) {
-                return Err(self.diag(p.id.span(), format!("duplicate patch id `{}`", p.id.get_ref()), "give every patch its own id"));
+                return Err(self.diag(
+                    p.id.span(),
+                    format!("duplicate patch id `{}`", p.id.get_ref()),
+                    "give every patch its own id",
+                ));
             }
             patches.push(self.patch(p)?);
         }
         if patches.is_empty() {
-            return Err(self.diag(meta.name.span(), "the patch set has no patches", "add a `[[patch]]` table"));
+            return Err(self.diag(
+                meta.name.span(),
+                "the patch set has no patches",
+                "add a `[[patch]]` table",
+            ));
         }
-        let ids: Vec<&str> = wire.patches.iter().map(|p| p.id.get_ref().as_str()).collect();
+        let ids: Vec<&str> = wire
+            .patches
+            .iter()
+            .map(|p| p.id.get_ref().as_str())
+            .collect();
         for p in &wire.patches {
             for r in &p.requires {
                 if !r.get_ref().contains(':') && !ids.contains(&r.get_ref().as_str()) {
                     let hint = match did_you_mean(r.get_ref(), ids.iter().copied()) {
                         Some(c) => format!("did you mean `{c}`?"),
-                        None => "name a patch of this set, or `SET:ID` for a patch of another set".into(),
+                        None => "name a patch of this set, or `SET:ID` for a patch of another set"
+                            .into(),
                     };
-                    return Err(self.diag(r.span(), format!("`requires` names unknown patch `{}`", r.get_ref()), hint));
+                    return Err(self.diag(
+                        r.span(),
+                        format!("`requires` names unknown patch `{}`", r.get_ref()),
+                        hint,
+                    ));
                 }
                 if r.get_ref() == p.id.get_ref() {
-                    return Err(self.diag(r.span(), "a patch cannot require itself", "remove this entry"));
+                    return Err(self.diag(
+                        r.span(),
+                        "a patch cannot require itself",
+                        "remove this entry",
+                    ));
                 }
             }
         }
@@ -218,7 +272,8 @@ impl Validator<'_> {
     /// A relative path that stays inside its base.
     fn relative(&self, value: &Spanned<String>, what: &str) -> Result<String> {
         let path = Path::new(value.get_ref());
-        let inside = !value.get_ref().is_empty() && path.components().all(|c| matches!(c, Component::Normal(_)));
+        let inside = !value.get_ref().is_empty()
+            && path.components().all(|c| matches!(c, Component::Normal(_)));
         if !inside {
             return Err(self.diag(
                 value.span(),
@@ -233,7 +288,11 @@ impl Validator<'_> {
         let file = self.relative(&p.file, "file")?;
         let fixed_in = match &p.fixed_in {
             Some(v) => Some(Version::parse(v.get_ref()).ok_or_else(|| {
-                self.diag(v.span(), format!("`{}` is not a version", v.get_ref()), "write e.g. `fixed_in = \"0.5.14\"`")
+                self.diag(
+                    v.span(),
+                    format!("`{}` is not a version", v.get_ref()),
+                    "write e.g. `fixed_in = \"0.5.14\"`",
+                )
             })?),
             None => None,
         };
@@ -241,16 +300,39 @@ impl Validator<'_> {
             .requires
             .iter()
             .map(|r| match r.get_ref().split_once(':') {
-                Some((set, id)) if !set.is_empty() && !id.is_empty() => Ok(Requirement::Other { set: set.into(), id: id.into() }),
-                Some(_) => Err(self.diag(r.span(), "write `SET:ID`", "e.g. `flashinfer-0.6.3-sm120:S3b`")),
+                Some((set, id)) if !set.is_empty() && !id.is_empty() => Ok(Requirement::Other {
+                    set: set.into(),
+                    id: id.into(),
+                }),
+                Some(_) => Err(self.diag(
+                    r.span(),
+                    "write `SET:ID`",
+                    "e.g. `flashinfer-0.6.3-sm120:S3b`",
+                )),
                 None => Ok(Requirement::Local(r.get_ref().clone())),
             })
             .collect::<Result<Vec<_>>>()?;
         if p.edits.get_ref().is_empty() {
-            return Err(self.diag(p.edits.span(), "`edits` is empty", "give at least one edit, e.g. `{ op = \"diff\", diff = \"...\" }`"));
+            return Err(self.diag(
+                p.edits.span(),
+                "`edits` is empty",
+                "give at least one edit, e.g. `{ op = \"diff\", diff = \"...\" }`",
+            ));
         }
-        let edits = p.edits.get_ref().iter().map(|e| self.edit(e)).collect::<Result<Vec<_>>>()?;
-        let post = p.post.as_ref().map(|w| Post { contains: w.contains.clone(), absent: w.absent.clone() }).unwrap_or_default();
+        let edits = p
+            .edits
+            .get_ref()
+            .iter()
+            .map(|e| self.edit(e))
+            .collect::<Result<Vec<_>>>()?;
+        let post = p
+            .post
+            .as_ref()
+            .map(|w| Post {
+                contains: w.contains.clone(),
+                absent: w.absent.clone(),
+            })
+            .unwrap_or_default();
         Ok(Patch {
             id: p.id.get_ref().clone(),
             file,
@@ -314,17 +396,32 @@ impl Validator<'_> {
                 }
             }
         }
-        let get = |name: &str| -> Option<&Spanned<String>> { fields.iter().find(|(n, _)| *n == name).and_then(|(_, v)| v.as_ref()) };
+        let get = |name: &str| -> Option<&Spanned<String>> {
+            fields
+                .iter()
+                .find(|(n, _)| *n == name)
+                .and_then(|(_, v)| v.as_ref())
+        };
         let need = |name: &str| -> Result<String> {
             get(name).map(|v| v.get_ref().clone()).ok_or_else(|| {
-                self.diag(span.clone(), format!("operation `{op}` needs `{name}`"), format!("add `{name} = \"...\"` to this edit"))
+                self.diag(
+                    span.clone(),
+                    format!("operation `{op}` needs `{name}`"),
+                    format!("add `{name} = \"...\"` to this edit"),
+                )
             })
         };
         // Python fragments must parse on their own, so a typo is caught here and not in the file.
         for name in ["key", "value", "copy_from", "code", "from", "to"] {
             if let Some(v) = get(name) {
-                if v.get_ref().trim().is_empty() || syntax::first_error(&syntax::parse(v.get_ref())).is_some() {
-                    return Err(self.diag(v.span(), format!("`{name}` is not valid Python: {}", v.get_ref()), "write Python source text, e.g. `key = \"12\"` or `value = \"'text'\"`"));
+                if v.get_ref().trim().is_empty()
+                    || syntax::first_error(&syntax::parse(v.get_ref())).is_some()
+                {
+                    return Err(self.diag(
+                        v.span(),
+                        format!("`{name}` is not valid Python: {}", v.get_ref()),
+                        "write Python source text, e.g. `key = \"12\"` or `value = \"'text'\"`",
+                    ));
                 }
             }
         }
@@ -335,14 +432,33 @@ impl Validator<'_> {
                     (Some(v), None) => DictValue::Given(v.get_ref().clone()),
                     (None, Some(c)) => DictValue::CopyFrom(c.get_ref().clone()),
                     _ => {
-                        return Err(self.diag(span.clone(), "`dict-add-key` needs exactly one of `value` and `copy_from`", "give the value as Python text, or the key to copy it from"))
+                        return Err(self.diag(
+                            span.clone(),
+                            "`dict-add-key` needs exactly one of `value` and `copy_from`",
+                            "give the value as Python text, or the key to copy it from",
+                        ))
                     }
                 };
-                Edit::DictAddKey { dict: need("dict")?, key: need("key")?, value }
+                Edit::DictAddKey {
+                    dict: need("dict")?,
+                    key: need("key")?,
+                    value,
+                }
             }
-            "or-chain-add-name" => Edit::OrChainAddName { function: need("function")?, name: need("name")?, after: optional_text("after") },
-            "import-add-name" => Edit::ImportAddName { module: need("module")?, name: need("name")?, after: optional_text("after") },
-            "insert-after-assignment" => Edit::InsertAfterAssignment { target: need("target")?, code: need("code")? },
+            "or-chain-add-name" => Edit::OrChainAddName {
+                function: need("function")?,
+                name: need("name")?,
+                after: optional_text("after"),
+            },
+            "import-add-name" => Edit::ImportAddName {
+                module: need("module")?,
+                name: need("name")?,
+                after: optional_text("after"),
+            },
+            "insert-after-assignment" => Edit::InsertAfterAssignment {
+                target: need("target")?,
+                code: need("code")?,
+            },
             "replace-call-kwarg-list" => Edit::ReplaceCallKwargList {
                 function: optional_text("function"),
                 call: need("call")?,
@@ -352,8 +468,13 @@ impl Validator<'_> {
             },
             _ => {
                 let text = get("diff").expect("checked above");
-                let diff = UnifiedDiff::parse(text.get_ref())
-                    .map_err(|m| self.diag(text.span(), format!("invalid unified diff: {m}"), "write the output of `diff -u` or `git diff` for this one file"))?;
+                let diff = UnifiedDiff::parse(text.get_ref()).map_err(|m| {
+                    self.diag(
+                        text.span(),
+                        format!("invalid unified diff: {m}"),
+                        "write the output of `diff -u` or `git diff` for this one file",
+                    )
+                })?;
                 Edit::Diff(diff)
             }
         })
@@ -361,5 +482,11 @@ impl Validator<'_> {
 }
 
 /// Every operation name a patch-set file may use.
-pub const OPS: &[&str] =
-    &["dict-add-key", "or-chain-add-name", "import-add-name", "insert-after-assignment", "replace-call-kwarg-list", "diff"];
+pub const OPS: &[&str] = &[
+    "dict-add-key",
+    "or-chain-add-name",
+    "import-add-name",
+    "insert-after-assignment",
+    "replace-call-kwarg-list",
+    "diff",
+];

@@ -2,8 +2,14 @@
 
 /// (name, file text).
 const SETS: &[(&str, &str)] = &[
-    ("sglang-0.5.9-sm120", include_str!("../../recipes/patches/sglang-0.5.9-sm120.toml")),
-    ("flashinfer-0.6.3-sm120", include_str!("../../recipes/patches/flashinfer-0.6.3-sm120.toml")),
+    (
+        "sglang-0.5.9-sm120",
+        include_str!("../../recipes/patches/sglang-0.5.9-sm120.toml"),
+    ),
+    (
+        "flashinfer-0.6.3-sm120",
+        include_str!("../../recipes/patches/flashinfer-0.6.3-sm120.toml"),
+    ),
 ];
 
 pub fn get(name: &str) -> Option<&'static str> {

@@ -36,7 +36,9 @@ pub struct Store {
 
 impl Store {
     pub fn new(state_dir: &Path) -> Store {
-        Store { root: state_dir.join("patches") }
+        Store {
+            root: state_dir.join("patches"),
+        }
     }
 
     fn record_path(&self, set: &str, site: &Path) -> PathBuf {
@@ -51,7 +53,10 @@ impl Store {
             Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
                 Error::other(
                     format!("patch record {} is damaged: {e}", path.display()),
-                    Some("restore the files by reinstalling the package, then delete the record".into()),
+                    Some(
+                        "restore the files by reinstalling the package, then delete the record"
+                            .into(),
+                    ),
                 )
             }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -61,13 +66,18 @@ impl Store {
 
     pub fn save(&self, record: &Record) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(record).expect("a record serializes");
-        write_atomic(&self.record_path(&record.set, &record.site_packages), &bytes)
+        write_atomic(
+            &self.record_path(&record.set, &record.site_packages),
+            &bytes,
+        )
     }
 
     pub fn remove(&self, set: &str, site: &Path) -> Result<()> {
         let path = self.record_path(set, site);
         match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(format!("cannot remove {}", path.display()), e)),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(Error::io(format!("cannot remove {}", path.display()), e))
+            }
             _ => Ok(()),
         }
     }
@@ -85,7 +95,8 @@ impl Store {
     /// A backup's bytes, verified against their sha256.
     pub fn read_backup(&self, sha: &str) -> Result<Vec<u8>> {
         let path = self.root.join("backups").join(sha);
-        let bytes = std::fs::read(&path).map_err(|e| Error::io(format!("cannot read backup {}", path.display()), e))?;
+        let bytes = std::fs::read(&path)
+            .map_err(|e| Error::io(format!("cannot read backup {}", path.display()), e))?;
         if sha256_bytes(&bytes) != sha {
             return Err(Error::other(
                 format!("backup {} does not match its sha256", path.display()),
@@ -118,15 +129,20 @@ pub fn write_preserving(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// Remove compiled caches of `file` (`__pycache__/<stem>.*.pyc`); returns how many were removed.
 pub fn remove_pycache(file: &Path) -> Result<usize> {
-    let (Some(dir), Some(stem)) = (file.parent(), file.file_stem()) else { return Ok(0) };
+    let (Some(dir), Some(stem)) = (file.parent(), file.file_stem()) else {
+        return Ok(0);
+    };
     let cache = dir.join("__pycache__");
     let prefix = format!("{}.", stem.to_string_lossy());
-    let Ok(entries) = std::fs::read_dir(&cache) else { return Ok(0) };
+    let Ok(entries) = std::fs::read_dir(&cache) else {
+        return Ok(0);
+    };
     let mut removed = 0;
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.starts_with(&prefix) && name.ends_with(".pyc") {
-            std::fs::remove_file(entry.path()).map_err(|e| Error::io(format!("cannot remove {}", entry.path().display()), e))?;
+            std::fs::remove_file(entry.path())
+                .map_err(|e| Error::io(format!("cannot remove {}", entry.path().display()), e))?;
             removed += 1;
         }
     }
@@ -144,11 +160,19 @@ mod tests {
         let sha = store.backup(b"x = 1\n").unwrap();
         assert_eq!(store.read_backup(&sha).unwrap(), b"x = 1\n");
         std::fs::write(dir.path().join("patches/backups").join(&sha), b"tampered").unwrap();
-        assert!(store.read_backup(&sha).unwrap_err().to_string().contains("does not match its sha256"));
+        assert!(store
+            .read_backup(&sha)
+            .unwrap_err()
+            .to_string()
+            .contains("does not match its sha256"));
 
         let cache = dir.path().join("pkg/__pycache__");
         std::fs::create_dir_all(&cache).unwrap();
-        for f in ["mod.cpython-311.pyc", "mod.cpython-312.opt-1.pyc", "module.cpython-311.pyc"] {
+        for f in [
+            "mod.cpython-311.pyc",
+            "mod.cpython-312.opt-1.pyc",
+            "module.cpython-311.pyc",
+        ] {
             std::fs::write(cache.join(f), b"").unwrap();
         }
         assert_eq!(remove_pycache(&dir.path().join("pkg/mod.py")).unwrap(), 2);

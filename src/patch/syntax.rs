@@ -8,7 +8,9 @@ pub fn parse(source: &str) -> Tree {
     parser
         .set_language(&tree_sitter_python::LANGUAGE.into())
         .expect("the bundled Python grammar matches the tree-sitter runtime");
-    parser.parse(source, None).expect("parsing without a timeout or cancellation flag always yields a tree")
+    parser
+        .parse(source, None)
+        .expect("parsing without a timeout or cancellation flag always yields a tree")
 }
 
 /// The byte offset of the first syntax error (an ERROR or MISSING node), if any.
@@ -47,7 +49,10 @@ pub fn preorder(root: Node<'_>) -> Vec<Node<'_>> {
 
 /// Nodes of one kind under `root`.
 pub fn all_of_kind<'t>(root: Node<'t>, kind: &str) -> Vec<Node<'t>> {
-    preorder(root).into_iter().filter(|n| n.kind() == kind).collect()
+    preorder(root)
+        .into_iter()
+        .filter(|n| n.kind() == kind)
+        .collect()
 }
 
 pub fn text<'s>(node: Node<'_>, source: &'s str) -> &'s str {
@@ -84,7 +89,9 @@ pub fn indent_at(source: &str, offset: usize) -> &str {
 
 /// The offset of the end of the line holding `offset` (the `\n`, or the end of the source).
 pub fn line_end(source: &str, offset: usize) -> usize {
-    source[offset..].find('\n').map_or(source.len(), |i| offset + i)
+    source[offset..]
+        .find('\n')
+        .map_or(source.len(), |i| offset + i)
 }
 
 /// Whether `node` sits inside a function, lambda or class that is itself below `top`.
@@ -94,7 +101,10 @@ pub fn nested_scope_between(node: Node<'_>, top: Node<'_>) -> bool {
         if n == top {
             return false;
         }
-        if matches!(n.kind(), "function_definition" | "lambda" | "class_definition") {
+        if matches!(
+            n.kind(),
+            "function_definition" | "lambda" | "class_definition"
+        ) {
             return true;
         }
         current = n.parent();

@@ -26,8 +26,18 @@ impl Version {
             .split('.')
             .map(|p| p.parse::<u64>().ok())
             .collect::<Option<Vec<_>>>()?;
-        let mut version = Version { text: trimmed.to_string(), release, pre: None, post: None, dev: None };
-        for (kind, tags) in [(0u8, &["alpha", "a"][..]), (1, &["beta", "b"]), (2, &["rc", "c", "pre", "preview"])] {
+        let mut version = Version {
+            text: trimmed.to_string(),
+            release,
+            pre: None,
+            post: None,
+            dev: None,
+        };
+        for (kind, tags) in [
+            (0u8, &["alpha", "a"][..]),
+            (1, &["beta", "b"]),
+            (2, &["rc", "c", "pre", "preview"]),
+        ] {
             if let Some((n, after)) = take_tag(rest, tags) {
                 version.pre = Some((kind, n));
                 rest = after;
@@ -65,7 +75,10 @@ impl Version {
 fn split_release(s: &str) -> (&str, &str) {
     let end = s
         .char_indices()
-        .find(|(i, c)| !(c.is_ascii_digit() || (*c == '.' && s[i + 1..].starts_with(|d: char| d.is_ascii_digit()))))
+        .find(|(i, c)| {
+            !(c.is_ascii_digit()
+                || (*c == '.' && s[i + 1..].starts_with(|d: char| d.is_ascii_digit())))
+        })
         .map_or(s.len(), |(i, _)| i);
     (&s[..end], &s[end..])
 }
@@ -77,7 +90,11 @@ fn take_tag<'a>(s: &'a str, tags: &[&str]) -> Option<(u64, &'a str)> {
     let s = &s[tag.len()..];
     let s = s.strip_prefix(['.', '-', '_']).unwrap_or(s);
     let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let n = if digits == 0 { 0 } else { s[..digits].parse().ok()? };
+    let n = if digits == 0 {
+        0
+    } else {
+        s[..digits].parse().ok()?
+    };
     Some((n, &s[digits..]))
 }
 
@@ -138,14 +155,20 @@ impl Range {
             ]
             .iter()
             .find_map(|(p, op)| clause.strip_prefix(p).map(|r| (*op, r)))
-            .ok_or_else(|| format!("`{clause}` does not start with one of >=, <=, ==, !=, ~=, >, <"))?;
-            let version = Version::parse(rest).ok_or_else(|| format!("`{}` is not a version", rest.trim()))?;
+            .ok_or_else(|| {
+                format!("`{clause}` does not start with one of >=, <=, ==, !=, ~=, >, <")
+            })?;
+            let version = Version::parse(rest)
+                .ok_or_else(|| format!("`{}` is not a version", rest.trim()))?;
             if op == Op::Compatible && version.release.len() < 2 {
                 return Err(format!("`{clause}`: ~= needs at least two release numbers"));
             }
             clauses.push((op, version));
         }
-        Ok(Range { text: text.trim().to_string(), clauses })
+        Ok(Range {
+            text: text.trim().to_string(),
+            clauses,
+        })
     }
 
     pub fn contains(&self, v: &Version) -> bool {
@@ -158,7 +181,9 @@ impl Range {
             Op::Ne => v != bound,
             Op::Compatible => {
                 let prefix = &bound.release[..bound.release.len() - 1];
-                v >= bound && v.release.len() >= prefix.len() && &v.release[..prefix.len()] == prefix
+                v >= bound
+                    && v.release.len() >= prefix.len()
+                    && &v.release[..prefix.len()] == prefix
             }
         })
     }
@@ -180,7 +205,16 @@ mod tests {
 
     #[test]
     fn orders_like_pip() {
-        let ordered = ["0.5.9.dev1", "0.5.9rc1", "0.5.9", "0.5.9.post1", "0.5.10", "0.5.13.post1", "0.5.14", "0.6"];
+        let ordered = [
+            "0.5.9.dev1",
+            "0.5.9rc1",
+            "0.5.9",
+            "0.5.9.post1",
+            "0.5.10",
+            "0.5.13.post1",
+            "0.5.14",
+            "0.6",
+        ];
         for pair in ordered.windows(2) {
             assert!(v(pair[0]) < v(pair[1]), "{} < {}", pair[0], pair[1]);
         }
@@ -202,7 +236,13 @@ mod tests {
     #[test]
     fn rejects_garbage() {
         assert!(Version::parse("0.5.x").is_none());
-        assert_eq!(Range::parse("0.5").unwrap_err(), "`0.5` does not start with one of >=, <=, ==, !=, ~=, >, <");
-        assert_eq!(Range::parse(">=zero").unwrap_err(), "`zero` is not a version");
+        assert_eq!(
+            Range::parse("0.5").unwrap_err(),
+            "`0.5` does not start with one of >=, <=, ==, !=, ~=, >, <"
+        );
+        assert_eq!(
+            Range::parse(">=zero").unwrap_err(),
+            "`zero` is not a version"
+        );
     }
 }

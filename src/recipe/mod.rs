@@ -82,9 +82,12 @@ pub struct PythonStep {
     pub install: Vec<String>,
     pub index_url: Option<String>,
     pub extra_index_urls: Vec<String>,
-    /// Requirements built from source through the compiled-wheel cache.
+    /// Requirements built from source through the compiled-wheel cache: pinned `name==version`
+    /// (the sdist comes from the index) or a local source directory (an absolute path).
     pub build: Vec<String>,
     pub build_isolation: bool,
+    /// The venv sees the interpreter's packages (e.g. a preinstalled torch).
+    pub system_site_packages: bool,
     /// Python source run in the venv after installing; `${…}` became string literals.
     pub verify: Option<String>,
     /// (extension module, SASS arch) that `cuobjdump` must find, when it is installed.
@@ -148,4 +151,15 @@ pub struct Profile {
     pub env: BTreeMap<String, String>,
     pub expect: Vec<String>,
     pub url: Option<String>,
+    pub port: Option<u16>,
+    /// `sglang` or `openai`.
+    pub api: Option<String>,
+    /// Health endpoint path.
+    pub ready: Option<String>,
+    /// Signature set name or path (resolved against the recipe's directory).
+    pub signatures: Option<String>,
+    pub baseline: Option<String>,
+    pub timeout: Option<Duration>,
+    /// The recipe's directory (where relative signature paths are looked up).
+    pub dir: PathBuf,
 }

@@ -1,7 +1,22 @@
 //! Recipes, toolchains and profiles shipped inside the binary.
 
-/// The recipe `kiln up` runs when none is named.
-pub const DEFAULT: &str = "demo";
+/// The recipe `kiln up` runs when none is named, on a host with an NVIDIA GPU.
+pub const DEFAULT: &str = "glm5-nvfp4-sm120";
+
+/// The recipe `kiln up` runs when none is named and no NVIDIA GPU is present: the whole loop on CPU.
+pub const CPU_DEFAULTS: &[&str] = &["tiny-cpu", "demo"];
+
+/// The default recipe for a host with `gpus` NVIDIA GPUs.
+pub fn default_for(gpus: usize) -> &'static str {
+    if gpus > 0 {
+        return DEFAULT;
+    }
+    CPU_DEFAULTS
+        .iter()
+        .copied()
+        .find(|n| get(&format!("recipes/{n}.toml")).is_some())
+        .unwrap_or("demo")
+}
 
 /// Embedded files by their path in the repository.
 pub const FILES: &[(&str, &str)] = &[

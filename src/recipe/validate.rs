@@ -609,6 +609,7 @@ fn python_step(
         extra_index_urls: list(r, &s.extra_index_urls)?,
         build,
         build_isolation: s.build_isolation.as_ref().is_none_or(|b| *b.get_ref()),
+        system_site_packages: s.system_site_packages.as_ref().is_some_and(|b| *b.get_ref()),
         verify: s.verify.as_ref().map(|v| r.expand_as(file, v, Quoting::Python)).transpose()?,
         sass: match &s.sass {
             Some(x) => {
@@ -686,6 +687,7 @@ fn kind_specific_keys(s: &wire::Step) -> Vec<(&'static str, std::ops::Range<usiz
     if let Some(x) = &s.extra_index_urls { v.push(("extra_index_urls", x.span())) }
     if let Some(x) = &s.build { v.push(("build", x.span())) }
     if let Some(x) = &s.build_isolation { v.push(("build_isolation", x.span())) }
+    if let Some(x) = &s.system_site_packages { v.push(("system_site_packages", x.span())) }
     if let Some(x) = &s.verify { v.push(("verify", x.span())) }
     if let Some(x) = &s.sass { v.push(("sass", x.span())) }
     if let Some(x) = &s.version { v.push(("version", x.span())) }
@@ -755,5 +757,49 @@ fn profile(
     if let Some(u) = &p.url {
         out.url = Some(r.expand(file, u)?);
     }
+    if let Some(port) = &p.port {
+        let text = r.expand(file, port)?;
+        out.port = Some(text.trim().parse::<u16>().map_err(|_| {
+            r.diag(file, port.span(), format!("`port` must be a TCP port number, got `{text}`"))
+                .with_hint("write e.g. `port = \"30000\"` or `port = \"${port}\"`")
+        })?);
+    }
+    if let Some(api) = &p.api {
+        let text = r.expand(file, api)?;
+        if !["sglang", "openai"].contains(&text.as_str()) {
+            let hint = did_you_mean(&text, ["sglang", "openai"].into_iter())
+                .map_or("`api` is `sglang` (/generate) or `openai` (/v1/completions)".into(), |b| format!("did you mean `{b}`?"));
+            return Err(r.diag(file, api.span(), format!("unknown api `{text}`")).with_hint(hint).into());
+        }
+        out.api = Some(text);
+    }
+    if let Some(ready) = &p.ready {
+        let text = r.expand(file, ready)?;
+        if !text.starts_with('/') {
+            return Err(r
+                .diag(file, ready.span(), format!("`ready` must be a path on the server, got `{text}`"))
+                .with_hint("write e.g. `ready = \"/health_generate\"`")
+                .into());
+        }
+        out.ready = Some(text);
+    }
+    if let Some(sig) = &p.signatures {
+        out.signatures = Some(r.expand(file, sig)?);
+    }
+    if let Some(base) = &p.baseline {
+        if !all.contains_key(base.get_ref()) {
+            let hint = did_you_mean(base.get_ref(), all.keys().map(String::as_str))
+                .map_or("`baseline` names another [profile.NAME]".into(), |b| format!("did you mean `{b}`?"));
+            return Err(r.diag(file, base.span(), format!("unknown profile `{}`", base.get_ref())).with_hint(hint).into());
+        }
+        out.baseline = Some(base.get_ref().clone());
+    }
+    if let Some(t) = &p.timeout {
+        let text = r.expand(file, t)?;
+        out.timeout = Some(units::parse_duration(&text).map_err(|e| {
+            r.diag(file, t.span(), format!("bad `timeout`: {e}")).with_hint("write e.g. `timeout = \"30m\"`")
+        })?);
+    }
+    out.dir = PathBuf::from(&r.builtins["recipe.dir"]);
     Ok(out)
 }

@@ -147,6 +147,7 @@ pub struct Step {
     pub extra_index_urls: Option<Spanned<Vec<Spanned<String>>>>,
     pub build: Option<Spanned<Vec<Spanned<String>>>>,
     pub build_isolation: Option<Spanned<bool>>,
+    pub system_site_packages: Option<Spanned<bool>>,
     pub verify: Option<Spanned<String>>,
     pub sass: Option<Spanned<Sass>>,
 
@@ -179,6 +180,18 @@ pub struct Profile {
     #[serde(default)]
     pub expect: Vec<Spanned<String>>,
     pub url: Option<Spanned<String>>,
+    /// Port the server listens on (a string so that `${port}` works).
+    pub port: Option<Spanned<String>>,
+    /// `sglang` (/generate, /server_info) or `openai` (/v1/completions).
+    pub api: Option<Spanned<String>>,
+    /// Health endpoint polled for readiness, e.g. `/health_generate`.
+    pub ready: Option<Spanned<String>>,
+    /// Log signatures: a shipped set (`sglang-0.5.9`, `llama-server`) or a path to a TOML file.
+    pub signatures: Option<Spanned<String>>,
+    /// The profile `kiln verify` compares against by default.
+    pub baseline: Option<Spanned<String>>,
+    /// How long to wait for readiness, e.g. `30m` (default 1800 s).
+    pub timeout: Option<Spanned<String>>,
 }
 
 /// Step kinds and the keys each adds to the common ones.
@@ -196,6 +209,7 @@ pub const STEP_KINDS: &[(&str, &[&str])] = &[
             "extra_index_urls",
             "build",
             "build_isolation",
+            "system_site_packages",
             "verify",
             "sass",
         ],

@@ -27,11 +27,11 @@ pub fn run(step: &Step, p: &PythonStep, ctx: &StepContext, log: &mut dyn Write, 
     let vpy = p.venv.join("bin").join("python");
     if !vpy.exists() {
         let spec = match &installer {
-            Installer::Uv(uv) => CommandSpec::new(uv.display().to_string(), ["venv", "--seed", "--python"])
-                .arg(&p.python)
-                .arg(p.venv.display().to_string()),
-            Installer::Pip => CommandSpec::new(&p.python, ["-m", "venv"]).arg(p.venv.display().to_string()),
+            Installer::Uv(uv) => CommandSpec::new(uv.display().to_string(), ["venv", "--seed", "--python"]).arg(&p.python),
+            Installer::Pip => CommandSpec::new(&p.python, ["-m", "venv"]),
         };
+        let spec = if p.system_site_packages { spec.arg("--system-site-packages") } else { spec };
+        let spec = spec.arg(p.venv.display().to_string());
         sh(spec.with_env(&env), log)?;
     } else {
         let _ = writeln!(log, "venv exists: {}", p.venv.display());
@@ -144,25 +144,19 @@ fn build_or_reuse(
     log: &mut dyn Write,
     sh: &mut dyn FnMut(CommandSpec, &mut dyn Write) -> Result<()>,
 ) -> Result<PathBuf> {
-    let (package, version) = pinned(req)?;
+    let local = Path::new(req).is_absolute().then(|| PathBuf::from(req));
+    let (package, version) = match &local {
+        Some(dir) => (dir.file_name().map_or("local".into(), |n| n.to_string_lossy().into_owned()), "local".to_string()),
+        None => pinned(req)?,
+    };
     let work = cache.root.parent().unwrap_or(Path::new(".")).join("build").join(format!("{package}-{version}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     crate::engine::state::create_dir(&work)?;
     let result = (|| {
-        let sdists = work.join("sdist");
-        let mut dl = CommandSpec::new(vpy.display().to_string(), ["-m", "pip", "download", "--disable-pip-version-check", "--no-deps", "--no-binary", ":all:", "-d"])
-            .arg(sdists.display().to_string());
-        dl.args.extend(index_args.iter().cloned());
-        sh(dl.arg(req).with_env(env), log)?;
-        let sdist = std::fs::read_dir(&sdists)
-            .map_err(|e| Error::io("cannot list the downloaded source", e))?
-            .flatten()
-            .map(|e| e.path())
-            .next()
-            .ok_or_else(|| Error::other(format!("pip downloaded no source distribution for `{req}`"), None))?;
-        let source_sha256 = sha256_reader(std::fs::File::open(&sdist).map_err(|e| Error::io("cannot read the sdist", e))?)
-            .map_err(|e| Error::io("cannot read the sdist", e))?
-            .0;
+        let (sdist, source_sha256) = match &local {
+            Some(dir) => (dir.clone(), tree_sha256(dir)?),
+            None => download_sdist(req, vpy, env, index_args, &work, log, sh)?,
+        };
         let key = WheelKey {
             package: package.clone(),
             version: version.clone(),
@@ -205,6 +199,63 @@ fn build_or_reuse(
     })();
     let _ = std::fs::remove_dir_all(&work);
     result
+}
+
+fn download_sdist(
+    req: &str,
+    vpy: &Path,
+    env: &BTreeMap<String, String>,
+    index_args: &[String],
+    work: &Path,
+    log: &mut dyn Write,
+    sh: &mut dyn FnMut(CommandSpec, &mut dyn Write) -> Result<()>,
+) -> Result<(PathBuf, String)> {
+    let sdists = work.join("sdist");
+    let mut dl = CommandSpec::new(
+        vpy.display().to_string(),
+        ["-m", "pip", "download", "--disable-pip-version-check", "--no-deps", "--no-binary", ":all:", "-d"],
+    )
+    .arg(sdists.display().to_string());
+    dl.args.extend(index_args.iter().cloned());
+    sh(dl.arg(req).with_env(env), log)?;
+    let sdist = std::fs::read_dir(&sdists)
+        .map_err(|e| Error::io("cannot list the downloaded source", e))?
+        .flatten()
+        .map(|e| e.path())
+        .next()
+        .ok_or_else(|| Error::other(format!("pip downloaded no source distribution for `{req}`"), None))?;
+    let f = std::fs::File::open(&sdist).map_err(|e| Error::io("cannot read the sdist", e))?;
+    let sha = sha256_reader(f).map_err(|e| Error::io("cannot read the sdist", e))?.0;
+    Ok((sdist, sha))
+}
+
+/// sha256 over a source tree: every file's relative path and content, in sorted order.
+fn tree_sha256(dir: &Path) -> Result<String> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            let name = e.file_name();
+            if name == "build" || name == "__pycache__" || name.to_string_lossy().ends_with(".egg-info") {
+                continue;
+            }
+            if p.is_dir() {
+                walk(&p, out);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(dir, &mut files);
+    files.sort();
+    let mut listing = String::new();
+    for f in &files {
+        let h = sha256_reader(std::fs::File::open(f).map_err(|e| Error::io(format!("cannot read {}", f.display()), e))?)
+            .map_err(|e| Error::io(format!("cannot read {}", f.display()), e))?
+            .0;
+        listing.push_str(&format!("{h}  {}\n", f.strip_prefix(dir).unwrap_or(f).display()));
+    }
+    Ok(crate::engine::hashing::sha256_bytes(listing.as_bytes()))
 }
 
 fn python_output(vpy: &Path, code: &str) -> Option<String> {

@@ -447,6 +447,7 @@ fn the_bundle_leaves_out_secrets_and_masks_gpu_uuids() {
     assert!(!all.contains("hf_kilnsecretvalue"));
     assert!(!all.contains("HF_TOKEN"));
     assert!(!all.contains("0fa4f92d"), "a GPU UUID leaked");
+    assert!(!all.contains("1653724025069"), "a board serial number leaked");
     assert!(files["kiln-doctor/nvidia-smi-q.txt"].contains("GPU UUID                                           : GPU-XXXXXXXX-XXXX-XXXX-XXXX-XXXXXXXXXXXX"));
     assert!(files["kiln-doctor/env.txt"].contains("KILN_TEST_VISIBLE=plain-value"));
     let report: Value = serde_json::from_str(&files["kiln-doctor/doctor.json"]).unwrap();

@@ -10,7 +10,9 @@ use crate::common::{test_cache, wheel_site, Workspace};
 const BASE_IMAGE: &str = "kiln-test-base:bookworm";
 
 fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
     assert!(
         out.status.success(),
         "{cmd:?} failed: {}\n{}\n{}",
@@ -22,11 +24,16 @@ fn run_ok(cmd: &mut Command) -> String {
 }
 
 fn sha256_file(path: &Path) -> String {
-    kiln::engine::hashing::sha256_reader(std::fs::File::open(path).unwrap()).unwrap().0
+    kiln::engine::hashing::sha256_reader(std::fs::File::open(path).unwrap())
+        .unwrap()
+        .0
 }
 
 fn unique(name: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
     format!("{name}-{}-{nanos}", std::process::id())
 }
 
@@ -36,13 +43,20 @@ fn make_prefix(root: &Path) -> PathBuf {
     let prefix = root.join("opt/kiln/demo");
     let bin = prefix.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
-    std::fs::copy("/bin/busybox", bin.join("busybox")).expect("busybox-static is installed (apt-get install busybox-static)");
+    std::fs::copy("/bin/busybox", bin.join("busybox"))
+        .expect("busybox-static is installed (apt-get install busybox-static)");
     std::os::unix::fs::symlink("busybox", bin.join("sh")).unwrap();
     let script = bin.join("hello");
-    std::fs::write(&script, format!("#!{}/sh\necho \"hello from $0\"\n", bin.display())).unwrap();
+    std::fs::write(
+        &script,
+        format!("#!{}/sh\necho \"hello from $0\"\n", bin.display()),
+    )
+    .unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::create_dir_all(prefix.join("share/a long directory name")).unwrap();
-    let data = prefix.join("share/a long directory name").join("x".repeat(120));
+    let data = prefix
+        .join("share/a long directory name")
+        .join("x".repeat(120));
     std::fs::write(&data, "data\n").unwrap();
     std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o444)).unwrap();
     prefix
@@ -63,23 +77,41 @@ fn export_twice_is_byte_identical_and_loads_in_docker_skopeo_and_umoci() {
             .success();
         let stdout = String::from_utf8_lossy(&assert.get_output().stdout).into_owned();
         let stderr = String::from_utf8_lossy(&assert.get_output().stderr).into_owned();
-        assert!(stdout.trim().starts_with("sha256:") && stdout.trim().len() == 71, "{stdout}");
-        assert!(stderr.contains("/s)") && stderr.contains("3 files"), "progress with bytes/s: {stderr}");
+        assert!(
+            stdout.trim().starts_with("sha256:") && stdout.trim().len() == 71,
+            "{stdout}"
+        );
+        assert!(
+            stderr.contains("/s)") && stderr.contains("3 files"),
+            "progress with bytes/s: {stderr}"
+        );
         ws.path().join(out)
     };
     let first = export("one.tar");
     // New mtimes must not change a byte.
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    std::fs::write(prefix.join("bin/hello"), std::fs::read(prefix.join("bin/hello")).unwrap()).unwrap();
+    std::fs::write(
+        prefix.join("bin/hello"),
+        std::fs::read(prefix.join("bin/hello")).unwrap(),
+    )
+    .unwrap();
     let second = export("two.tar");
-    assert_eq!(sha256_file(&first), sha256_file(&second), "two exports of one tree differ");
+    assert_eq!(
+        sha256_file(&first),
+        sha256_file(&second),
+        "two exports of one tree differ"
+    );
 
     // Docker: load, then run a program from the prefix (no base image at all).
     let loaded = run_ok(Command::new("docker").arg("load").arg("-i").arg(&first));
     assert!(loaded.contains(&format!("{tag}:v1")), "{loaded}");
     let image = format!("{tag}:v1");
     let hello = prefix.join("bin/hello");
-    let ran = Command::new("docker").args(["run", "--rm", &image]).arg(&hello).output().unwrap();
+    let ran = Command::new("docker")
+        .args(["run", "--rm", &image])
+        .arg(&hello)
+        .output()
+        .unwrap();
     let listed = Command::new("docker")
         .args(["run", "--rm", &image])
         .arg(prefix.join("bin/busybox"))
@@ -89,14 +121,28 @@ fn export_twice_is_byte_identical_and_loads_in_docker_skopeo_and_umoci() {
         .output()
         .unwrap();
     let _ = Command::new("docker").args(["rmi", "-f", &image]).output();
-    assert!(ran.status.success(), "{}", String::from_utf8_lossy(&ran.stderr));
-    assert_eq!(String::from_utf8_lossy(&ran.stdout), format!("hello from {}\n", hello.display()));
+    assert!(
+        ran.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&ran.stdout),
+        format!("hello from {}\n", hello.display())
+    );
     let listed = String::from_utf8_lossy(&listed.stdout);
     assert!(listed.contains("-rwxr-xr-x"), "exec bit survives: {listed}");
-    assert!(listed.contains("-> 'busybox'") || listed.contains("-> `busybox'"), "symlink survives: {listed}");
+    assert!(
+        listed.contains("-> 'busybox'") || listed.contains("-> `busybox'"),
+        "symlink survives: {listed}"
+    );
 
     // skopeo reads the OCI archive.
-    let inspect = run_ok(Command::new("skopeo").arg("inspect").arg(format!("oci-archive:{}:v1", first.display())));
+    let inspect = run_ok(
+        Command::new("skopeo")
+            .arg("inspect")
+            .arg(format!("oci-archive:{}:v1", first.display())),
+    );
     let inspect: serde_json::Value = serde_json::from_str(&inspect).unwrap();
     assert_eq!(inspect["Layers"].as_array().unwrap().len(), 1, "{inspect}");
     assert_eq!(inspect["Os"], "linux");
@@ -104,22 +150,47 @@ fn export_twice_is_byte_identical_and_loads_in_docker_skopeo_and_umoci() {
     // umoci unpacks the layout into a runtime bundle with the prefix at its absolute path.
     let layout = ws.path().join("layout");
     std::fs::create_dir_all(&layout).unwrap();
-    run_ok(Command::new("tar").arg("-xf").arg(&first).arg("-C").arg(&layout));
+    run_ok(
+        Command::new("tar")
+            .arg("-xf")
+            .arg(&first)
+            .arg("-C")
+            .arg(&layout),
+    );
     let bundle = ws.path().join("bundle");
-    run_ok(Command::new("umoci").args(["unpack", "--rootless", "--image"]).arg(format!("{}:v1", layout.display())).arg(&bundle));
-    let unpacked = bundle.join("rootfs").join(prefix.strip_prefix("/").unwrap());
-    assert_eq!(std::fs::read_link(unpacked.join("bin/sh")).unwrap(), Path::new("busybox"));
+    run_ok(
+        Command::new("umoci")
+            .args(["unpack", "--rootless", "--image"])
+            .arg(format!("{}:v1", layout.display()))
+            .arg(&bundle),
+    );
+    let unpacked = bundle
+        .join("rootfs")
+        .join(prefix.strip_prefix("/").unwrap());
+    assert_eq!(
+        std::fs::read_link(unpacked.join("bin/sh")).unwrap(),
+        Path::new("busybox")
+    );
     use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(unpacked.join("bin/hello")).unwrap().permissions().mode();
+    let mode = std::fs::metadata(unpacked.join("bin/hello"))
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o777, 0o755);
-    let long = unpacked.join("share/a long directory name").join("x".repeat(120));
+    let long = unpacked
+        .join("share/a long directory name")
+        .join("x".repeat(120));
     assert_eq!(std::fs::read_to_string(long).unwrap(), "data\n");
 }
 
 #[test]
 fn export_reports_a_missing_prefix() {
     let ws = Workspace::new();
-    let assert = ws.kiln().args(["image", "export", "--prefix", "no/such/dir", "-o", "x.tar"]).assert().code(2);
+    let assert = ws
+        .kiln()
+        .args(["image", "export", "--prefix", "no/such/dir", "-o", "x.tar"])
+        .assert()
+        .code(2);
     insta::assert_snapshot!(String::from_utf8_lossy(&assert.get_output().stderr), @r"
     error: prefix no/such/dir is not a directory
     hint: pass directories that `kiln up` provisioned, e.g. --prefix /opt/kiln/demo
@@ -146,7 +217,11 @@ fn export_rejects_a_bad_source_date_epoch() {
 #[test]
 fn dockerfile_for_an_unknown_profile_says_which_exist() {
     let ws = Workspace::new();
-    let assert = ws.kiln().args(["image", "dockerfile", "demo", "--profile", "tuned"]).assert().code(2);
+    let assert = ws
+        .kiln()
+        .args(["image", "dockerfile", "demo", "--profile", "tuned"])
+        .assert()
+        .code(2);
     insta::assert_snapshot!(String::from_utf8_lossy(&assert.get_output().stderr), @r"
     error: recipe `demo` has no profile `tuned`
     hint: it has none
@@ -156,10 +231,19 @@ fn dockerfile_for_an_unknown_profile_says_which_exist() {
 #[test]
 fn dockerfile_refuses_a_recipe_outside_the_build_context() {
     let ws = Workspace::new();
-    let recipe = ws.write("recipes/demo.toml", kiln::recipe::shipped::get("recipes/demo.toml").unwrap());
+    let recipe = ws.write(
+        "recipes/demo.toml",
+        kiln::recipe::shipped::get("recipes/demo.toml").unwrap(),
+    );
     let context = ws.path().join("context");
     std::fs::create_dir_all(&context).unwrap();
-    let assert = ws.kiln().current_dir(&context).args(["image", "dockerfile"]).arg(&recipe).assert().code(2);
+    let assert = ws
+        .kiln()
+        .current_dir(&context)
+        .args(["image", "dockerfile"])
+        .arg(&recipe)
+        .assert()
+        .code(2);
     let stderr = crate::common::scrub(&String::from_utf8_lossy(&assert.get_output().stderr), &ws);
     insta::assert_snapshot!(stderr, @r"
     error: recipe [WS]/recipes/demo.toml is outside the build context [WS]/context
@@ -170,8 +254,16 @@ fn dockerfile_refuses_a_recipe_outside_the_build_context() {
 /// `docker build` with BuildKit: the `docker` on PATH when it has buildx, else Debian's docker.io
 /// client (/usr/bin/docker), whose builder is BuildKit built in.
 fn docker_buildkit() -> Command {
-    let buildx = Command::new("docker").args(["buildx", "version"]).stdout(Stdio::null()).stderr(Stdio::null()).status();
-    let program = if buildx.is_ok_and(|s| s.success()) || !Path::new("/usr/bin/docker").exists() { "docker" } else { "/usr/bin/docker" };
+    let buildx = Command::new("docker")
+        .args(["buildx", "version"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    let program = if buildx.is_ok_and(|s| s.success()) || !Path::new("/usr/bin/docker").exists() {
+        "docker"
+    } else {
+        "/usr/bin/docker"
+    };
     let mut cmd = Command::new(program);
     cmd.env("DOCKER_BUILDKIT", "1");
     cmd
@@ -183,7 +275,11 @@ fn base_image() -> &'static str {
     std::fs::create_dir_all(&cache).unwrap();
     let lock = std::fs::File::create(cache.join(".lock")).unwrap();
     lock.lock().unwrap();
-    let present = Command::new("docker").args(["image", "inspect", BASE_IMAGE]).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    let present = Command::new("docker")
+        .args(["image", "inspect", BASE_IMAGE])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
     if present.is_ok_and(|s| s.success()) {
         return BASE_IMAGE;
     }
@@ -195,7 +291,10 @@ fn base_image() -> &'static str {
             .arg(&rootfs)
             .arg("http://deb.debian.org/debian"),
     );
-    run_ok(Command::new("sh").arg("-c").arg(format!("tar -C '{}' -c . | docker import - {BASE_IMAGE}", rootfs.display())));
+    run_ok(Command::new("sh").arg("-c").arg(format!(
+        "tar -C '{}' -c . | docker import - {BASE_IMAGE}",
+        rootfs.display()
+    )));
     let _ = std::fs::remove_dir_all(&rootfs);
     BASE_IMAGE
 }
@@ -203,23 +302,51 @@ fn base_image() -> &'static str {
 #[test]
 fn dockerfile_builds_an_image_whose_plan_is_all_fresh() {
     let ws = Workspace::new();
-    ws.write("recipes/demo.toml", kiln::recipe::shipped::get("recipes/demo.toml").unwrap());
+    ws.write(
+        "recipes/demo.toml",
+        kiln::recipe::shipped::get("recipes/demo.toml").unwrap(),
+    );
     std::fs::copy(env!("CARGO_BIN_EXE_kiln"), ws.path().join("kiln")).unwrap();
     let base = base_image();
-    ws.kiln().args(["image", "dockerfile", "recipes/demo.toml", "--base", base, "-o", "Dockerfile"]).assert().success();
+    ws.kiln()
+        .args([
+            "image",
+            "dockerfile",
+            "recipes/demo.toml",
+            "--base",
+            base,
+            "-o",
+            "Dockerfile",
+        ])
+        .assert()
+        .success();
     let dockerfile = std::fs::read_to_string(ws.path().join("Dockerfile")).unwrap();
     insta::with_settings!({filters => vec![(r"kiln \d+\.\d+\.\d+\S*", "kiln [VERSION]")]}, {
         insta::assert_snapshot!("dockerfile_demo", dockerfile);
     });
 
     let image = unique("kiln-it-build");
-    let built = docker_buildkit().args(["build", "--progress=plain", "-t", &image]).arg(ws.path()).output().unwrap();
+    let built = docker_buildkit()
+        .args(["build", "--progress=plain", "-t", &image])
+        .arg(ws.path())
+        .output()
+        .unwrap();
     let log = String::from_utf8_lossy(&built.stderr).into_owned();
-    let planned = Command::new("docker").args(["run", "--rm", &image]).output().unwrap();
+    let planned = Command::new("docker")
+        .args(["run", "--rm", &image])
+        .output()
+        .unwrap();
     let _ = Command::new("docker").args(["rmi", "-f", &image]).output();
     assert!(built.status.success(), "docker build failed:\n{log}");
-    assert!(log.contains("ran    smoke"), "kiln up ran the steps in the build:\n{log}");
-    assert!(planned.status.success(), "{}", String::from_utf8_lossy(&planned.stderr));
+    assert!(
+        log.contains("ran    smoke"),
+        "kiln up ran the steps in the build:\n{log}"
+    );
+    assert!(
+        planned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&planned.stderr)
+    );
     let plan = String::from_utf8_lossy(&planned.stdout).into_owned();
     insta::assert_snapshot!("dockerfile_demo_plan_in_image", plan);
 }
@@ -237,7 +364,11 @@ struct LocalRegistry {
 impl LocalRegistry {
     fn start() -> LocalRegistry {
         let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let storage = dir.path().join("storage");
         let config = dir.path().join("config.yml");
         std::fs::write(
@@ -255,9 +386,17 @@ impl LocalRegistry {
             .stderr(Stdio::null())
             .spawn()
             .expect("docker-registry is installed (apt-get install docker-registry)");
-        let registry = LocalRegistry { child, port, storage, _dir: dir };
+        let registry = LocalRegistry {
+            child,
+            port,
+            storage,
+            _dir: dir,
+        };
         for _ in 0..100 {
-            if ureq::get(&format!("http://127.0.0.1:{port}/v2/")).call().is_ok() {
+            if ureq::get(&format!("http://127.0.0.1:{port}/v2/"))
+                .call()
+                .is_ok()
+            {
                 return registry;
             }
             std::thread::sleep(std::time::Duration::from_millis(100));
@@ -270,7 +409,11 @@ impl LocalRegistry {
     }
 
     fn blob_data(&self, sha256: &str) -> PathBuf {
-        self.storage.join("docker/registry/v2/blobs/sha256").join(&sha256[..2]).join(sha256).join("data")
+        self.storage
+            .join("docker/registry/v2/blobs/sha256")
+            .join(&sha256[..2])
+            .join(sha256)
+            .join("data")
     }
 }
 
@@ -286,23 +429,35 @@ fn add_entry(wheels_dir: &Path, spec: &str) -> String {
     let site = wheel_site(spec);
     let wheel = PathBuf::from(std::fs::read_to_string(site.join(".complete")).unwrap());
     let name = wheel.file_name().unwrap().to_string_lossy().into_owned();
-    let key = serde_json::json!({"requirement": spec, "python": "cp311", "platform": "linux_x86_64"});
+    let key =
+        serde_json::json!({"requirement": spec, "python": "cp311", "platform": "linux_x86_64"});
     let id = kiln::engine::hashing::sha256_bytes(serde_json::to_string(&key).unwrap().as_bytes());
     let dir = wheels_dir.join(&id);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(&wheel, dir.join(&name)).unwrap();
     let entry = serde_json::json!({
         "key": key, "wheel": name, "sha256": sha256_file(&wheel), "size": std::fs::metadata(&wheel).unwrap().len(),
+        "created_unix": 1_700_000_000u64,
     });
-    std::fs::write(dir.join("entry.json"), serde_json::to_vec_pretty(&entry).unwrap()).unwrap();
+    std::fs::write(
+        dir.join("entry.json"),
+        serde_json::to_vec_pretty(&entry).unwrap(),
+    )
+    .unwrap();
     id
 }
 
 fn tree_digest(dir: &Path) -> Vec<(String, String)> {
     let mut files = Vec::new();
     for entry in kiln::oci::read_wheel_cache(dir).unwrap() {
-        files.push((format!("{}/{}", entry.id, entry.entry.wheel), sha256_file(&entry.path)));
-        let json: serde_json::Value = serde_json::from_slice(&std::fs::read(entry.path.with_file_name("entry.json")).unwrap()).unwrap();
+        files.push((
+            format!("{}/{}", entry.id, entry.entry.wheel),
+            sha256_file(&entry.path),
+        ));
+        let json: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(entry.path.with_file_name("entry.json")).unwrap(),
+        )
+        .unwrap();
         files.push((format!("{}/entry.json", entry.id), json.to_string()));
     }
     files
@@ -318,12 +473,34 @@ fn wheel_cache_round_trips_through_a_registry_and_pushes_merge() {
     add_entry(host_b.path(), "idna==3.10");
     let quiet = |_: &str| {};
 
-    let pushed = kiln::oci::push_wheels(&kiln::oci::read_wheel_cache(host_a.path()).unwrap(), &reference, &quiet).unwrap();
+    let pushed = kiln::oci::push_wheels(
+        &kiln::oci::read_wheel_cache(host_a.path()).unwrap(),
+        &reference,
+        &quiet,
+    )
+    .unwrap();
     assert_eq!((pushed.uploaded, pushed.total), (1, 1));
-    let again = kiln::oci::push_wheels(&kiln::oci::read_wheel_cache(host_a.path()).unwrap(), &reference, &quiet).unwrap();
-    assert_eq!((again.uploaded, again.already_there, again.total), (0, 1, 1));
-    let merged = kiln::oci::push_wheels(&kiln::oci::read_wheel_cache(host_b.path()).unwrap(), &reference, &quiet).unwrap();
-    assert_eq!((merged.uploaded, merged.total), (1, 2), "a second host's push keeps the first host's entry");
+    let again = kiln::oci::push_wheels(
+        &kiln::oci::read_wheel_cache(host_a.path()).unwrap(),
+        &reference,
+        &quiet,
+    )
+    .unwrap();
+    assert_eq!(
+        (again.uploaded, again.already_there, again.total),
+        (0, 1, 1)
+    );
+    let merged = kiln::oci::push_wheels(
+        &kiln::oci::read_wheel_cache(host_b.path()).unwrap(),
+        &reference,
+        &quiet,
+    )
+    .unwrap();
+    assert_eq!(
+        (merged.uploaded, merged.total),
+        (1, 2),
+        "a second host's push keeps the first host's entry"
+    );
 
     let fresh = tempfile::tempdir().unwrap();
     let pulled = kiln::oci::pull_wheels(&reference, fresh.path(), &quiet).unwrap();
@@ -333,7 +510,10 @@ fn wheel_cache_round_trips_through_a_registry_and_pushes_merge() {
     expected.sort();
     let mut got = tree_digest(fresh.path());
     got.sort();
-    assert_eq!(got, expected, "pulled entries are byte-identical to the pushed ones");
+    assert_eq!(
+        got, expected,
+        "pulled entries are byte-identical to the pushed ones"
+    );
     let twice = kiln::oci::pull_wheels(&reference, fresh.path(), &quiet).unwrap();
     assert_eq!((twice.fetched, twice.already_cached), (0, 2));
 }
@@ -361,8 +541,15 @@ fn a_tampered_blob_is_rejected_and_nothing_is_cached() {
     error: blob sha256:[HASH] (six-1.17.0-py2.py3-none-any.whl) from 127.0.0.1:[PORT]/kiln/wheels:latest failed verification: got sha256:[HASH], 11050 bytes; expected 11050 bytes
     hint: the registry served corrupted or tampered content; nothing was added to the cache. Push the entry again from a trusted cache
     ");
-    let left: Vec<_> = std::fs::read_dir(fresh.path()).unwrap().flatten().map(|e| e.file_name()).collect();
-    assert!(left.is_empty(), "nothing half-written stays in the cache: {left:?}");
+    let left: Vec<_> = std::fs::read_dir(fresh.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "nothing half-written stays in the cache: {left:?}"
+    );
 }
 
 /// Replace every 64-hex run with [HASH].
@@ -385,7 +572,12 @@ fn regex_free_hashes(text: &str) -> String {
 #[test]
 fn pulling_a_tag_that_does_not_exist_says_so() {
     let registry = LocalRegistry::start();
-    let error = kiln::oci::pull_wheels(&registry.reference("kiln/none:x"), Path::new("/nonexistent-never-created"), &|_| {}).unwrap_err();
+    let error = kiln::oci::pull_wheels(
+        &registry.reference("kiln/none:x"),
+        Path::new("/nonexistent-never-created"),
+        &|_| {},
+    )
+    .unwrap_err();
     let rendered = error.render().replace(&registry.port.to_string(), "[PORT]");
     insta::assert_snapshot!(rendered, @r"
     error: registry has no wheel cache at 127.0.0.1:[PORT]/kiln/none:x

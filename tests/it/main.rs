@@ -8,3 +8,5 @@ mod cuda_step;
 mod python_step;
 mod shipped;
 mod doctor;
+mod patch;
+mod fetch_extract;

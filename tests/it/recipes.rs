@@ -24,7 +24,9 @@ fn plan_fixture(ws: &Workspace, file: &str) -> (Option<i32>, String) {
         .expect("kiln runs");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let code = out.status.code();
-    let shown = code.map_or("killed (timed out after 20 s)".to_string(), |c| c.to_string());
+    let shown = code.map_or("killed (timed out after 20 s)".to_string(), |c| {
+        c.to_string()
+    });
     (code, scrub(&format!("exit: {shown}\n{stderr}"), ws))
 }
 
@@ -54,10 +56,16 @@ fn diagnostic_problems(file: &str, code: Option<i32>, text: &str) -> Vec<String>
     if !located {
         problems.push(format!("no `--> {file}:LINE:COL` location"));
     }
-    if !stderr.lines().any(|l| l.trim_start().starts_with('|') && l.contains('^')) {
+    if !stderr
+        .lines()
+        .any(|l| l.trim_start().starts_with('|') && l.contains('^'))
+    {
         problems.push("no caret line".into());
     }
-    if !stderr.lines().any(|l| l.starts_with("hint: ") && l.len() > "hint: ".len() + 10) {
+    if !stderr
+        .lines()
+        .any(|l| l.starts_with("hint: ") && l.len() > "hint: ".len() + 10)
+    {
         problems.push("no useful `hint:` line".into());
     }
     problems
@@ -68,7 +76,11 @@ fn check_fixture(ws: &Workspace, file: &str) {
     let problems = diagnostic_problems(file, code, &text);
     let name = file.trim_end_matches(".toml");
     insta::assert_snapshot!(name, text);
-    assert!(problems.is_empty(), "{file}: {}\n{text}", problems.join("; "));
+    assert!(
+        problems.is_empty(),
+        "{file}: {}\n{text}",
+        problems.join("; ")
+    );
 }
 
 #[test]
@@ -81,12 +93,19 @@ fn every_malformed_recipe_gets_a_located_diagnostic() {
         .filter(|f| f.ends_with(".toml") && f.as_bytes()[0].is_ascii_digit())
         .collect();
     files.sort();
-    assert!(files.len() >= 35, "the corpus has only {} recipes", files.len());
+    assert!(
+        files.len() >= 35,
+        "the corpus has only {} recipes",
+        files.len()
+    );
     for file in files.iter().filter(|f| !DEDICATED.contains(&f.as_str())) {
         check_fixture(&ws, file);
     }
     // Running `plan` on a broken recipe must not leave state behind.
-    assert!(!ws.state().join("runs").exists(), "a failed plan wrote receipts");
+    assert!(
+        !ws.state().join("runs").exists(),
+        "a failed plan wrote receipts"
+    );
 }
 
 #[test]
@@ -111,7 +130,10 @@ cmd = ["echo", "${greeting}", "${prefix}"]
 fn stderr_of(ws: &Workspace, args: &[&str]) -> String {
     let out = ws.kiln().args(args).output().expect("kiln runs");
     let code = out.status.code().map_or("signal".into(), |c| c.to_string());
-    scrub(&format!("exit: {code}\n{}", String::from_utf8_lossy(&out.stderr)), ws)
+    scrub(
+        &format!("exit: {code}\n{}", String::from_utf8_lossy(&out.stderr)),
+        ws,
+    )
 }
 
 #[test]
@@ -179,6 +201,11 @@ fn shipped_demo_recipe_plans_cleanly() {
     let stdout = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
     assert!(stdout.starts_with("recipe demo "), "{stdout}");
     for id in ["source", "compile", "pack", "install", "smoke"] {
-        assert!(stdout.lines().any(|l| l.contains(" stale ") && l.contains(id)), "{id} not stale:\n{stdout}");
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.contains(" stale ") && l.contains(id)),
+            "{id} not stale:\n{stdout}"
+        );
     }
 }

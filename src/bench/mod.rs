@@ -1,0 +1,343 @@
+//! `bench`: a smoke benchmark with the seed's per-run line, summary statistics, a fingerprint of
+//! what was measured, a history in the state dir, and a baseline gate.
+
+pub mod ab;
+pub mod client;
+pub mod plot;
+pub mod stats;
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::hashing::sha256_bytes;
+use crate::error::{Error, Result};
+use client::{Api, Generation, Request};
+use stats::Summary;
+
+/// Below this fraction of the baseline median, the gate fails.
+pub const GATE: f64 = 0.9;
+/// Above this coefficient of variation, the result is flagged noisy.
+pub const MAX_CV: f64 = 0.05;
+pub const DEFAULT_PROMPT: &str = "Write a long, detailed story about a lighthouse keeper who discovers a hidden message in the fog.";
+
+pub struct Options<'a> {
+    pub url: &'a str,
+    pub api: Api,
+    pub max_tokens: u32,
+    pub runs: u32,
+    pub warmup: u32,
+    pub prompt: &'a str,
+    pub timeout: Duration,
+}
+
+/// Who and what was measured; two results compare only when their fingerprints match.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fingerprint {
+    pub gpu: String,
+    pub driver: String,
+    pub server: String,
+    pub model: String,
+    pub server_args: String,
+}
+
+impl Fingerprint {
+    pub fn id(&self) -> String {
+        sha256_bytes(serde_json::to_string(self).expect("fingerprints serialize").as_bytes())[..16].to_string()
+    }
+
+    /// The fields where `self` and `other` differ.
+    pub fn differences(&self, other: &Fingerprint) -> Vec<String> {
+        let pairs = [
+            ("gpu", &self.gpu, &other.gpu),
+            ("driver", &self.driver, &other.driver),
+            ("server", &self.server, &other.server),
+            ("model", &self.model, &other.model),
+            ("server_args", &self.server_args, &other.server_args),
+        ];
+        pairs.iter().filter(|(_, a, b)| a != b).map(|(k, a, b)| format!("{k}: {b} → {a}")).collect()
+    }
+}
+
+/// The server part of a fingerprint, from its settings endpoint (SGLang `/server_info`,
+/// llama.cpp `/props`).
+pub fn server_fingerprint(base: &str, api: Api) -> (String, String, String) {
+    let base = base.trim_end_matches('/');
+    let get = |p: &str| {
+        client::get(&format!("{base}{p}"), Duration::from_secs(10))
+            .filter(|(c, _)| *c == 200)
+            .and_then(|(_, b)| serde_json::from_str::<serde_json::Value>(&b).ok())
+    };
+    let hash = |v: &serde_json::Value| sha256_bytes(v.to_string().as_bytes())[..16].to_string();
+    match api {
+        Api::Sglang => match get("/server_info").or_else(|| get("/get_server_info")) {
+            Some(mut v) => {
+                let version = format!("sglang {}", v["version"].as_str().unwrap_or("?"));
+                let model = v["model_path"].as_str().unwrap_or("?").to_string();
+                if let Some(o) = v.as_object_mut() {
+                    for volatile in ["internal_states", "status", "version", "max_total_num_tokens", "max_req_input_len"] {
+                        o.remove(volatile);
+                    }
+                }
+                (version, model, hash(&v))
+            }
+            None => ("sglang ?".into(), "?".into(), "?".into()),
+        },
+        Api::Openai => match get("/props") {
+            Some(v) => {
+                let build = v["build_info"].as_str().map_or("openai-compatible".to_string(), |b| format!("llama.cpp {b}"));
+                let model = v["model_alias"].as_str().or(v["model_path"].as_str()).unwrap_or("?").to_string();
+                let args = serde_json::json!([v["model_path"], v["total_slots"], v["default_generation_settings"]["n_ctx"]]);
+                (build, model, hash(&args))
+            }
+            None => {
+                let model = get("/v1/models")
+                    .and_then(|v| v["data"][0]["id"].as_str().map(String::from))
+                    .unwrap_or_else(|| "?".into());
+                ("openai-compatible".into(), model, "?".into())
+            }
+        },
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Run {
+    pub tokens: u64,
+    pub prompt_tokens: Option<u64>,
+    pub ttft_s: f64,
+    pub e2e_s: f64,
+    pub e2e_tok_s: f64,
+    pub decode_tok_s: Option<f64>,
+    pub server_decode_tok_s: Option<f64>,
+    pub accept_length: Option<f64>,
+}
+
+impl Run {
+    fn from(g: &Generation) -> Run {
+        Run {
+            tokens: g.tokens,
+            prompt_tokens: g.prompt_tokens,
+            ttft_s: g.ttft_s,
+            e2e_s: g.e2e_s,
+            e2e_tok_s: g.e2e_tok_s(),
+            decode_tok_s: g.decode_tok_s,
+            server_decode_tok_s: g.server_decode_tok_s,
+            accept_length: g.accept_length,
+        }
+    }
+
+    /// The seed's line: "N tokens in T s = X tok/s (prompt: P toks)".
+    pub fn line(&self, i: u32, of: u32) -> String {
+        let prompt = self.prompt_tokens.map_or("?".into(), |p| p.to_string());
+        let mut s = format!("Run {i}/{of}: {} tokens in {:.2}s = {:.1} tok/s (prompt: {prompt} toks)", self.tokens, self.e2e_s, self.e2e_tok_s);
+        if let Some(d) = self.decode_tok_s {
+            s.push_str(&format!(", decode {d:.1} tok/s, TTFT {:.1} ms", self.ttft_s * 1000.0));
+        }
+        if let Some(a) = self.accept_length {
+            s.push_str(&format!(", accept length {a:.2}"));
+        }
+        s
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Gate {
+    pub baseline_median: f64,
+    pub median: f64,
+    pub ratio: f64,
+    pub threshold: f64,
+    pub metric: String,
+    pub passed: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    pub url: String,
+    pub api: Api,
+    pub max_tokens: u32,
+    pub unix_time: u64,
+    pub fingerprint: Fingerprint,
+    pub fingerprint_id: String,
+    pub runs: Vec<Run>,
+    pub e2e_tok_s: Summary,
+    pub decode_tok_s: Option<Summary>,
+    pub ttft_ms: Summary,
+    pub accept_length: Option<Summary>,
+    pub warnings: Vec<String>,
+    pub gate: Option<Gate>,
+}
+
+impl<'de> Deserialize<'de> for Api {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Api, D::Error> {
+        let s = String::deserialize(d)?;
+        Api::parse(&s).map_err(|e| serde::de::Error::custom(e.to_string()))
+    }
+}
+
+/// Warm up, run, summarize. `say` gets progress lines, `out` the per-run lines.
+pub fn run(o: &Options, fp: Fingerprint, say: &mut dyn FnMut(&str), out: &mut dyn FnMut(&str)) -> Result<Report> {
+    if o.runs == 0 {
+        return Err(Error::usage("`--runs` must be at least 1", None));
+    }
+    let req = Request { prompt: o.prompt, max_tokens: o.max_tokens, greedy: true, ignore_eos: true, timeout: o.timeout };
+    for i in 1..=o.warmup {
+        let g = client::generate(o.url, o.api, &Request { max_tokens: o.max_tokens.min(64), ..req })?;
+        say(&format!("Warmup {i}/{} done ({} tokens)", o.warmup, g.tokens));
+    }
+    let mut runs = Vec::new();
+    for i in 1..=o.runs {
+        let g = client::generate(o.url, o.api, &req)?;
+        let r = Run::from(&g);
+        out(&r.line(i, o.runs));
+        runs.push(r);
+    }
+    let e2e = stats::summarize(&runs.iter().map(|r| r.e2e_tok_s).collect::<Vec<_>>()).expect("at least one run");
+    let decode_values: Vec<f64> = runs.iter().filter_map(|r| r.decode_tok_s).collect();
+    let decode = (decode_values.len() == runs.len()).then(|| stats::summarize(&decode_values)).flatten();
+    let ttft = stats::summarize(&runs.iter().map(|r| r.ttft_s * 1000.0).collect::<Vec<_>>()).expect("at least one run");
+    let accept_values: Vec<f64> = runs.iter().filter_map(|r| r.accept_length).collect();
+    let accept = stats::summarize(&accept_values);
+    let mut warnings = Vec::new();
+    let short: Vec<String> = runs
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.tokens < u64::from(o.max_tokens))
+        .map(|(i, r)| format!("run {} returned {} of {} tokens", i + 1, r.tokens, o.max_tokens))
+        .collect();
+    if !short.is_empty() {
+        warnings.push(format!("{} (its tok/s is not comparable)", short.join(", ")));
+    }
+    let headline = decode.unwrap_or(e2e);
+    if headline.cv > MAX_CV {
+        warnings.push(format!("noisy: CV {:.1}% > {:.0}% across runs; is something else using the machine?", headline.cv * 100.0, MAX_CV * 100.0));
+    }
+    Ok(Report {
+        url: o.url.to_string(),
+        api: o.api,
+        max_tokens: o.max_tokens,
+        unix_time: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        fingerprint_id: fp.id(),
+        fingerprint: fp,
+        runs,
+        e2e_tok_s: e2e,
+        decode_tok_s: decode,
+        ttft_ms: ttft,
+        accept_length: accept,
+        warnings,
+        gate: None,
+    })
+}
+
+impl Report {
+    /// The headline metric: decode tok/s when every run had one, else end-to-end tok/s.
+    pub fn headline(&self) -> (&'static str, Summary) {
+        match self.decode_tok_s {
+            Some(d) => ("decode tok/s", d),
+            None => ("e2e tok/s", self.e2e_tok_s),
+        }
+    }
+
+    /// Compare against a baseline report; a fingerprint mismatch is an error.
+    pub fn gate_against(&mut self, base: &Report, base_path: &Path) -> Result<()> {
+        let diffs = self.fingerprint.differences(&base.fingerprint);
+        if !diffs.is_empty() {
+            return Err(Error::usage(
+                format!("the baseline {} was measured on a different setup: {}", base_path.display(), diffs.join("; ")),
+                Some("gate only against a baseline of the same GPU, driver, server build, model and server args; record one with `kiln bench --json > FILE`".into()),
+            ));
+        }
+        let (metric, now) = self.headline();
+        let then = match metric {
+            "decode tok/s" => base.decode_tok_s.unwrap_or(base.e2e_tok_s),
+            _ => base.e2e_tok_s,
+        };
+        let ratio = if then.median > 0.0 { now.median / then.median } else { f64::INFINITY };
+        self.gate = Some(Gate {
+            baseline_median: then.median,
+            median: now.median,
+            ratio,
+            threshold: GATE,
+            metric: metric.to_string(),
+            passed: ratio >= GATE,
+        });
+        Ok(())
+    }
+
+    /// 0 ok, 1 warnings, 2 gate failed.
+    pub fn exit_code(&self) -> u8 {
+        match (&self.gate, self.warnings.is_empty()) {
+            (Some(g), _) if !g.passed => 2,
+            (_, false) => 1,
+            _ => 0,
+        }
+    }
+
+    /// The human summary (stdout).
+    pub fn render(&self) -> String {
+        let mut s = String::from("========== Results ==========\n");
+        s.push_str(&format!("{:<16}{:>10}{:>10}{:>10}{:>10}{:>8}\n", "", "median", "mean", "min", "max", "CV"));
+        let row = |name: &str, x: &Summary| {
+            format!("{name:<16}{:>10.2}{:>10.2}{:>10.2}{:>10.2}{:>7.1}%\n", x.median, x.mean, x.min, x.max, x.cv * 100.0)
+        };
+        s.push_str(&row("e2e tok/s", &self.e2e_tok_s));
+        if let Some(d) = &self.decode_tok_s {
+            s.push_str(&row("decode tok/s", d));
+        }
+        s.push_str(&row("TTFT ms", &self.ttft_ms));
+        if let Some(a) = &self.accept_length {
+            s.push_str(&row("accept length", a));
+        }
+        let f = &self.fingerprint;
+        s.push_str(&format!(
+            "fingerprint {}: {} (driver {}), {}, model {}, args {}\n",
+            self.fingerprint_id, f.gpu, f.driver, f.server, f.model, f.server_args
+        ));
+        if let Some(g) = &self.gate {
+            s.push_str(&format!(
+                "baseline: median {} {:.2} vs {:.2} = {:.3}x (gate {:.2}x): {}\n",
+                g.metric,
+                g.median,
+                g.baseline_median,
+                g.ratio,
+                g.threshold,
+                if g.passed { "pass" } else { "FAIL" }
+            ));
+        }
+        for w in &self.warnings {
+            s.push_str(&format!("warning: {w}\n"));
+        }
+        s
+    }
+}
+
+/// Append a report to `<state>/bench/history.jsonl`.
+pub fn append_history(state_dir: &Path, report: &Report) -> Result<std::path::PathBuf> {
+    use std::io::Write;
+    let dir = state_dir.join("bench");
+    crate::engine::state::create_dir(&dir)?;
+    let path = dir.join("history.jsonl");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
+    writeln!(f, "{}", serde_json::to_string(report).expect("reports serialize"))
+        .map_err(|e| Error::io(format!("cannot append to {}", path.display()), e))?;
+    Ok(path)
+}
+
+/// Read a baseline: a `kiln bench --json` report, or the last line of a history file.
+pub fn read_baseline(path: &Path) -> Result<Report> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("cannot read the baseline {}", path.display()), e))?;
+    let one = serde_json::from_str::<Report>(&text);
+    let parsed = one.or_else(|e| {
+        text.lines().rev().find(|l| !l.trim().is_empty()).map_or(Err(e), |l| serde_json::from_str::<Report>(l))
+    });
+    parsed.map_err(|e| {
+        Error::usage(
+            format!("{} is not a kiln bench result: {e}", path.display()),
+            Some("record one with `kiln bench --json > FILE`, or pass the state dir's bench/history.jsonl".into()),
+        )
+    })
+}

@@ -1,0 +1,75 @@
+//! A hand-written SVG: per-run tok/s bars, with the baseline median as a dashed line.
+
+pub fn svg(title: &str, runs: &[f64], baseline_median: Option<f64>) -> String {
+    let (w, h, left, bottom, top) = (640.0_f64, 360.0_f64, 60.0_f64, 40.0_f64, 40.0_f64);
+    let ymax = runs.iter().copied().chain(baseline_median).fold(1e-9_f64, f64::max) * 1.15;
+    let plot_h = h - top - bottom;
+    let y = |v: f64| top + plot_h * (1.0 - v / ymax);
+    let slot = (w - left - 20.0) / runs.len().max(1) as f64;
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">{}</text>\n\
+         <line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{}\" stroke=\"black\"/>\n\
+         <line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n",
+        w / 2.0,
+        escape(title),
+        h - bottom,
+        h - bottom,
+        w - 20.0,
+        h - bottom
+    );
+    for i in 0..=4 {
+        let v = ymax * f64::from(i) / 4.0;
+        s.push_str(&format!(
+            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{v:.1}</text>\n",
+            left - 6.0,
+            y(v) + 4.0
+        ));
+    }
+    s.push_str(&format!("<text x=\"14\" y=\"{:.1}\" transform=\"rotate(-90 14 {:.1})\" text-anchor=\"middle\">decode tok/s</text>\n", top + plot_h / 2.0, top + plot_h / 2.0));
+    for (i, v) in runs.iter().enumerate() {
+        let x = left + slot * i as f64 + slot * 0.15;
+        s.push_str(&format!(
+            "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"#4c78a8\"><title>run {}: {v:.2} tok/s</title></rect>\n\
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>\n",
+            y(*v),
+            slot * 0.7,
+            (h - bottom) - y(*v),
+            i + 1,
+            x + slot * 0.35,
+            h - bottom + 16.0,
+            i + 1
+        ));
+    }
+    if let Some(b) = baseline_median {
+        s.push_str(&format!(
+            "<line x1=\"{left}\" y1=\"{0:.1}\" x2=\"{1}\" y2=\"{0:.1}\" stroke=\"#e45756\" stroke-dasharray=\"6 4\"/>\n\
+             <text x=\"{1}\" y=\"{2:.1}\" text-anchor=\"end\" fill=\"#e45756\">baseline median {b:.1}</text>\n\
+             <line x1=\"{left}\" y1=\"{3:.1}\" x2=\"{1}\" y2=\"{3:.1}\" stroke=\"#e45756\" stroke-opacity=\"0.4\"/>\n\
+             <text x=\"{1}\" y=\"{4:.1}\" text-anchor=\"end\" fill=\"#e45756\" fill-opacity=\"0.6\">0.9 × baseline</text>\n",
+            y(b),
+            w - 20.0,
+            y(b) - 4.0,
+            y(0.9 * b),
+            y(0.9 * b) + 14.0
+        ));
+    }
+    s.push_str(&format!("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">run</text>\n</svg>\n", left + (w - left) / 2.0, h - 6.0));
+    s
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bars_and_baseline() {
+        let s = super::svg("a <b>", &[10.0, 20.0], Some(15.0));
+        assert_eq!(s.matches("<rect x=").count(), 2);
+        assert!(s.contains("baseline median 15.0") && s.contains("a &lt;b&gt;"));
+        assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
+    }
+}

@@ -1,0 +1,329 @@
+//! `serve`: launch a profile's server in its own process group (log in the state dir), wait for
+//! readiness with phase milestones, triage an early exit, and judge the tunings it asked for.
+
+pub mod logtail;
+pub mod signatures;
+pub mod verdict;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::bench::client::{self, Api, Request};
+use crate::engine::state::{create_dir, write_atomic};
+use crate::error::{Error, Result};
+use crate::process::{self, CommandSpec, Detached};
+use crate::recipe::Profile;
+use logtail::LogTail;
+use signatures::Signatures;
+
+/// Default readiness timeout: big models with JIT warm-up take minutes.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
+/// Tokens the readiness generation must return.
+const READY_TOKENS: u32 = 8;
+
+/// Everything needed to start one profile.
+pub struct Launch<'a> {
+    pub recipe: &'a str,
+    pub profile_name: &'a str,
+    pub profile: &'a Profile,
+    pub sigs: &'a Signatures,
+    pub state_dir: &'a Path,
+    /// Keep running after kiln exits (no parent-death signal).
+    pub detach: bool,
+    pub timeout: Duration,
+}
+
+/// What `kiln serve --stop` needs to end a server it started.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Record {
+    pub recipe: String,
+    pub profile: String,
+    pub pid: u32,
+    pub url: Option<String>,
+    pub api: String,
+    pub log: PathBuf,
+    pub started_unix: u64,
+}
+
+pub fn record_path(state_dir: &Path, recipe: &str) -> PathBuf {
+    state_dir.join("serve").join(format!("{recipe}.json"))
+}
+
+pub fn read_record(state_dir: &Path, recipe: &str) -> Option<Record> {
+    let text = std::fs::read_to_string(record_path(state_dir, recipe)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// A server that came up (or a job that finished, for profiles without a port).
+pub struct Running {
+    pub record: Record,
+    pub api: Api,
+    pub log: Vec<String>,
+    pub ready_after: Duration,
+    child: Option<Detached>,
+}
+
+impl Running {
+    /// Whether the server process itself is still alive.
+    pub fn alive(&mut self) -> bool {
+        match &mut self.child {
+            Some(c) => c.try_exit().is_none(),
+            None => process::pid_alive(self.record.pid),
+        }
+    }
+
+    /// End the whole process group and forget the record.
+    pub fn stop(mut self, state_dir: &Path) {
+        process::kill_group(self.record.pid);
+        if let Some(c) = &mut self.child {
+            let _ = c.try_exit();
+        }
+        let _ = std::fs::remove_file(record_path(state_dir, &self.record.recipe));
+    }
+
+    /// Give up the handle without stopping the server (`--detach`).
+    pub fn leave_running(self) {}
+}
+
+/// The server's base URL: `url`, else `http://127.0.0.1:PORT`, else none (a batch job).
+pub fn base_url(p: &Profile) -> Option<String> {
+    p.url.clone().or_else(|| p.port.map(|port| format!("http://127.0.0.1:{port}")))
+}
+
+pub fn profile_api(p: &Profile) -> Api {
+    match p.api.as_deref() {
+        Some("sglang") => Api::Sglang,
+        _ => Api::Openai,
+    }
+}
+
+/// Start the profile and wait until it is ready. On any failure the process group is ended and
+/// the error carries the classified cause and the log tail.
+pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
+    let p = l.profile;
+    let Some((program, rest)) = p.cmd.split_first() else {
+        return Err(Error::usage(
+            format!("profile `{}` has no `cmd`", l.profile_name),
+            Some("give it `cmd = [\"python\", \"-m\", \"sglang.launch_server\"]` or extend a profile that has one".into()),
+        ));
+    };
+    let url = base_url(p);
+    let api = profile_api(p);
+    if let (Some(port), None) = (p.port, &p.url) {
+        if std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(300)).is_ok() {
+            let holder = read_record(l.state_dir, l.recipe)
+                .filter(|r| process::pid_alive(r.pid))
+                .map_or(String::new(), |r| format!(" (kiln started profile `{}` there, pid {})", r.profile, r.pid));
+            return Err(Error::other(
+                format!("cannot start profile `{}`: port {port} is already in use{holder}", l.profile_name),
+                Some(format!("stop it with `kiln serve --stop`, or pick another port (e.g. `--set port={}`)", port + 1)),
+            ));
+        }
+    }
+    let dir = l.state_dir.join("serve");
+    create_dir(&dir)?;
+    let log_path = dir.join(format!("{}-{}.log", l.recipe, l.profile_name));
+    let mut spec = CommandSpec::new(program.clone(), rest.iter().chain(&p.args).cloned());
+    spec.env = p.env.clone();
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| Error::io(format!("cannot open {}", log_path.display()), e))?;
+        let _ = writeln!(f, "=== kiln serve {} --profile {}: {}", l.recipe, l.profile_name, crate::redact::Redactor::from_env(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str()))).redact(&spec.display()));
+    }
+    let mut tail = LogTail::from_end(&log_path);
+    let started = Instant::now();
+    let child = process::spawn_detached(&spec, &log_path, !l.detach)?;
+    let record = Record {
+        recipe: l.recipe.to_string(),
+        profile: l.profile_name.to_string(),
+        pid: child.pid,
+        url: url.clone(),
+        api: api.name().to_string(),
+        log: log_path.clone(),
+        started_unix: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+    };
+    write_atomic(&record_path(l.state_dir, l.recipe), serde_json::to_string_pretty(&record).expect("records serialize").as_bytes())?;
+    say(&format!("started profile `{}` (pid {}), log: {}", l.profile_name, child.pid, log_path.display()));
+    let mut running = Running { record, api, log: Vec::new(), ready_after: Duration::ZERO, child: Some(child) };
+    match wait_ready(l, &mut running, &mut tail, started, say) {
+        Ok(()) => {
+            running.log = tail.lines();
+            running.ready_after = started.elapsed();
+            Ok(running)
+        }
+        Err(e) => {
+            let pid = running.record.pid;
+            process::kill_group(pid);
+            if let Some(c) = &mut running.child {
+                let _ = c.try_exit();
+            }
+            let _ = std::fs::remove_file(record_path(l.state_dir, l.recipe));
+            Err(e)
+        }
+    }
+}
+
+fn wait_ready(l: &Launch, run: &mut Running, tail: &mut LogTail, started: Instant, say: &mut dyn FnMut(&str)) -> Result<()> {
+    let url = run.record.url.clone();
+    let ready_path = l.profile.ready.clone().unwrap_or_else(|| match run.api {
+        Api::Sglang => "/health_generate".into(),
+        Api::Openai => "/health".into(),
+    });
+    let mut last_phase_at = Duration::ZERO;
+    let mut seen_phases = Vec::<String>::new();
+    let mut last_output = Instant::now();
+    let mut last_compile_note = Instant::now();
+    let mut last_probe = Instant::now() - Duration::from_secs(10);
+    let mut fatal_at: Option<Instant> = None;
+    let mut log_ready = false;
+    loop {
+        let lines = tail.poll(false);
+        if !lines.is_empty() {
+            last_output = Instant::now();
+        }
+        for line in &lines {
+            for (phase, re) in &l.sigs.milestones {
+                if re.is_match(line) && !seen_phases.contains(phase) {
+                    let at = started.elapsed();
+                    say(&format!("  [{:>7.1}s] {phase} (+{:.1}s)", at.as_secs_f64(), (at - last_phase_at).as_secs_f64()));
+                    last_phase_at = at;
+                    seen_phases.push(phase.clone());
+                }
+            }
+            if l.sigs.ready.iter().any(|r| r.is_match(line)) {
+                log_ready = true;
+            }
+            if fatal_at.is_none() && l.sigs.fatal.iter().any(|r| r.is_match(line)) {
+                fatal_at = Some(Instant::now());
+            }
+        }
+        if let Some(status) = run.child.as_mut().and_then(Detached::try_exit) {
+            std::thread::sleep(Duration::from_millis(100));
+            tail.poll(true);
+            if url.is_none() && status.success() {
+                say(&format!("  [{:>7.1}s] finished", started.elapsed().as_secs_f64()));
+                return Ok(());
+            }
+            return Err(exited(l, &tail.lines(), &describe(status), started.elapsed(), &run.record.log));
+        }
+        if fatal_at.is_some_and(|t| t.elapsed() > Duration::from_secs(2)) {
+            tail.poll(true);
+            return Err(exited(l, &tail.lines(), "hit a fatal error while its HTTP port may still answer", started.elapsed(), &run.record.log));
+        }
+        if process::interrupted() {
+            return Err(Error::other(format!("interrupted while profile `{}` was starting; its process group was ended", l.profile_name), None));
+        }
+        if started.elapsed() > l.timeout {
+            tail.poll(true);
+            let phase = seen_phases.last().map_or("before any milestone".to_string(), |p| format!("after `{p}`"));
+            return Err(Error::other(
+                format!(
+                    "profile `{}` was not ready after {} s ({phase}); its process group was ended\n--- last lines of the server log ---\n{}",
+                    l.profile_name,
+                    l.timeout.as_secs(),
+                    logtail::crash_tail(&tail.lines(), 20).join("\n")
+                ),
+                Some(format!("full log: {}; raise `timeout` in the profile if it was still making progress", run.record.log.display())),
+            ));
+        }
+        if last_output.elapsed() > Duration::from_secs(20) && last_compile_note.elapsed() > Duration::from_secs(20) {
+            let compiling: Vec<String> = process::group_commands(run.record.pid)
+                .into_iter()
+                .filter(|c| l.sigs.compilers.iter().any(|k| k == c))
+                .collect();
+            last_compile_note = Instant::now();
+            let at = started.elapsed().as_secs_f64();
+            if compiling.is_empty() {
+                say(&format!("  [{at:>7.1}s] waiting (no output for {} s)", last_output.elapsed().as_secs()));
+            } else {
+                say(&format!("  [{at:>7.1}s] still compiling ({}), not hung", dedup(compiling).join(", ")));
+            }
+        }
+        if let Some(base) = &url {
+            if last_probe.elapsed() >= Duration::from_millis(if log_ready { 100 } else { 500 }) {
+                last_probe = Instant::now();
+                if matches!(client::get(&format!("{base}{ready_path}"), Duration::from_secs(5)), Some((200, _))) {
+                    let at = started.elapsed();
+                    say(&format!("  [{:>7.1}s] {ready_path} answered 200 (+{:.1}s)", at.as_secs_f64(), (at - last_phase_at).as_secs_f64()));
+                    check_generation(base, run.api, l.profile_name)?;
+                    say(&format!("  [{:>7.1}s] ready: a real generation returned {READY_TOKENS} tokens", started.elapsed().as_secs_f64()));
+                    tail.poll(true);
+                    return Ok(());
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn dedup(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v.dedup();
+    v
+}
+
+fn describe(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(s)) => format!("was killed by signal {s}"),
+        _ => "ended".into(),
+    }
+}
+
+/// The readiness generation: health alone can pass on a server that cannot generate.
+fn check_generation(base: &str, api: Api, profile: &str) -> Result<()> {
+    let req = Request { prompt: "Hello", max_tokens: READY_TOKENS, greedy: true, ignore_eos: true, timeout: Duration::from_secs(600) };
+    let g = client::generate(base, api, &req)?;
+    if g.tokens != u64::from(READY_TOKENS) {
+        return Err(Error::other(
+            format!("profile `{profile}` answered its health check but a generation returned {} of {READY_TOKENS} tokens", g.tokens),
+            Some("the server ignores `ignore_eos` or stops early; check its sampling defaults".into()),
+        ));
+    }
+    Ok(())
+}
+
+/// The error for a server that died early: classified cause, traceback tail, hint.
+pub fn exited(l: &Launch, lines: &[String], how: &str, after: Duration, log: &Path) -> Error {
+    let cause = l.sigs.classify(lines);
+    let mut msg = format!("profile `{}` {how} after {:.1} s", l.profile_name, after.as_secs_f64());
+    match &cause {
+        Some((c, line)) => msg.push_str(&format!("\ncause: {} [{}]\n  evidence: {line}", c.title, c.id)),
+        None => msg.push_str("\ncause: unclassified (no known signature in the log)"),
+    }
+    let shown = logtail::crash_tail(lines, 40);
+    if !shown.is_empty() {
+        msg.push_str("\n--- last lines of the server log ---\n");
+        msg.push_str(&shown.join("\n"));
+    }
+    let hint = match cause {
+        Some((c, _)) => format!("{}; full log: {}", c.hint, log.display()),
+        None => format!("read the full log: {}", log.display()),
+    };
+    Error::other(msg, Some(hint))
+}
+
+/// The server's own view of its settings (`/server_info`, `/props`), if it has one.
+pub fn server_info(sigs: &Signatures, base: &str) -> Option<serde_json::Value> {
+    let path = sigs.info.as_deref()?;
+    let (code, body) = client::get(&format!("{}{path}", base.trim_end_matches('/')), Duration::from_secs(10))?;
+    (code == 200).then(|| serde_json::from_str(&body).ok()).flatten()
+}
+
+/// Stop the server recorded for `recipe`; false when none was recorded or it was gone already.
+pub fn stop_recorded(state_dir: &Path, recipe: &str) -> Result<Option<Record>> {
+    let Some(r) = read_record(state_dir, recipe) else { return Ok(None) };
+    let alive = process::group_alive(r.pid);
+    if alive {
+        process::kill_group(r.pid);
+    }
+    let _ = std::fs::remove_file(record_path(state_dir, recipe));
+    Ok(alive.then_some(r))
+}

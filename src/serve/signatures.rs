@@ -1,0 +1,233 @@
+//! Log signatures as data (recipes/signatures/*.toml): readiness and phase milestones, early-exit
+//! causes, and per-feature evidence for tuning verdicts. Patterns are regular expressions.
+
+use std::path::{Path, PathBuf};
+
+use regex::Regex;
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// Signature sets shipped inside the binary (the files under recipes/signatures/).
+const SHIPPED: &[(&str, &str)] = &[
+    ("sglang-0.5.9", include_str!("../../recipes/signatures/sglang-0.5.9.toml")),
+    ("llama-server", include_str!("../../recipes/signatures/llama-server.toml")),
+    ("torch-symm-mem-probe", include_str!("../../recipes/signatures/torch-symm-mem-probe.toml")),
+];
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Wire {
+    name: String,
+    #[serde(default)]
+    ready: Vec<String>,
+    info: Option<String>,
+    #[serde(default)]
+    compilers: Vec<String>,
+    #[serde(default)]
+    fatal: Vec<String>,
+    #[serde(default, rename = "milestone")]
+    milestones: Vec<WireMilestone>,
+    #[serde(default, rename = "cause")]
+    causes: Vec<WireCause>,
+    #[serde(default, rename = "feature")]
+    features: Vec<WireFeature>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireMilestone {
+    phase: String,
+    #[serde(rename = "match")]
+    pattern: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireCause {
+    id: String,
+    title: String,
+    #[serde(rename = "match")]
+    patterns: Vec<String>,
+    hint: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireFeature {
+    id: String,
+    #[serde(default)]
+    flags: Vec<String>,
+    #[serde(default)]
+    active: Vec<String>,
+    #[serde(default)]
+    crashed: Vec<String>,
+    #[serde(default)]
+    fell_back: Vec<WireEvidence>,
+    absent: String,
+    absent_reason: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireEvidence {
+    #[serde(rename = "match")]
+    pattern: String,
+    reason: String,
+}
+
+/// A compiled signature set.
+#[derive(Debug)]
+pub struct Signatures {
+    pub name: String,
+    pub origin: String,
+    pub ready: Vec<Regex>,
+    /// Endpoint with the server's own view of its settings (`/server_info`, `/props`).
+    pub info: Option<String>,
+    pub compilers: Vec<String>,
+    pub fatal: Vec<Regex>,
+    pub milestones: Vec<(String, Regex)>,
+    pub causes: Vec<Cause>,
+    pub features: Vec<Feature>,
+}
+
+#[derive(Debug)]
+pub struct Cause {
+    pub id: String,
+    pub title: String,
+    pub patterns: Vec<Regex>,
+    pub hint: String,
+}
+
+#[derive(Debug)]
+pub struct Feature {
+    pub id: String,
+    pub flags: Vec<String>,
+    /// Patterns may hold `{value}`: the flag's value, matched literally.
+    pub active: Vec<String>,
+    pub crashed: Vec<Regex>,
+    pub fell_back: Vec<(Regex, String)>,
+    pub absent: String,
+    pub absent_reason: String,
+}
+
+impl Signatures {
+    /// `spec` is a shipped name, or a file (relative to `dir`); `dir/signatures/NAME.toml` wins
+    /// over a shipped set of the same name.
+    pub fn resolve(spec: &str, dir: &Path) -> Result<Signatures> {
+        let candidates: Vec<PathBuf> = if spec.ends_with(".toml") || spec.contains('/') {
+            vec![dir.join(spec)]
+        } else {
+            vec![dir.join("signatures").join(format!("{spec}.toml"))]
+        };
+        for path in &candidates {
+            if path.is_file() {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| Error::io(format!("cannot read signatures {}", path.display()), e))?;
+                return Signatures::parse(&text, &path.display().to_string());
+            }
+        }
+        match SHIPPED.iter().find(|(name, _)| *name == spec) {
+            Some((name, text)) => Signatures::parse(text, &format!("shipped signatures `{name}`")),
+            None => Err(Error::usage(
+                format!("no log signatures named `{spec}`"),
+                Some(format!(
+                    "shipped sets: {}; or give a path to a TOML file",
+                    SHIPPED.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                )),
+            )),
+        }
+    }
+
+    pub fn parse(text: &str, origin: &str) -> Result<Signatures> {
+        let wire: Wire = toml::from_str(text).map_err(|e| {
+            Error::other(
+                format!("invalid signatures in {origin}: {}", e.message()),
+                Some("see docs/serve-bench.md for the signature format".into()),
+            )
+        })?;
+        let re = |p: &str| {
+            Regex::new(p).map_err(|e| {
+                Error::other(format!("invalid pattern `{p}` in {origin}: {e}"), Some("patterns are regular expressions".into()))
+            })
+        };
+        let res = |ps: &[String]| ps.iter().map(|p| re(p)).collect::<Result<Vec<_>>>();
+        let mut features = Vec::new();
+        for f in &wire.features {
+            if !["active", "fell back", "unknown"].contains(&f.absent.as_str()) {
+                return Err(Error::other(
+                    format!("feature `{}` in {origin}: `absent` must be \"active\", \"fell back\" or \"unknown\"", f.id),
+                    None,
+                ));
+            }
+            for p in &f.active {
+                re(&p.replace("{value}", "x"))?;
+            }
+            features.push(Feature {
+                id: f.id.clone(),
+                flags: f.flags.clone(),
+                active: f.active.clone(),
+                crashed: res(&f.crashed)?,
+                fell_back: f.fell_back.iter().map(|e| Ok((re(&e.pattern)?, e.reason.clone()))).collect::<Result<_>>()?,
+                absent: f.absent.clone(),
+                absent_reason: f.absent_reason.clone(),
+            });
+        }
+        Ok(Signatures {
+            name: wire.name,
+            origin: origin.to_string(),
+            ready: res(&wire.ready)?,
+            info: wire.info,
+            compilers: wire.compilers,
+            fatal: res(&wire.fatal)?,
+            milestones: wire.milestones.iter().map(|m| Ok((m.phase.clone(), re(&m.pattern)?))).collect::<Result<_>>()?,
+            causes: wire
+                .causes
+                .iter()
+                .map(|c| Ok(Cause { id: c.id.clone(), title: c.title.clone(), patterns: res(&c.patterns)?, hint: c.hint.clone() }))
+                .collect::<Result<_>>()?,
+            features,
+        })
+    }
+
+    /// Signatures that know nothing: readiness by endpoint only, no verdict evidence.
+    pub fn empty() -> Signatures {
+        Signatures {
+            name: "none".into(),
+            origin: "no signatures".into(),
+            ready: vec![],
+            info: None,
+            compilers: vec![],
+            fatal: vec![],
+            milestones: vec![],
+            causes: vec![],
+            features: vec![],
+        }
+    }
+
+    /// The first cause (in file order) with a matching line, and that line.
+    pub fn classify<'a>(&'a self, lines: &[String]) -> Option<(&'a Cause, String)> {
+        self.causes.iter().find_map(|c| {
+            lines.iter().find(|l| c.patterns.iter().any(|p| p.is_match(l))).map(|l| (c, l.trim().to_string()))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_sets_parse() {
+        for (name, text) in SHIPPED {
+            let s = Signatures::parse(text, name).unwrap();
+            assert_eq!(&s.name, name);
+        }
+    }
+
+    #[test]
+    fn unknown_name_lists_shipped_sets() {
+        let e = Signatures::resolve("sglang-9", Path::new("/nonexistent")).unwrap_err().render();
+        assert!(e.contains("no log signatures named `sglang-9`") && e.contains("sglang-0.5.9"), "{e}");
+    }
+}
