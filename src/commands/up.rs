@@ -27,7 +27,12 @@ pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
     let reporter = super::reporter(args.json);
     let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let mem_budget = crate::host::available_memory_bytes().unwrap_or(u64::MAX);
-    let ctx = StepContext { memo: &memo, facts: &settings.facts, cache_dir: settings.cache_dir.clone() };
+    let ctx = StepContext {
+        memo: &memo,
+        facts: &settings.facts,
+        cache_dir: settings.cache_dir.clone(),
+        state_dir: settings.state_dir.clone(),
+    };
     engine::execute(&recipe, &plan, &state, &ctx, reporter.as_ref(), &ExecOptions { jobs, mem_budget })?;
     Ok(0)
 }

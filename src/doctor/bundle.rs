@@ -12,7 +12,7 @@ use crate::redact::{is_secret_name, Redactor};
 pub fn mask_uuids(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
-    while let Some(at) = rest.find(|c| c == 'G' || c == 'M') {
+    while let Some(at) = rest.find(['G', 'M']) {
         out.push_str(&rest[..at]);
         let tail = &rest[at..];
         let prefix = ["GPU-", "MIG-"].into_iter().find(|p| tail.starts_with(p));

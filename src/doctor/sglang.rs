@@ -97,8 +97,7 @@ pub fn dict_keys(text: &str, name: &str) -> Option<Vec<u32>> {
     let body = &text[start + text[start..].find('{')?..];
     let mut keys = Vec::new();
     let (mut depth, mut entry_start, mut in_comment) = (0usize, false, false);
-    let mut chars = body.char_indices().peekable();
-    while let Some((i, c)) = chars.next() {
+    for (i, c) in body.char_indices() {
         if in_comment {
             in_comment = c != '\n';
             continue;

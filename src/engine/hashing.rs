@@ -34,11 +34,14 @@ pub fn sha256_bytes(data: &[u8]) -> String {
 }
 
 pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    // A table, not `write!("{:02x}")`: fingerprints of a large plan format many digests.
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 0xf)] as char);
+    }
+    s
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

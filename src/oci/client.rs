@@ -145,7 +145,7 @@ impl Registry {
         headers: &[(&str, &str)],
         body: Option<&[u8]>,
     ) -> Result<ureq::Response, Failure> {
-        let attempt = |auth: Option<String>| {
+        let attempt = |auth: Option<String>| -> Result<ureq::Response, Box<ureq::Error>> {
             let mut request = self.agent.request(method, url);
             for (k, v) in headers {
                 request = request.set(k, v);
@@ -157,9 +157,11 @@ impl Registry {
                 Some(bytes) => request.send_bytes(bytes),
                 None => request.call(),
             }
+            .map_err(Box::new)
         };
         let current = self.authorization.lock().expect("auth lock").clone();
-        match attempt(current.clone()) {
+        let first = attempt(current.clone()).map_err(|e| *e);
+        match first {
             Err(ureq::Error::Status(401, response)) => {
                 let challenge = response
                     .header("WWW-Authenticate")
@@ -170,7 +172,7 @@ impl Registry {
                     return Err(Failure::Status(401, "credentials rejected".into()));
                 }
                 *self.authorization.lock().expect("auth lock") = Some(auth.clone());
-                attempt(Some(auth)).map_err(Failure::from)
+                attempt(Some(auth)).map_err(|e| Failure::from(*e))
             }
             other => other.map_err(Failure::from),
         }

@@ -8,7 +8,7 @@ pub mod ops;
 pub mod package;
 mod render;
 pub mod set;
-mod shipped;
+pub mod shipped;
 pub mod store;
 pub mod syntax;
 pub mod version;

@@ -56,7 +56,7 @@ impl Version {
     }
 
     /// Sort key per PEP 440: dev releases sort before pre-releases, which sort before the release.
-    fn key(&self) -> (Vec<u64>, (u8, u64), (u8, u64), (u8, u64)) {
+    fn key(&self) -> SortKey {
         let mut release = self.release.clone();
         while release.len() > 1 && release.last() == Some(&0) {
             release.pop();
@@ -71,6 +71,9 @@ impl Version {
         (release, pre, post, dev)
     }
 }
+
+/// (release without trailing zeros, pre-release rank, post-release rank, dev rank).
+type SortKey = (Vec<u64>, (u8, u64), (u8, u64), (u8, u64));
 
 fn split_release(s: &str) -> (&str, &str) {
     let end = s

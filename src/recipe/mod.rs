@@ -71,6 +71,21 @@ pub enum StepKind {
     },
     Python(PythonStep),
     Cuda(CudaStep),
+    /// Apply a patch set (`kiln patch apply`) to a venv's site-packages.
+    Patch {
+        set: String,
+        /// sha256 of the patch set's text: editing the set re-runs the step.
+        set_sha256: String,
+        site_packages: SitePackages,
+    },
+}
+
+/// Where a patch step finds the package: a venv (its python tells) or a site-packages directory.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SitePackages {
+    Venv(PathBuf),
+    Dir(PathBuf),
 }
 
 /// `kind = "python"`: a venv (made with uv, pip as fallback) and pinned requirements.
@@ -115,6 +130,7 @@ impl StepKind {
             StepKind::Extract { .. } => "extract",
             StepKind::Python(_) => "python",
             StepKind::Cuda(_) => "cuda",
+            StepKind::Patch { .. } => "patch",
         }
     }
 }

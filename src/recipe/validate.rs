@@ -9,7 +9,7 @@ use toml::Spanned;
 use super::interp::{Quoting, Template, VarRef};
 use super::load::{Loaded, LoadOptions};
 use super::source::{Loc, Sources};
-use super::{graph, units, when, wire, Check, Cmd, CudaStep, Profile, PythonStep, Recipe, Step, StepKind, When};
+use super::{graph, units, when, wire, Check, Cmd, CudaStep, Profile, PythonStep, Recipe, SitePackages, Step, StepKind, When};
 use crate::diagnostic::{did_you_mean, Diagnostic};
 use crate::error::{Error, Result};
 use crate::host::FACT_KEYS;
@@ -462,6 +462,30 @@ fn step(
             StepKind::Fetch { url, sha256, path }
         }
         "python" => StepKind::Python(python_step(r, file, s, &cwd, &missing)?),
+        "patch" => {
+            let set = s.set.as_ref().ok_or_else(|| missing(r, "set", "\"sglang-0.5.9-sm120\""))?;
+            let name = r.expand(file, set)?;
+            let text = if Path::new(&name).is_file() {
+                std::fs::read_to_string(&name).ok()
+            } else {
+                crate::patch::shipped::get(&name).map(str::to_string)
+            };
+            let Some(text) = text else {
+                let names = crate::patch::shipped::names();
+                let hint = did_you_mean(&name, names.iter().copied())
+                    .map_or(format!("shipped patch sets: {}; or give a path", names.join(", ")), |b| format!("did you mean `{b}`?"));
+                return Err(r.diag(file, set.span(), format!("no patch set `{name}`")).with_hint(hint).into());
+            };
+            let site_packages = match (&s.venv, &s.site_packages) {
+                (Some(v), None) => SitePackages::Venv(r.path(file, v, &cwd)?),
+                (None, Some(d)) => SitePackages::Dir(r.path(file, d, &cwd)?),
+                (Some(v), Some(_)) => {
+                    return Err(r.diag(file, v.span(), "give either `venv` or `site_packages`, not both").with_hint("`venv` finds site-packages through its python").into())
+                }
+                (None, None) => return Err(missing(r, "venv", "\"${venv}\" (or `site_packages = \"...\"`)")),
+            };
+            StepKind::Patch { set: name, set_sha256: crate::engine::hashing::sha256_bytes(text.as_bytes()), site_packages }
+        }
         "cuda" => {
             let (url, sha256, runfile) = download(r, file, s, &missing)?;
             let required = |r: &mut Resolver, v: &Option<Spanned<String>>, key: &str, ex: &str| match v {
@@ -691,6 +715,8 @@ fn kind_specific_keys(s: &wire::Step) -> Vec<(&'static str, std::ops::Range<usiz
     if let Some(x) = &s.verify { v.push(("verify", x.span())) }
     if let Some(x) = &s.sass { v.push(("sass", x.span())) }
     if let Some(x) = &s.version { v.push(("version", x.span())) }
+    if let Some(x) = &s.set { v.push(("set", x.span())) }
+    if let Some(x) = &s.site_packages { v.push(("site_packages", x.span())) }
     if let Some(x) = &s.install_path { v.push(("install_path", x.span())) }
     if let Some(x) = &s.link { v.push(("link", x.span())) }
     if let Some(x) = &s.driver_floor { v.push(("driver_floor", x.span())) }

@@ -151,6 +151,10 @@ pub struct Step {
     pub verify: Option<Spanned<String>>,
     pub sass: Option<Spanned<Sass>>,
 
+    // kind = "patch" (also `venv`)
+    pub set: Option<Spanned<String>>,
+    pub site_packages: Option<Spanned<String>>,
+
     // kind = "cuda" (also `url`, `sha256`, `filename`)
     pub version: Option<Spanned<String>>,
     pub install_path: Option<Spanned<String>>,
@@ -214,6 +218,7 @@ pub const STEP_KINDS: &[(&str, &[&str])] = &[
             "sass",
         ],
     ),
+    ("patch", &["set", "venv", "site_packages"]),
     (
         "cuda",
         &["url", "sha256", "filename", "version", "install_path", "link", "driver_floor"],

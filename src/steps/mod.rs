@@ -3,6 +3,7 @@
 pub mod cuda;
 pub mod extract;
 pub mod fetch;
+pub mod patch;
 pub mod python;
 pub mod run;
 
@@ -21,6 +22,8 @@ pub struct StepContext<'a> {
     pub facts: &'a Facts,
     /// Downloads, compiled wheels and tools kiln installs for itself (uv).
     pub cache_dir: PathBuf,
+    /// kiln's state directory (patch backups live there).
+    pub state_dir: PathBuf,
 }
 
 /// Run one attempt of `step`, logging to `log`; `on_line` sees each output line.
@@ -34,6 +37,7 @@ pub fn execute(step: &Step, ctx: &StepContext, log: &mut dyn Write, on_line: &mu
         }
         StepKind::Python(p) => python::run(step, p, ctx, log, on_line),
         StepKind::Cuda(c) => cuda::run(step, c, ctx, log, on_line),
+        StepKind::Patch { set, site_packages, .. } => patch::run(step, set, site_packages, ctx, log),
     }
 }
 

@@ -10,3 +10,4 @@ mod shipped;
 mod doctor;
 mod patch;
 mod fetch_extract;
+mod serve;
