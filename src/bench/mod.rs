@@ -332,7 +332,7 @@ pub fn read_baseline(path: &Path) -> Result<Report> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("cannot read the baseline {}", path.display()), e))?;
     let one = serde_json::from_str::<Report>(&text);
     let parsed = one.or_else(|e| {
-        text.lines().rev().find(|l| !l.trim().is_empty()).map_or(Err(e), |l| serde_json::from_str::<Report>(l))
+        text.lines().rev().find(|l| !l.trim().is_empty()).map_or(Err(e), serde_json::from_str::<Report>)
     });
     parsed.map_err(|e| {
         Error::usage(

@@ -163,3 +163,87 @@ pub(super) fn verdict_code(verdicts: &[Verdict]) -> u8 {
         Status::Crashed => 2,
     }).max().unwrap_or(0)
 }
+
+/// The tail of `kiln up`: greedy A/B against the profile's baseline (when it names one), serve
+/// the profile (left running), judge its tunings, smoke-bench it, and write report.json and
+/// report.md next to the recipe's state.
+pub(super) fn up_pipeline(settings: &Settings, recipe: &Recipe, profile: Option<&str>) -> Result<u8> {
+    crate::process::catch_interrupts();
+    let (name, p) = pick_profile(recipe, profile)?;
+    eprintln!("kiln: serving profile `{name}` of {}", recipe.name);
+    let ab = match &p.baseline {
+        Some(base) => Some(super::verify::compare(settings, recipe, base, &name, 64, 32)?),
+        None => None,
+    };
+    if let (Some(c), Some(base)) = (&ab, &p.baseline) {
+        print!("{}", c.render(base, &name));
+    }
+    let sigs = signatures_for(p)?;
+    let launch = Launch {
+        recipe: &recipe.name,
+        profile_name: &name,
+        profile: p,
+        sigs: &sigs,
+        state_dir: &settings.state_dir,
+        detach: true,
+        timeout: p.timeout.unwrap_or(serve::DEFAULT_TIMEOUT),
+    };
+    let mut say = |s: &str| eprintln!("kiln: {s}");
+    let running = serve::start(&launch, &mut say)?;
+    let verdicts = judge(&sigs, p, &running);
+    print_verdicts(&name, &running, &verdicts, false);
+    let bench = match running.record.url.clone() {
+        Some(url) => {
+            let opts = crate::bench::Options {
+                url: &url,
+                api: running.api,
+                max_tokens: 2048,
+                runs: 5,
+                warmup: 2,
+                prompt: crate::bench::DEFAULT_PROMPT,
+                timeout: Duration::from_secs(1800),
+            };
+            Some(super::bench::measure(settings, &opts, false, None)?)
+        }
+        None => None,
+    };
+    let code = [
+        verdict_code(&verdicts),
+        ab.as_ref().map_or(0, |c| c.exit_code()),
+        bench.as_ref().map_or(0, |b| b.exit_code()),
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0);
+    let report = serde_json::json!({
+        "recipe": recipe.name,
+        "profile": name,
+        "url": running.record.url,
+        "pid": running.record.pid,
+        "ready_after_s": running.ready_after.as_secs_f64(),
+        "verdicts": verdicts,
+        "ab": ab,
+        "bench": bench,
+        "exit_code": code,
+    });
+    let dir = settings.state_dir.join("reports").join(&recipe.name);
+    crate::engine::state::create_dir(&dir)?;
+    crate::engine::state::write_atomic(&dir.join("report.json"), serde_json::to_string_pretty(&report).expect("reports serialize").as_bytes())?;
+    let mut md = format!("# kiln up: {} (profile `{name}`)\n\nready after {:.1} s at {}\n\n## Tuning verdicts\n\n| feature | verdict | reason | evidence |\n|---|---|---|---|\n", recipe.name, running.ready_after.as_secs_f64(), running.record.url.as_deref().unwrap_or("-"));
+    for v in &verdicts {
+        md.push_str(&format!("| {} | {} | {} | {} |\n", v.feature, v.status.label(), v.reason, v.evidence.as_deref().unwrap_or("").replace('|', "\\|")));
+    }
+    if let (Some(c), Some(base)) = (&ab, &p.baseline) {
+        md.push_str(&format!("\n## Greedy A/B\n\n```\n{}```\n", c.render(base, &name)));
+    }
+    if let Some(b) = &bench {
+        md.push_str(&format!("\n## Benchmark\n\n```\n{}```\n", b.render()));
+    }
+    crate::engine::state::write_atomic(&dir.join("report.md"), md.as_bytes())?;
+    eprintln!("kiln: report: {}", dir.join("report.md").display());
+    if let Some(url) = &running.record.url {
+        eprintln!("kiln: left running at {url} (process group {}); stop it with `kiln serve --stop`", running.record.pid);
+    }
+    running.leave_running();
+    Ok(code)
+}

@@ -34,5 +34,9 @@ pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
         state_dir: settings.state_dir.clone(),
     };
     engine::execute(&recipe, &plan, &state, &ctx, reporter.as_ref(), &ExecOptions { jobs, mem_budget })?;
-    Ok(0)
+    if args.no_serve || recipe.profiles.is_empty() || !args.only.is_empty() {
+        return Ok(0);
+    }
+    drop(_lock);
+    super::serve::up_pipeline(settings, &recipe, args.profile.as_deref())
 }

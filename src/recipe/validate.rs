@@ -793,7 +793,7 @@ fn profile(
     if let Some(api) = &p.api {
         let text = r.expand(file, api)?;
         if !["sglang", "openai"].contains(&text.as_str()) {
-            let hint = did_you_mean(&text, ["sglang", "openai"].into_iter())
+            let hint = did_you_mean(&text, ["sglang", "openai"])
                 .map_or("`api` is `sglang` (/generate) or `openai` (/v1/completions)".into(), |b| format!("did you mean `{b}`?"));
             return Err(r.diag(file, api.span(), format!("unknown api `{text}`")).with_hint(hint).into());
         }

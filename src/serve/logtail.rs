@@ -87,7 +87,7 @@ mod tests {
         let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
         write!(f, "a\nb\rc\npart").unwrap();
         assert_eq!(t.poll(false), vec!["a", "c"]);
-        write!(f, "ial\n").unwrap();
+        writeln!(f, "ial").unwrap();
         assert_eq!(t.poll(false), vec!["partial"]);
         write!(f, "end").unwrap();
         assert_eq!(t.poll(true), vec!["end"]);

@@ -11,3 +11,4 @@ mod doctor;
 mod patch;
 mod fetch_extract;
 mod serve;
+mod patch_step;

@@ -367,7 +367,7 @@ fn patch_set_errors_point_at_the_line() {
         ("unknown_op", format!("{header}edits = [{{ op = \"dict-add-kye\", dict = \"D\", key = \"1\", value = \"2\" }}]\n")),
         ("wrong_field", format!("{header}edits = [{{ op = \"import-add-name\", module = \"m\", name = \"n\", to = \"[1]\" }}]\n")),
         ("bad_python", format!("{header}edits = [{{ op = \"dict-add-key\", dict = \"D\", key = \"1\", value = \"[1,\" }}]\n")),
-        ("bad_range", format!("[patchset]\nname = \"t\"\npackage = \"demo\"\nversions = \"1.0\"\n\n[[patch]]\nid = \"P1\"\nfile = \"m.py\"\nrationale = \"r\"\nedits = []\n")),
+        ("bad_range", header.replace(">=1.0", "1.0") + "edits = []\n"),
         ("escaping_path", header.replace("m.py", "../evil.py") + "edits = [{ op = \"diff\", diff = \"@@ -1 +1 @@\\n-a\\n+b\\n\" }]\n"),
     ];
     let mut shown = String::new();
