@@ -357,4 +357,14 @@ pub enum CacheCommand {
         /// The archive to read
         file: PathBuf,
     },
+    /// Upload the cached wheels to an OCI registry (one blob per wheel, keys in annotations)
+    Push {
+        /// REGISTRY/REPO[:TAG], e.g. `127.0.0.1:5000/kiln/wheels:cu130`
+        reference: String,
+    },
+    /// Fetch the wheels an OCI registry holds into the cache, verifying every blob's sha256
+    Pull {
+        /// REGISTRY/REPO[:TAG]
+        reference: String,
+    },
 }

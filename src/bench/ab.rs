@@ -21,7 +21,13 @@ pub fn collect(base: &str, api: Api, max_tokens: u32) -> Result<Vec<Vec<String>>
     PROMPTS
         .iter()
         .map(|p| {
-            let req = Request { prompt: p, max_tokens, greedy: true, ignore_eos: true, timeout: Duration::from_secs(600) };
+            let req = Request {
+                prompt: p,
+                max_tokens,
+                greedy: true,
+                ignore_eos: true,
+                timeout: Duration::from_secs(600),
+            };
             client::generate(base, api, &req).map(|g| g.pieces)
         })
         .collect()
@@ -49,13 +55,21 @@ pub struct Comparison {
 
 /// Compare candidate outputs with the baseline's. A divergence before `min_prefix` tokens is
 /// "wrong output"; a later one is "diverged late" (reduction-order noise is plausible there).
-pub fn compare(baseline: &[Vec<String>], candidate: &[Vec<String>], min_prefix: usize) -> Comparison {
+pub fn compare(
+    baseline: &[Vec<String>],
+    candidate: &[Vec<String>],
+    min_prefix: usize,
+) -> Comparison {
     let mut prompts = Vec::new();
     for (i, (a, b)) in baseline.iter().zip(candidate).enumerate() {
         let total = a.len().max(b.len());
         let agree = a.iter().zip(b).take_while(|(x, y)| x == y).count();
         let first = (agree < total).then(|| {
-            (agree, a.get(agree).cloned().unwrap_or_else(|| "<end>".into()), b.get(agree).cloned().unwrap_or_else(|| "<end>".into()))
+            (
+                agree,
+                a.get(agree).cloned().unwrap_or_else(|| "<end>".into()),
+                b.get(agree).cloned().unwrap_or_else(|| "<end>".into()),
+            )
         });
         let status = match first {
             None => "identical",
@@ -70,7 +84,9 @@ pub fn compare(baseline: &[Vec<String>], candidate: &[Vec<String>], min_prefix: 
             status,
         });
     }
-    let (agree, total) = prompts.iter().fold((0, 0), |(a, t), p| (a + p.agree, t + p.total));
+    let (agree, total) = prompts
+        .iter()
+        .fold((0, 0), |(a, t), p| (a + p.agree, t + p.total));
     let verdict = if prompts.iter().any(|p| p.status == "wrong output") {
         "wrong output"
     } else if prompts.iter().any(|p| p.status == "diverged late") {
@@ -78,7 +94,16 @@ pub fn compare(baseline: &[Vec<String>], candidate: &[Vec<String>], min_prefix: 
     } else {
         "identical"
     };
-    Comparison { prompts, agreement: if total > 0 { agree as f64 / total as f64 } else { 1.0 }, min_prefix, verdict }
+    Comparison {
+        prompts,
+        agreement: if total > 0 {
+            agree as f64 / total as f64
+        } else {
+            1.0
+        },
+        min_prefix,
+        verdict,
+    }
 }
 
 impl Comparison {
@@ -93,8 +118,21 @@ impl Comparison {
     pub fn render(&self, baseline: &str, candidate: &str) -> String {
         let mut s = format!("greedy A/B: `{candidate}` against `{baseline}`\n");
         for p in &self.prompts {
-            let head: String = p.prompt.lines().next().unwrap_or("").chars().take(40).collect();
-            s.push_str(&format!("  {:<42} {:>4}/{:<4} {}", format!("{head:?}"), p.agree, p.total, p.status));
+            let head: String = p
+                .prompt
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(40)
+                .collect();
+            s.push_str(&format!(
+                "  {:<42} {:>4}/{:<4} {}",
+                format!("{head:?}"),
+                p.agree,
+                p.total,
+                p.status
+            ));
             if let Some((i, a, b)) = &p.first_divergence {
                 s.push_str(&format!(" (first divergence at token {i}: {a:?} vs {b:?})"));
             }
@@ -120,10 +158,16 @@ mod tests {
     #[test]
     fn identical_late_and_wrong() {
         let base = vec![toks("a b c d e f")];
-        assert_eq!(compare(&base, &[toks("a b c d e f")], 3).verdict, "identical");
+        assert_eq!(
+            compare(&base, &[toks("a b c d e f")], 3).verdict,
+            "identical"
+        );
         let late = compare(&base, &[toks("a b c d x y")], 3);
         assert_eq!((late.verdict, late.prompts[0].agree), ("diverged late", 4));
-        assert_eq!(late.prompts[0].first_divergence, Some((4, "e".into(), "x".into())));
+        assert_eq!(
+            late.prompts[0].first_divergence,
+            Some((4, "e".into(), "x".into()))
+        );
         let wrong = compare(&base, &[toks("a x c d e f")], 3);
         assert_eq!((wrong.verdict, wrong.exit_code()), ("wrong output", 2));
         assert!((wrong.agreement - 1.0 / 6.0).abs() < 1e-9);

@@ -21,7 +21,10 @@ impl Api {
         match s {
             "sglang" => Ok(Api::Sglang),
             "openai" => Ok(Api::Openai),
-            _ => Err(Error::usage(format!("unknown api `{s}`"), Some("use `sglang` or `openai`".into()))),
+            _ => Err(Error::usage(
+                format!("unknown api `{s}`"),
+                Some("use `sglang` or `openai`".into()),
+            )),
         }
     }
     pub fn name(self) -> &'static str {
@@ -106,22 +109,39 @@ pub fn generate(base: &str, api: Api, req: &Request) -> Result<Generation> {
         ),
     };
     let url = format!("{base}{path}");
-    let agent = ureq::AgentBuilder::new().timeout_connect(Duration::from_secs(5)).timeout_read(req.timeout).build();
+    let agent = ureq::AgentBuilder::new()
+        .timeout_connect(Duration::from_secs(5))
+        .timeout_read(req.timeout)
+        .build();
     let start = Instant::now();
-    let resp = agent.post(&url).set("Content-Type", "application/json").send_string(&body.to_string()).map_err(|e| http_error(&url, e))?;
+    let resp = agent
+        .post(&url)
+        .set("Content-Type", "application/json")
+        .send_string(&body.to_string())
+        .map_err(|e| http_error(&url, e))?;
     let mut s = Stream::default();
     let reader = BufReader::new(resp.into_reader());
     for line in reader.lines() {
-        let line = line.map_err(|e| Error::io(format!("reading the stream from {url} failed"), e))?;
-        let Some(data) = line.strip_prefix("data:") else { continue };
+        let line =
+            line.map_err(|e| Error::io(format!("reading the stream from {url} failed"), e))?;
+        let Some(data) = line.strip_prefix("data:") else {
+            continue;
+        };
         let data = data.trim();
         if data == "[DONE]" {
             break;
         }
-        let v: Value = serde_json::from_str(data)
-            .map_err(|e| Error::other(format!("{url} sent a chunk that is not JSON ({e}): {}", clip(data)), None))?;
+        let v: Value = serde_json::from_str(data).map_err(|e| {
+            Error::other(
+                format!("{url} sent a chunk that is not JSON ({e}): {}", clip(data)),
+                None,
+            )
+        })?;
         if let Some(err) = v.get("error") {
-            return Err(Error::other(format!("{url} reported an error mid-stream: {err}"), None));
+            return Err(Error::other(
+                format!("{url} reported an error mid-stream: {err}"),
+                None,
+            ));
         }
         let now = start.elapsed().as_secs_f64();
         match api {
@@ -169,7 +189,9 @@ impl Stream {
         if let Some(t) = v["text"].as_str() {
             self.text = t.to_string();
         }
-        let total = meta["completion_tokens"].as_u64().unwrap_or(self.pieces.len() as u64);
+        let total = meta["completion_tokens"]
+            .as_u64()
+            .unwrap_or(self.pieces.len() as u64);
         self.saw_tokens(now, total);
         self.server_tokens = meta["completion_tokens"].as_u64().or(self.server_tokens);
         self.prompt_tokens = meta["prompt_tokens"].as_u64().or(self.prompt_tokens);
@@ -203,14 +225,24 @@ impl Stream {
     fn finish(self, api: Api) -> Result<Generation> {
         let Some((t_first, n_first)) = self.first else {
             return Err(Error::other(
-                format!("the server streamed no tokens (finish reason: {})", self.finish.as_deref().unwrap_or("none")),
-                Some(format!("check the prompt and max tokens; api `{}`", api.name())),
+                format!(
+                    "the server streamed no tokens (finish reason: {})",
+                    self.finish.as_deref().unwrap_or("none")
+                ),
+                Some(format!(
+                    "check the prompt and max tokens; api `{}`",
+                    api.name()
+                )),
             ));
         };
         let tokens = self.server_tokens.unwrap_or(self.count);
         let span = self.last - t_first;
-        let decode = (self.count > n_first && span > 0.0).then(|| (self.count - n_first) as f64 / span);
-        let accept = self.verify_ct.filter(|&c| c > 0).map(|c| tokens as f64 / c as f64);
+        let decode =
+            (self.count > n_first && span > 0.0).then(|| (self.count - n_first) as f64 / span);
+        let accept = self
+            .verify_ct
+            .filter(|&c| c > 0)
+            .map(|c| tokens as f64 / c as f64);
         Ok(Generation {
             tokens,
             prompt_tokens: self.prompt_tokens,
@@ -235,7 +267,10 @@ fn http_error(url: &str, e: ureq::Error) -> Error {
     match e {
         ureq::Error::Status(code, resp) => {
             let body = resp.into_string().unwrap_or_default();
-            Error::other(format!("POST {url} answered HTTP {code}: {}", clip(body.trim())), None)
+            Error::other(
+                format!("POST {url} answered HTTP {code}: {}", clip(body.trim())),
+                None,
+            )
         }
         ureq::Error::Transport(t) => Error::other(
             format!("cannot reach {url}: {t}"),

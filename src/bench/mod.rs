@@ -44,7 +44,12 @@ pub struct Fingerprint {
 
 impl Fingerprint {
     pub fn id(&self) -> String {
-        sha256_bytes(serde_json::to_string(self).expect("fingerprints serialize").as_bytes())[..16].to_string()
+        sha256_bytes(
+            serde_json::to_string(self)
+                .expect("fingerprints serialize")
+                .as_bytes(),
+        )[..16]
+            .to_string()
     }
 
     /// The fields where `self` and `other` differ.
@@ -56,7 +61,11 @@ impl Fingerprint {
             ("model", &self.model, &other.model),
             ("server_args", &self.server_args, &other.server_args),
         ];
-        pairs.iter().filter(|(_, a, b)| a != b).map(|(k, a, b)| format!("{k}: {b} → {a}")).collect()
+        pairs
+            .iter()
+            .filter(|(_, a, b)| a != b)
+            .map(|(k, a, b)| format!("{k}: {b} → {a}"))
+            .collect()
     }
 }
 
@@ -76,7 +85,13 @@ pub fn server_fingerprint(base: &str, api: Api) -> (String, String, String) {
                 let version = format!("sglang {}", v["version"].as_str().unwrap_or("?"));
                 let model = v["model_path"].as_str().unwrap_or("?").to_string();
                 if let Some(o) = v.as_object_mut() {
-                    for volatile in ["internal_states", "status", "version", "max_total_num_tokens", "max_req_input_len"] {
+                    for volatile in [
+                        "internal_states",
+                        "status",
+                        "version",
+                        "max_total_num_tokens",
+                        "max_req_input_len",
+                    ] {
                         o.remove(volatile);
                     }
                 }
@@ -86,9 +101,21 @@ pub fn server_fingerprint(base: &str, api: Api) -> (String, String, String) {
         },
         Api::Openai => match get("/props") {
             Some(v) => {
-                let build = v["build_info"].as_str().map_or("openai-compatible".to_string(), |b| format!("llama.cpp {b}"));
-                let model = v["model_alias"].as_str().or(v["model_path"].as_str()).unwrap_or("?").to_string();
-                let args = serde_json::json!([v["model_path"], v["total_slots"], v["default_generation_settings"]["n_ctx"]]);
+                let build = v["build_info"]
+                    .as_str()
+                    .map_or("openai-compatible".to_string(), |b| {
+                        format!("llama.cpp {b}")
+                    });
+                let model = v["model_alias"]
+                    .as_str()
+                    .or(v["model_path"].as_str())
+                    .unwrap_or("?")
+                    .to_string();
+                let args = serde_json::json!([
+                    v["model_path"],
+                    v["total_slots"],
+                    v["default_generation_settings"]["n_ctx"]
+                ]);
                 (build, model, hash(&args))
             }
             None => {
@@ -130,9 +157,15 @@ impl Run {
     /// The seed's line: "N tokens in T s = X tok/s (prompt: P toks)".
     pub fn line(&self, i: u32, of: u32) -> String {
         let prompt = self.prompt_tokens.map_or("?".into(), |p| p.to_string());
-        let mut s = format!("Run {i}/{of}: {} tokens in {:.2}s = {:.1} tok/s (prompt: {prompt} toks)", self.tokens, self.e2e_s, self.e2e_tok_s);
+        let mut s = format!(
+            "Run {i}/{of}: {} tokens in {:.2}s = {:.1} tok/s (prompt: {prompt} toks)",
+            self.tokens, self.e2e_s, self.e2e_tok_s
+        );
         if let Some(d) = self.decode_tok_s {
-            s.push_str(&format!(", decode {d:.1} tok/s, TTFT {:.1} ms", self.ttft_s * 1000.0));
+            s.push_str(&format!(
+                ", decode {d:.1} tok/s, TTFT {:.1} ms",
+                self.ttft_s * 1000.0
+            ));
         }
         if let Some(a) = self.accept_length {
             s.push_str(&format!(", accept length {a:.2}"));
@@ -176,14 +209,35 @@ impl<'de> Deserialize<'de> for Api {
 }
 
 /// Warm up, run, summarize. `say` gets progress lines, `out` the per-run lines.
-pub fn run(o: &Options, fp: Fingerprint, say: &mut dyn FnMut(&str), out: &mut dyn FnMut(&str)) -> Result<Report> {
+pub fn run(
+    o: &Options,
+    fp: Fingerprint,
+    say: &mut dyn FnMut(&str),
+    out: &mut dyn FnMut(&str),
+) -> Result<Report> {
     if o.runs == 0 {
         return Err(Error::usage("`--runs` must be at least 1", None));
     }
-    let req = Request { prompt: o.prompt, max_tokens: o.max_tokens, greedy: true, ignore_eos: true, timeout: o.timeout };
+    let req = Request {
+        prompt: o.prompt,
+        max_tokens: o.max_tokens,
+        greedy: true,
+        ignore_eos: true,
+        timeout: o.timeout,
+    };
     for i in 1..=o.warmup {
-        let g = client::generate(o.url, o.api, &Request { max_tokens: o.max_tokens.min(64), ..req })?;
-        say(&format!("Warmup {i}/{} done ({} tokens)", o.warmup, g.tokens));
+        let g = client::generate(
+            o.url,
+            o.api,
+            &Request {
+                max_tokens: o.max_tokens.min(64),
+                ..req
+            },
+        )?;
+        say(&format!(
+            "Warmup {i}/{} done ({} tokens)",
+            o.warmup, g.tokens
+        ));
     }
     let mut runs = Vec::new();
     for i in 1..=o.runs {
@@ -192,10 +246,14 @@ pub fn run(o: &Options, fp: Fingerprint, say: &mut dyn FnMut(&str), out: &mut dy
         out(&r.line(i, o.runs));
         runs.push(r);
     }
-    let e2e = stats::summarize(&runs.iter().map(|r| r.e2e_tok_s).collect::<Vec<_>>()).expect("at least one run");
+    let e2e = stats::summarize(&runs.iter().map(|r| r.e2e_tok_s).collect::<Vec<_>>())
+        .expect("at least one run");
     let decode_values: Vec<f64> = runs.iter().filter_map(|r| r.decode_tok_s).collect();
-    let decode = (decode_values.len() == runs.len()).then(|| stats::summarize(&decode_values)).flatten();
-    let ttft = stats::summarize(&runs.iter().map(|r| r.ttft_s * 1000.0).collect::<Vec<_>>()).expect("at least one run");
+    let decode = (decode_values.len() == runs.len())
+        .then(|| stats::summarize(&decode_values))
+        .flatten();
+    let ttft = stats::summarize(&runs.iter().map(|r| r.ttft_s * 1000.0).collect::<Vec<_>>())
+        .expect("at least one run");
     let accept_values: Vec<f64> = runs.iter().filter_map(|r| r.accept_length).collect();
     let accept = stats::summarize(&accept_values);
     let mut warnings = Vec::new();
@@ -203,20 +261,36 @@ pub fn run(o: &Options, fp: Fingerprint, say: &mut dyn FnMut(&str), out: &mut dy
         .iter()
         .enumerate()
         .filter(|(_, r)| r.tokens < u64::from(o.max_tokens))
-        .map(|(i, r)| format!("run {} returned {} of {} tokens", i + 1, r.tokens, o.max_tokens))
+        .map(|(i, r)| {
+            format!(
+                "run {} returned {} of {} tokens",
+                i + 1,
+                r.tokens,
+                o.max_tokens
+            )
+        })
         .collect();
     if !short.is_empty() {
-        warnings.push(format!("{} (its tok/s is not comparable)", short.join(", ")));
+        warnings.push(format!(
+            "{} (its tok/s is not comparable)",
+            short.join(", ")
+        ));
     }
     let headline = decode.unwrap_or(e2e);
     if headline.cv > MAX_CV {
-        warnings.push(format!("noisy: CV {:.1}% > {:.0}% across runs; is something else using the machine?", headline.cv * 100.0, MAX_CV * 100.0));
+        warnings.push(format!(
+            "noisy: CV {:.1}% > {:.0}% across runs; is something else using the machine?",
+            headline.cv * 100.0,
+            MAX_CV * 100.0
+        ));
     }
     Ok(Report {
         url: o.url.to_string(),
         api: o.api,
         max_tokens: o.max_tokens,
-        unix_time: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        unix_time: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
         fingerprint_id: fp.id(),
         fingerprint: fp,
         runs,
@@ -252,7 +326,11 @@ impl Report {
             "decode tok/s" => base.decode_tok_s.unwrap_or(base.e2e_tok_s),
             _ => base.e2e_tok_s,
         };
-        let ratio = if then.median > 0.0 { now.median / then.median } else { f64::INFINITY };
+        let ratio = if then.median > 0.0 {
+            now.median / then.median
+        } else {
+            f64::INFINITY
+        };
         self.gate = Some(Gate {
             baseline_median: then.median,
             median: now.median,
@@ -276,9 +354,19 @@ impl Report {
     /// The human summary (stdout).
     pub fn render(&self) -> String {
         let mut s = String::from("========== Results ==========\n");
-        s.push_str(&format!("{:<16}{:>10}{:>10}{:>10}{:>10}{:>8}\n", "", "median", "mean", "min", "max", "CV"));
+        s.push_str(&format!(
+            "{:<16}{:>10}{:>10}{:>10}{:>10}{:>8}\n",
+            "", "median", "mean", "min", "max", "CV"
+        ));
         let row = |name: &str, x: &Summary| {
-            format!("{name:<16}{:>10.2}{:>10.2}{:>10.2}{:>10.2}{:>7.1}%\n", x.median, x.mean, x.min, x.max, x.cv * 100.0)
+            format!(
+                "{name:<16}{:>10.2}{:>10.2}{:>10.2}{:>10.2}{:>7.1}%\n",
+                x.median,
+                x.mean,
+                x.min,
+                x.max,
+                x.cv * 100.0
+            )
         };
         s.push_str(&row("e2e tok/s", &self.e2e_tok_s));
         if let Some(d) = &self.decode_tok_s {
@@ -322,17 +410,25 @@ pub fn append_history(state_dir: &Path, report: &Report) -> Result<std::path::Pa
         .append(true)
         .open(&path)
         .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
-    writeln!(f, "{}", serde_json::to_string(report).expect("reports serialize"))
-        .map_err(|e| Error::io(format!("cannot append to {}", path.display()), e))?;
+    writeln!(
+        f,
+        "{}",
+        serde_json::to_string(report).expect("reports serialize")
+    )
+    .map_err(|e| Error::io(format!("cannot append to {}", path.display()), e))?;
     Ok(path)
 }
 
 /// Read a baseline: a `kiln bench --json` report, or the last line of a history file.
 pub fn read_baseline(path: &Path) -> Result<Report> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("cannot read the baseline {}", path.display()), e))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::io(format!("cannot read the baseline {}", path.display()), e))?;
     let one = serde_json::from_str::<Report>(&text);
     let parsed = one.or_else(|e| {
-        text.lines().rev().find(|l| !l.trim().is_empty()).map_or(Err(e), serde_json::from_str::<Report>)
+        text.lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .map_or(Err(e), serde_json::from_str::<Report>)
     });
     parsed.map_err(|e| {
         Error::usage(

@@ -2,7 +2,12 @@
 
 pub fn svg(title: &str, runs: &[f64], baseline_median: Option<f64>) -> String {
     let (w, h, left, bottom, top) = (640.0_f64, 360.0_f64, 60.0_f64, 40.0_f64, 40.0_f64);
-    let ymax = runs.iter().copied().chain(baseline_median).fold(1e-9_f64, f64::max) * 1.15;
+    let ymax = runs
+        .iter()
+        .copied()
+        .chain(baseline_median)
+        .fold(1e-9_f64, f64::max)
+        * 1.15;
     let plot_h = h - top - bottom;
     let y = |v: f64| top + plot_h * (1.0 - v / ymax);
     let slot = (w - left - 20.0) / runs.len().max(1) as f64;
@@ -55,12 +60,19 @@ pub fn svg(title: &str, runs: &[f64], baseline_median: Option<f64>) -> String {
             y(0.9 * b) + 14.0
         ));
     }
-    s.push_str(&format!("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">run</text>\n</svg>\n", left + (w - left) / 2.0, h - 6.0));
+    s.push_str(&format!(
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">run</text>\n</svg>\n",
+        left + (w - left) / 2.0,
+        h - 6.0
+    ));
     s
 }
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 #[cfg(test)]

@@ -10,10 +10,15 @@ use crate::error::{Error, Result};
 pub fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
     let api = Api::parse(&args.api)?;
     let prompt = match &args.prompt_file {
-        Some(p) => std::fs::read_to_string(p).map_err(|e| Error::io(format!("cannot read the prompt file {}", p.display()), e))?,
+        Some(p) => std::fs::read_to_string(p)
+            .map_err(|e| Error::io(format!("cannot read the prompt file {}", p.display()), e))?,
         None => bench::DEFAULT_PROMPT.to_string(),
     };
-    let baseline = args.baseline.as_ref().map(|p| bench::read_baseline(p)).transpose()?;
+    let baseline = args
+        .baseline
+        .as_ref()
+        .map(|p| bench::read_baseline(p))
+        .transpose()?;
     let opts = Options {
         url: &args.url,
         api,
@@ -23,11 +28,24 @@ pub fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
         prompt: &prompt,
         timeout: Duration::from_secs(1800),
     };
-    let report = measure(settings, &opts, args.json, baseline.as_ref().zip(args.baseline.as_deref()))?;
+    let report = measure(
+        settings,
+        &opts,
+        args.json,
+        baseline.as_ref().zip(args.baseline.as_deref()),
+    )?;
     if let Some(plot) = &args.plot {
-        let values: Vec<f64> = report.runs.iter().map(|r| r.decode_tok_s.unwrap_or(r.e2e_tok_s)).collect();
+        let values: Vec<f64> = report
+            .runs
+            .iter()
+            .map(|r| r.decode_tok_s.unwrap_or(r.e2e_tok_s))
+            .collect();
         let title = format!("kiln bench {} ({})", args.url, report.fingerprint_id);
-        let svg = bench::plot::svg(&title, &values, report.gate.as_ref().map(|g| g.baseline_median));
+        let svg = bench::plot::svg(
+            &title,
+            &values,
+            report.gate.as_ref().map(|g| g.baseline_median),
+        );
         crate::engine::state::write_atomic(plot, svg.as_bytes())?;
         eprintln!("kiln: plot written to {}", plot.display());
     }
@@ -43,13 +61,22 @@ pub(super) fn measure(
 ) -> Result<bench::Report> {
     let (server, model, server_args) = bench::server_fingerprint(opts.url, opts.api);
     let fp = Fingerprint {
-        gpu: settings.facts.get("gpu.name").unwrap_or_else(|| "no GPU".into()),
-        driver: settings.facts.get("gpu.driver").unwrap_or_else(|| "-".into()),
+        gpu: settings
+            .facts
+            .get("gpu.name")
+            .unwrap_or_else(|| "no GPU".into()),
+        driver: settings
+            .facts
+            .get("gpu.driver")
+            .unwrap_or_else(|| "-".into()),
         server,
         model,
         server_args,
     };
-    eprintln!("Benchmarking {} max_tokens={}, num_runs={}, warmup={}", opts.url, opts.max_tokens, opts.runs, opts.warmup);
+    eprintln!(
+        "Benchmarking {} max_tokens={}, num_runs={}, warmup={}",
+        opts.url, opts.max_tokens, opts.runs, opts.warmup
+    );
     let mut say = |s: &str| eprintln!("{s}");
     let mut out = |s: &str| {
         if !json {
@@ -62,7 +89,10 @@ pub(super) fn measure(
     }
     let history = bench::append_history(&settings.state_dir, &report)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&report).expect("reports serialize"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("reports serialize")
+        );
     } else {
         print!("{}", report.render());
     }

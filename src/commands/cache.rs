@@ -4,6 +4,7 @@ use super::Settings;
 use crate::cache::{archive, wheels::WheelCache};
 use crate::cli::{CacheArgs, CacheCommand};
 use crate::error::{Error, Result};
+use crate::oci::{self, reference::Reference};
 use crate::recipe::units::{format_size, parse_duration};
 
 pub fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
@@ -60,6 +61,19 @@ pub fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
         CacheCommand::Import { file } => {
             let n = archive::import(&cache, file)?;
             println!("imported {n} wheel(s) from {}", file.display());
+            Ok(0)
+        }
+        CacheCommand::Push { reference } => {
+            let reference = Reference::parse(reference)?;
+            let entries = oci::read_wheel_cache(&cache.root)?;
+            let s = oci::push_wheels(&entries, &reference, &|m| eprintln!("kiln: {m}"))?;
+            println!("pushed {} wheel(s) to {reference} ({} already there, {} in the tag)", s.uploaded, s.already_there, s.total);
+            Ok(0)
+        }
+        CacheCommand::Pull { reference } => {
+            let reference = Reference::parse(reference)?;
+            let s = oci::pull_wheels(&reference, &cache.root, &|m| eprintln!("kiln: {m}"))?;
+            println!("pulled {} wheel(s) from {reference} ({} already cached, {})", s.fetched, s.already_cached, format_size(s.bytes));
             Ok(0)
         }
     }

@@ -16,7 +16,10 @@ pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
     if args.stop {
         return match serve::stop_recorded(&settings.state_dir, &recipe.name)? {
             Some(r) => {
-                eprintln!("kiln: stopped profile `{}` of {} (process group {})", r.profile, recipe.name, r.pid);
+                eprintln!(
+                    "kiln: stopped profile `{}` of {} (process group {})",
+                    r.profile, recipe.name, r.pid
+                );
                 Ok(0)
             }
             None => {
@@ -28,7 +31,11 @@ pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
     crate::process::catch_interrupts();
     let (name, profile) = pick_profile(&recipe, args.profile.as_deref())?;
     let sigs = signatures_for(profile)?;
-    let timeout = args.timeout.map(Duration::from_secs).or(profile.timeout).unwrap_or(serve::DEFAULT_TIMEOUT);
+    let timeout = args
+        .timeout
+        .map(Duration::from_secs)
+        .or(profile.timeout)
+        .unwrap_or(serve::DEFAULT_TIMEOUT);
     let launch = Launch {
         recipe: &recipe.name,
         profile_name: &name,
@@ -54,7 +61,10 @@ pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
         running.leave_running();
         return Ok(code);
     }
-    eprintln!("kiln: serving at {url} (process group {}); Ctrl-C stops it", running.record.pid);
+    eprintln!(
+        "kiln: serving at {url} (process group {}); Ctrl-C stops it",
+        running.record.pid
+    );
     loop {
         if crate::process::interrupted() {
             running.stop(&settings.state_dir);
@@ -63,7 +73,13 @@ pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
         }
         if !running.alive() {
             let log_lines = read_lines(&running.record.log);
-            let err = serve::exited(&launch, &log_lines, "exited while serving", running.ready_after, &running.record.log);
+            let err = serve::exited(
+                &launch,
+                &log_lines,
+                "exited while serving",
+                running.ready_after,
+                &running.record.log,
+            );
             running.stop(&settings.state_dir);
             return Err(err);
         }
@@ -72,11 +88,18 @@ pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
 }
 
 fn read_lines(p: &std::path::Path) -> Vec<String> {
-    std::fs::read_to_string(p).unwrap_or_default().lines().map(String::from).collect()
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect()
 }
 
 /// The profile to use: the named one, else `tuned`, else the only one.
-pub(super) fn pick_profile<'r>(recipe: &'r Recipe, name: Option<&str>) -> Result<(String, &'r Profile)> {
+pub(super) fn pick_profile<'r>(
+    recipe: &'r Recipe,
+    name: Option<&str>,
+) -> Result<(String, &'r Profile)> {
     let names: Vec<&str> = recipe.profiles.keys().map(String::as_str).collect();
     let chosen = match name {
         Some(n) => n.to_string(),
@@ -98,9 +121,14 @@ pub(super) fn pick_profile<'r>(recipe: &'r Recipe, name: Option<&str>) -> Result
     match recipe.profiles.get(&chosen) {
         Some(p) => Ok((chosen, p)),
         None => {
-            let hint = crate::diagnostic::did_you_mean(&chosen, names.iter().copied())
-                .map_or(format!("profiles of `{}`: {}", recipe.name, names.join(", ")), |b| format!("did you mean `{b}`?"));
-            Err(Error::usage(format!("recipe `{}` has no profile `{chosen}`", recipe.name), Some(hint)))
+            let hint = crate::diagnostic::did_you_mean(&chosen, names.iter().copied()).map_or(
+                format!("profiles of `{}`: {}", recipe.name, names.join(", ")),
+                |b| format!("did you mean `{b}`?"),
+            );
+            Err(Error::usage(
+                format!("recipe `{}` has no profile `{chosen}`", recipe.name),
+                Some(hint),
+            ))
         }
     }
 }
@@ -115,14 +143,25 @@ pub(super) fn signatures_for(p: &Profile) -> Result<Signatures> {
 /// Verdicts from the log, with the server's own settings endpoint as extra evidence.
 pub(super) fn judge(sigs: &Signatures, profile: &Profile, running: &Running) -> Vec<Verdict> {
     let mut verdicts = verdict::judge(sigs, profile, &running.log);
-    let info = running.record.url.as_deref().and_then(|u| serve::server_info(sigs, u));
+    let info = running
+        .record
+        .url
+        .as_deref()
+        .and_then(|u| serve::server_info(sigs, u));
     if let Some(info) = info {
         for v in &mut verdicts {
             let key = v.feature.replace('-', "_");
             let value = info.get(format!("enable_{key}")).or_else(|| info.get(&key));
             if let Some(value) = value {
                 let from = sigs.info.as_deref().unwrap_or("info");
-                let note = format!("{from}: {}={value}", if info.get(&key).is_some() { key.clone() } else { format!("enable_{key}") });
+                let note = format!(
+                    "{from}: {}={value}",
+                    if info.get(&key).is_some() {
+                        key.clone()
+                    } else {
+                        format!("enable_{key}")
+                    }
+                );
                 v.evidence = Some(match v.evidence.take() {
                     Some(e) => format!("{e}; {note}"),
                     None => note,
@@ -143,10 +182,16 @@ pub(super) fn print_verdicts(name: &str, running: &Running, verdicts: &[Verdict]
             "ready_after_s": running.ready_after.as_secs_f64(),
             "verdicts": verdicts,
         });
-        println!("{}", serde_json::to_string_pretty(&v).expect("verdicts serialize"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).expect("verdicts serialize")
+        );
         return;
     }
-    println!("profile `{name}` ready after {:.1} s", running.ready_after.as_secs_f64());
+    println!(
+        "profile `{name}` ready after {:.1} s",
+        running.ready_after.as_secs_f64()
+    );
     if verdicts.is_empty() {
         println!("no tunings to judge (no flag of the profile has a signature)");
     }
@@ -157,22 +202,32 @@ pub(super) fn print_verdicts(name: &str, running: &Running, verdicts: &[Verdict]
 
 /// 0 when every tuning is active, 1 when one fell back or is unknown, 2 when one crashed.
 pub(super) fn verdict_code(verdicts: &[Verdict]) -> u8 {
-    verdicts.iter().map(|v| match v.status {
-        Status::Active => 0,
-        Status::FellBack | Status::Unknown => 1,
-        Status::Crashed => 2,
-    }).max().unwrap_or(0)
+    verdicts
+        .iter()
+        .map(|v| match v.status {
+            Status::Active => 0,
+            Status::FellBack | Status::Unknown => 1,
+            Status::Crashed => 2,
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// The tail of `kiln up`: greedy A/B against the profile's baseline (when it names one), serve
 /// the profile (left running), judge its tunings, smoke-bench it, and write report.json and
 /// report.md next to the recipe's state.
-pub(super) fn up_pipeline(settings: &Settings, recipe: &Recipe, profile: Option<&str>) -> Result<u8> {
+pub(super) fn up_pipeline(
+    settings: &Settings,
+    recipe: &Recipe,
+    profile: Option<&str>,
+) -> Result<u8> {
     crate::process::catch_interrupts();
     let (name, p) = pick_profile(recipe, profile)?;
     eprintln!("kiln: serving profile `{name}` of {}", recipe.name);
     let ab = match &p.baseline {
-        Some(base) => Some(super::verify::compare(settings, recipe, base, &name, 64, 32)?),
+        Some(base) => Some(super::verify::compare(
+            settings, recipe, base, &name, 64, 32,
+        )?),
         None => None,
     };
     if let (Some(c), Some(base)) = (&ab, &p.baseline) {
@@ -228,13 +283,27 @@ pub(super) fn up_pipeline(settings: &Settings, recipe: &Recipe, profile: Option<
     });
     let dir = settings.state_dir.join("reports").join(&recipe.name);
     crate::engine::state::create_dir(&dir)?;
-    crate::engine::state::write_atomic(&dir.join("report.json"), serde_json::to_string_pretty(&report).expect("reports serialize").as_bytes())?;
+    crate::engine::state::write_atomic(
+        &dir.join("report.json"),
+        serde_json::to_string_pretty(&report)
+            .expect("reports serialize")
+            .as_bytes(),
+    )?;
     let mut md = format!("# kiln up: {} (profile `{name}`)\n\nready after {:.1} s at {}\n\n## Tuning verdicts\n\n| feature | verdict | reason | evidence |\n|---|---|---|---|\n", recipe.name, running.ready_after.as_secs_f64(), running.record.url.as_deref().unwrap_or("-"));
     for v in &verdicts {
-        md.push_str(&format!("| {} | {} | {} | {} |\n", v.feature, v.status.label(), v.reason, v.evidence.as_deref().unwrap_or("").replace('|', "\\|")));
+        md.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            v.feature,
+            v.status.label(),
+            v.reason,
+            v.evidence.as_deref().unwrap_or("").replace('|', "\\|")
+        ));
     }
     if let (Some(c), Some(base)) = (&ab, &p.baseline) {
-        md.push_str(&format!("\n## Greedy A/B\n\n```\n{}```\n", c.render(base, &name)));
+        md.push_str(&format!(
+            "\n## Greedy A/B\n\n```\n{}```\n",
+            c.render(base, &name)
+        ));
     }
     if let Some(b) = &bench {
         md.push_str(&format!("\n## Benchmark\n\n```\n{}```\n", b.render()));
@@ -242,7 +311,10 @@ pub(super) fn up_pipeline(settings: &Settings, recipe: &Recipe, profile: Option<
     crate::engine::state::write_atomic(&dir.join("report.md"), md.as_bytes())?;
     eprintln!("kiln: report: {}", dir.join("report.md").display());
     if let Some(url) = &running.record.url {
-        eprintln!("kiln: left running at {url} (process group {}); stop it with `kiln serve --stop`", running.record.pid);
+        eprintln!(
+            "kiln: left running at {url} (process group {}); stop it with `kiln serve --stop`",
+            running.record.pid
+        );
     }
     running.leave_running();
     Ok(code)

@@ -23,9 +23,19 @@ pub fn run(settings: &Settings, args: &VerifyArgs) -> Result<u8> {
             ))
         }
     };
-    let cmp = compare(settings, &recipe, &against, &candidate, args.max_tokens, args.min_prefix)?;
+    let cmp = compare(
+        settings,
+        &recipe,
+        &against,
+        &candidate,
+        args.max_tokens,
+        args.min_prefix,
+    )?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&cmp).expect("comparisons serialize"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&cmp).expect("comparisons serialize")
+        );
     } else {
         print!("{}", cmp.render(&against, &candidate));
     }
@@ -58,7 +68,10 @@ pub(super) fn compare(
         let running = serve::start(&launch, &mut say)?;
         let Some(url) = running.record.url.clone() else {
             running.stop(&settings.state_dir);
-            return Err(Error::usage(format!("profile `{name}` has no port or url to query"), None));
+            return Err(Error::usage(
+                format!("profile `{name}` has no port or url to query"),
+                None,
+            ));
         };
         let got = ab::collect(&url, running.api, max_tokens);
         running.stop(&settings.state_dir);

@@ -37,7 +37,9 @@ pub fn mask_serials(text: &str) -> String {
     let mut out: String = text
         .lines()
         .map(|line| match line.split_once(':') {
-            Some((name, value)) if name.contains("Serial Number") && value.trim() != "N/A" => format!("{name}: ***"),
+            Some((name, value)) if name.contains("Serial Number") && value.trim() != "N/A" => {
+                format!("{name}: ***")
+            }
             _ => line.to_string(),
         })
         .collect::<Vec<_>>()

@@ -18,7 +18,12 @@ impl LogTail {
     /// Follow `path` from its current end (a log appended to by earlier runs is not re-read).
     pub fn from_end(path: &Path) -> LogTail {
         let offset = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-        LogTail { path: path.to_path_buf(), offset, partial: Vec::new(), history: VecDeque::new() }
+        LogTail {
+            path: path.to_path_buf(),
+            offset,
+            partial: Vec::new(),
+            history: VecDeque::new(),
+        }
     }
 
     /// New complete lines since the last call; with `flush`, a final unterminated line too.
@@ -65,7 +70,9 @@ fn clean(raw: &[u8]) -> String {
 /// The part of a log worth showing after a crash: from the last Python traceback (at most `max`
 /// lines), else the last `max` lines.
 pub fn crash_tail(lines: &[String], max: usize) -> Vec<String> {
-    let start = lines.iter().rposition(|l| l.contains("Traceback (most recent call last)"));
+    let start = lines
+        .iter()
+        .rposition(|l| l.contains("Traceback (most recent call last)"));
     let from = match start {
         Some(i) if lines.len() - i <= max => i,
         _ => lines.len().saturating_sub(max),
@@ -95,10 +102,19 @@ mod tests {
 
     #[test]
     fn crash_tail_starts_at_the_last_traceback() {
-        let lines: Vec<String> = ["x", "Traceback (most recent call last):", "  File", "KeyError: 12", "bye"]
-            .map(String::from)
-            .to_vec();
-        assert_eq!(crash_tail(&lines, 40)[0], "Traceback (most recent call last):");
+        let lines: Vec<String> = [
+            "x",
+            "Traceback (most recent call last):",
+            "  File",
+            "KeyError: 12",
+            "bye",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            crash_tail(&lines, 40)[0],
+            "Traceback (most recent call last):"
+        );
         assert_eq!(crash_tail(&lines, 2), vec!["KeyError: 12", "bye"]);
     }
 }

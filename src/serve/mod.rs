@@ -89,7 +89,9 @@ impl Running {
 
 /// The server's base URL: `url`, else `http://127.0.0.1:PORT`, else none (a batch job).
 pub fn base_url(p: &Profile) -> Option<String> {
-    p.url.clone().or_else(|| p.port.map(|port| format!("http://127.0.0.1:{port}")))
+    p.url
+        .clone()
+        .or_else(|| p.port.map(|port| format!("http://127.0.0.1:{port}")))
 }
 
 pub fn profile_api(p: &Profile) -> Api {
@@ -112,13 +114,29 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
     let url = base_url(p);
     let api = profile_api(p);
     if let (Some(port), None) = (p.port, &p.url) {
-        if std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(300)).is_ok() {
+        if std::net::TcpStream::connect_timeout(
+            &([127, 0, 0, 1], port).into(),
+            Duration::from_millis(300),
+        )
+        .is_ok()
+        {
             let holder = read_record(l.state_dir, l.recipe)
                 .filter(|r| process::pid_alive(r.pid))
-                .map_or(String::new(), |r| format!(" (kiln started profile `{}` there, pid {})", r.profile, r.pid));
+                .map_or(String::new(), |r| {
+                    format!(
+                        " (kiln started profile `{}` there, pid {})",
+                        r.profile, r.pid
+                    )
+                });
             return Err(Error::other(
-                format!("cannot start profile `{}`: port {port} is already in use{holder}", l.profile_name),
-                Some(format!("stop it with `kiln serve --stop`, or pick another port (e.g. `--set port={}`)", port + 1)),
+                format!(
+                    "cannot start profile `{}`: port {port} is already in use{holder}",
+                    l.profile_name
+                ),
+                Some(format!(
+                    "stop it with `kiln serve --stop`, or pick another port (e.g. `--set port={}`)",
+                    port + 1
+                )),
             ));
         }
     }
@@ -134,7 +152,16 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
             .append(true)
             .open(&log_path)
             .map_err(|e| Error::io(format!("cannot open {}", log_path.display()), e))?;
-        let _ = writeln!(f, "=== kiln serve {} --profile {}: {}", l.recipe, l.profile_name, crate::redact::Redactor::from_env(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str()))).redact(&spec.display()));
+        let _ = writeln!(
+            f,
+            "=== kiln serve {} --profile {}: {}",
+            l.recipe,
+            l.profile_name,
+            crate::redact::Redactor::from_env(
+                spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+            )
+            .redact(&spec.display())
+        );
     }
     let mut tail = LogTail::from_end(&log_path);
     let started = Instant::now();
@@ -146,11 +173,29 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
         url: url.clone(),
         api: api.name().to_string(),
         log: log_path.clone(),
-        started_unix: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        started_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
     };
-    write_atomic(&record_path(l.state_dir, l.recipe), serde_json::to_string_pretty(&record).expect("records serialize").as_bytes())?;
-    say(&format!("started profile `{}` (pid {}), log: {}", l.profile_name, child.pid, log_path.display()));
-    let mut running = Running { record, api, log: Vec::new(), ready_after: Duration::ZERO, child: Some(child) };
+    write_atomic(
+        &record_path(l.state_dir, l.recipe),
+        serde_json::to_string_pretty(&record)
+            .expect("records serialize")
+            .as_bytes(),
+    )?;
+    say(&format!(
+        "started profile `{}` (pid {}), log: {}",
+        l.profile_name,
+        child.pid,
+        log_path.display()
+    ));
+    let mut running = Running {
+        record,
+        api,
+        log: Vec::new(),
+        ready_after: Duration::ZERO,
+        child: Some(child),
+    };
     match wait_ready(l, &mut running, &mut tail, started, say) {
         Ok(()) => {
             running.log = tail.lines();
@@ -169,7 +214,13 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
     }
 }
 
-fn wait_ready(l: &Launch, run: &mut Running, tail: &mut LogTail, started: Instant, say: &mut dyn FnMut(&str)) -> Result<()> {
+fn wait_ready(
+    l: &Launch,
+    run: &mut Running,
+    tail: &mut LogTail,
+    started: Instant,
+    say: &mut dyn FnMut(&str),
+) -> Result<()> {
     let url = run.record.url.clone();
     let ready_path = l.profile.ready.clone().unwrap_or_else(|| match run.api {
         Api::Sglang => "/health_generate".into(),
@@ -191,7 +242,11 @@ fn wait_ready(l: &Launch, run: &mut Running, tail: &mut LogTail, started: Instan
             for (phase, re) in &l.sigs.milestones {
                 if re.is_match(line) && !seen_phases.contains(phase) {
                     let at = started.elapsed();
-                    say(&format!("  [{:>7.1}s] {phase} (+{:.1}s)", at.as_secs_f64(), (at - last_phase_at).as_secs_f64()));
+                    say(&format!(
+                        "  [{:>7.1}s] {phase} (+{:.1}s)",
+                        at.as_secs_f64(),
+                        (at - last_phase_at).as_secs_f64()
+                    ));
                     last_phase_at = at;
                     seen_phases.push(phase.clone());
                 }
@@ -207,21 +262,46 @@ fn wait_ready(l: &Launch, run: &mut Running, tail: &mut LogTail, started: Instan
             std::thread::sleep(Duration::from_millis(100));
             tail.poll(true);
             if url.is_none() && status.success() {
-                say(&format!("  [{:>7.1}s] finished", started.elapsed().as_secs_f64()));
+                say(&format!(
+                    "  [{:>7.1}s] finished",
+                    started.elapsed().as_secs_f64()
+                ));
                 return Ok(());
             }
-            return Err(exited(l, &tail.lines(), &describe(status), started.elapsed(), &run.record.log));
+            return Err(exited(
+                l,
+                &tail.lines(),
+                &describe(status),
+                started.elapsed(),
+                &run.record.log,
+            ));
         }
         if fatal_at.is_some_and(|t| t.elapsed() > Duration::from_secs(2)) {
             tail.poll(true);
-            return Err(exited(l, &tail.lines(), "hit a fatal error while its HTTP port may still answer", started.elapsed(), &run.record.log));
+            return Err(exited(
+                l,
+                &tail.lines(),
+                "hit a fatal error while its HTTP port may still answer",
+                started.elapsed(),
+                &run.record.log,
+            ));
         }
         if process::interrupted() {
-            return Err(Error::other(format!("interrupted while profile `{}` was starting; its process group was ended", l.profile_name), None));
+            return Err(Error::other(
+                format!(
+                    "interrupted while profile `{}` was starting; its process group was ended",
+                    l.profile_name
+                ),
+                None,
+            ));
         }
         if started.elapsed() > l.timeout {
             tail.poll(true);
-            let phase = seen_phases.last().map_or("before any milestone".to_string(), |p| format!("after `{p}`"));
+            let phase = seen_phases
+                .last()
+                .map_or("before any milestone".to_string(), |p| {
+                    format!("after `{p}`")
+                });
             return Err(Error::other(
                 format!(
                     "profile `{}` was not ready after {} s ({phase}); its process group was ended\n--- last lines of the server log ---\n{}",
@@ -232,7 +312,9 @@ fn wait_ready(l: &Launch, run: &mut Running, tail: &mut LogTail, started: Instan
                 Some(format!("full log: {}; raise `timeout` in the profile if it was still making progress", run.record.log.display())),
             ));
         }
-        if last_output.elapsed() > Duration::from_secs(20) && last_compile_note.elapsed() > Duration::from_secs(20) {
+        if last_output.elapsed() > Duration::from_secs(20)
+            && last_compile_note.elapsed() > Duration::from_secs(20)
+        {
             let compiling: Vec<String> = process::group_commands(run.record.pid)
                 .into_iter()
                 .filter(|c| l.sigs.compilers.iter().any(|k| k == c))
@@ -240,19 +322,35 @@ fn wait_ready(l: &Launch, run: &mut Running, tail: &mut LogTail, started: Instan
             last_compile_note = Instant::now();
             let at = started.elapsed().as_secs_f64();
             if compiling.is_empty() {
-                say(&format!("  [{at:>7.1}s] waiting (no output for {} s)", last_output.elapsed().as_secs()));
+                say(&format!(
+                    "  [{at:>7.1}s] waiting (no output for {} s)",
+                    last_output.elapsed().as_secs()
+                ));
             } else {
-                say(&format!("  [{at:>7.1}s] still compiling ({}), not hung", dedup(compiling).join(", ")));
+                say(&format!(
+                    "  [{at:>7.1}s] still compiling ({}), not hung",
+                    dedup(compiling).join(", ")
+                ));
             }
         }
         if let Some(base) = &url {
             if last_probe.elapsed() >= Duration::from_millis(if log_ready { 100 } else { 500 }) {
                 last_probe = Instant::now();
-                if matches!(client::get(&format!("{base}{ready_path}"), Duration::from_secs(5)), Some((200, _))) {
+                if matches!(
+                    client::get(&format!("{base}{ready_path}"), Duration::from_secs(5)),
+                    Some((200, _))
+                ) {
                     let at = started.elapsed();
-                    say(&format!("  [{:>7.1}s] {ready_path} answered 200 (+{:.1}s)", at.as_secs_f64(), (at - last_phase_at).as_secs_f64()));
+                    say(&format!(
+                        "  [{:>7.1}s] {ready_path} answered 200 (+{:.1}s)",
+                        at.as_secs_f64(),
+                        (at - last_phase_at).as_secs_f64()
+                    ));
                     check_generation(base, run.api, l.profile_name)?;
-                    say(&format!("  [{:>7.1}s] ready: a real generation returned {READY_TOKENS} tokens", started.elapsed().as_secs_f64()));
+                    say(&format!(
+                        "  [{:>7.1}s] ready: a real generation returned {READY_TOKENS} tokens",
+                        started.elapsed().as_secs_f64()
+                    ));
                     tail.poll(true);
                     return Ok(());
                 }
@@ -279,7 +377,13 @@ fn describe(status: std::process::ExitStatus) -> String {
 
 /// The readiness generation: health alone can pass on a server that cannot generate.
 fn check_generation(base: &str, api: Api, profile: &str) -> Result<()> {
-    let req = Request { prompt: "Hello", max_tokens: READY_TOKENS, greedy: true, ignore_eos: true, timeout: Duration::from_secs(600) };
+    let req = Request {
+        prompt: "Hello",
+        max_tokens: READY_TOKENS,
+        greedy: true,
+        ignore_eos: true,
+        timeout: Duration::from_secs(600),
+    };
     let g = client::generate(base, api, &req)?;
     if g.tokens != u64::from(READY_TOKENS) {
         return Err(Error::other(
@@ -293,9 +397,16 @@ fn check_generation(base: &str, api: Api, profile: &str) -> Result<()> {
 /// The error for a server that died early: classified cause, traceback tail, hint.
 pub fn exited(l: &Launch, lines: &[String], how: &str, after: Duration, log: &Path) -> Error {
     let cause = l.sigs.classify(lines);
-    let mut msg = format!("profile `{}` {how} after {:.1} s", l.profile_name, after.as_secs_f64());
+    let mut msg = format!(
+        "profile `{}` {how} after {:.1} s",
+        l.profile_name,
+        after.as_secs_f64()
+    );
     match &cause {
-        Some((c, line)) => msg.push_str(&format!("\ncause: {} [{}]\n  evidence: {line}", c.title, c.id)),
+        Some((c, line)) => msg.push_str(&format!(
+            "\ncause: {} [{}]\n  evidence: {line}",
+            c.title, c.id
+        )),
         None => msg.push_str("\ncause: unclassified (no known signature in the log)"),
     }
     let shown = logtail::crash_tail(lines, 40);
@@ -313,13 +424,20 @@ pub fn exited(l: &Launch, lines: &[String], how: &str, after: Duration, log: &Pa
 /// The server's own view of its settings (`/server_info`, `/props`), if it has one.
 pub fn server_info(sigs: &Signatures, base: &str) -> Option<serde_json::Value> {
     let path = sigs.info.as_deref()?;
-    let (code, body) = client::get(&format!("{}{path}", base.trim_end_matches('/')), Duration::from_secs(10))?;
-    (code == 200).then(|| serde_json::from_str(&body).ok()).flatten()
+    let (code, body) = client::get(
+        &format!("{}{path}", base.trim_end_matches('/')),
+        Duration::from_secs(10),
+    )?;
+    (code == 200)
+        .then(|| serde_json::from_str(&body).ok())
+        .flatten()
 }
 
 /// Stop the server recorded for `recipe`; false when none was recorded or it was gone already.
 pub fn stop_recorded(state_dir: &Path, recipe: &str) -> Result<Option<Record>> {
-    let Some(r) = read_record(state_dir, recipe) else { return Ok(None) };
+    let Some(r) = read_record(state_dir, recipe) else {
+        return Ok(None);
+    };
     let alive = process::group_alive(r.pid);
     if alive {
         process::kill_group(r.pid);

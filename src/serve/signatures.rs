@@ -10,9 +10,18 @@ use crate::error::{Error, Result};
 
 /// Signature sets shipped inside the binary (the files under recipes/signatures/).
 const SHIPPED: &[(&str, &str)] = &[
-    ("sglang-0.5.9", include_str!("../../recipes/signatures/sglang-0.5.9.toml")),
-    ("llama-server", include_str!("../../recipes/signatures/llama-server.toml")),
-    ("torch-symm-mem-probe", include_str!("../../recipes/signatures/torch-symm-mem-probe.toml")),
+    (
+        "sglang-0.5.9",
+        include_str!("../../recipes/signatures/sglang-0.5.9.toml"),
+    ),
+    (
+        "llama-server",
+        include_str!("../../recipes/signatures/llama-server.toml"),
+    ),
+    (
+        "torch-symm-mem-probe",
+        include_str!("../../recipes/signatures/torch-symm-mem-probe.toml"),
+    ),
 ];
 
 #[derive(Debug, Deserialize)]
@@ -122,8 +131,9 @@ impl Signatures {
         };
         for path in &candidates {
             if path.is_file() {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| Error::io(format!("cannot read signatures {}", path.display()), e))?;
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    Error::io(format!("cannot read signatures {}", path.display()), e)
+                })?;
                 return Signatures::parse(&text, &path.display().to_string());
             }
         }
@@ -133,7 +143,11 @@ impl Signatures {
                 format!("no log signatures named `{spec}`"),
                 Some(format!(
                     "shipped sets: {}; or give a path to a TOML file",
-                    SHIPPED.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+                    SHIPPED
+                        .iter()
+                        .map(|(n, _)| *n)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )),
             )),
         }
@@ -148,7 +162,10 @@ impl Signatures {
         })?;
         let re = |p: &str| {
             Regex::new(p).map_err(|e| {
-                Error::other(format!("invalid pattern `{p}` in {origin}: {e}"), Some("patterns are regular expressions".into()))
+                Error::other(
+                    format!("invalid pattern `{p}` in {origin}: {e}"),
+                    Some("patterns are regular expressions".into()),
+                )
             })
         };
         let res = |ps: &[String]| ps.iter().map(|p| re(p)).collect::<Result<Vec<_>>>();
@@ -168,7 +185,11 @@ impl Signatures {
                 flags: f.flags.clone(),
                 active: f.active.clone(),
                 crashed: res(&f.crashed)?,
-                fell_back: f.fell_back.iter().map(|e| Ok((re(&e.pattern)?, e.reason.clone()))).collect::<Result<_>>()?,
+                fell_back: f
+                    .fell_back
+                    .iter()
+                    .map(|e| Ok((re(&e.pattern)?, e.reason.clone())))
+                    .collect::<Result<_>>()?,
                 absent: f.absent.clone(),
                 absent_reason: f.absent_reason.clone(),
             });
@@ -180,11 +201,22 @@ impl Signatures {
             info: wire.info,
             compilers: wire.compilers,
             fatal: res(&wire.fatal)?,
-            milestones: wire.milestones.iter().map(|m| Ok((m.phase.clone(), re(&m.pattern)?))).collect::<Result<_>>()?,
+            milestones: wire
+                .milestones
+                .iter()
+                .map(|m| Ok((m.phase.clone(), re(&m.pattern)?)))
+                .collect::<Result<_>>()?,
             causes: wire
                 .causes
                 .iter()
-                .map(|c| Ok(Cause { id: c.id.clone(), title: c.title.clone(), patterns: res(&c.patterns)?, hint: c.hint.clone() }))
+                .map(|c| {
+                    Ok(Cause {
+                        id: c.id.clone(),
+                        title: c.title.clone(),
+                        patterns: res(&c.patterns)?,
+                        hint: c.hint.clone(),
+                    })
+                })
                 .collect::<Result<_>>()?,
             features,
         })
@@ -208,7 +240,10 @@ impl Signatures {
     /// The first cause (in file order) with a matching line, and that line.
     pub fn classify<'a>(&'a self, lines: &[String]) -> Option<(&'a Cause, String)> {
         self.causes.iter().find_map(|c| {
-            lines.iter().find(|l| c.patterns.iter().any(|p| p.is_match(l))).map(|l| (c, l.trim().to_string()))
+            lines
+                .iter()
+                .find(|l| c.patterns.iter().any(|p| p.is_match(l)))
+                .map(|l| (c, l.trim().to_string()))
         })
     }
 }
@@ -227,7 +262,12 @@ mod tests {
 
     #[test]
     fn unknown_name_lists_shipped_sets() {
-        let e = Signatures::resolve("sglang-9", Path::new("/nonexistent")).unwrap_err().render();
-        assert!(e.contains("no log signatures named `sglang-9`") && e.contains("sglang-0.5.9"), "{e}");
+        let e = Signatures::resolve("sglang-9", Path::new("/nonexistent"))
+            .unwrap_err()
+            .render();
+        assert!(
+            e.contains("no log signatures named `sglang-9`") && e.contains("sglang-0.5.9"),
+            "{e}"
+        );
     }
 }

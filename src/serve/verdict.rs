@@ -39,7 +39,12 @@ pub struct Verdict {
 
 impl Verdict {
     pub fn line(&self) -> String {
-        let mut s = format!("{:<28} {}: {}", self.feature, self.status.label(), self.reason);
+        let mut s = format!(
+            "{:<28} {}: {}",
+            self.feature,
+            self.status.label(),
+            self.reason
+        );
         if let Some(e) = &self.evidence {
             s.push_str(&format!("\n{:<28}   evidence: {}", "", clip(e, 160)));
         }
@@ -63,7 +68,9 @@ pub fn flag_value(args: &[String], flag: &str) -> Option<String> {
     while i < args.len() {
         let a = &args[i];
         if a == flag {
-            let next = args.get(i + 1).filter(|n| !n.starts_with('-') || n.parse::<f64>().is_ok());
+            let next = args
+                .get(i + 1)
+                .filter(|n| !n.starts_with('-') || n.parse::<f64>().is_ok());
             found = Some(next.cloned().unwrap_or_default());
         } else if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
             found = Some(v.to_string());
@@ -105,7 +112,11 @@ fn judge_one(f: &Feature, value: &str, log: &[String]) -> Verdict {
         evidence: Some(line.trim().to_string()),
     };
     if let Some(line) = log.iter().find(|l| f.crashed.iter().any(|p| p.is_match(l))) {
-        return verdict(Status::Crashed, "the server crashed in its code path".into(), line);
+        return verdict(
+            Status::Crashed,
+            "the server crashed in its code path".into(),
+            line,
+        );
     }
     let active: Vec<Regex> = f
         .active
@@ -113,7 +124,11 @@ fn judge_one(f: &Feature, value: &str, log: &[String]) -> Verdict {
         .filter_map(|p| Regex::new(&p.replace("{value}", &regex::escape(value))).ok())
         .collect();
     if let Some(line) = log.iter().find(|l| active.iter().any(|p| p.is_match(l))) {
-        let reason = if value.is_empty() { "confirmed by the log".to_string() } else { format!("`{value}` confirmed by the log") };
+        let reason = if value.is_empty() {
+            "confirmed by the log".to_string()
+        } else {
+            format!("`{value}` confirmed by the log")
+        };
         return verdict(Status::Active, reason, line);
     }
     for (pattern, reason) in &f.fell_back {
@@ -126,7 +141,12 @@ fn judge_one(f: &Feature, value: &str, log: &[String]) -> Verdict {
         "fell back" => Status::FellBack,
         _ => Status::Unknown,
     };
-    Verdict { feature: f.id.clone(), status, reason: f.absent_reason.clone(), evidence: None }
+    Verdict {
+        feature: f.id.clone(),
+        status,
+        reason: f.absent_reason.clone(),
+        evidence: None,
+    }
 }
 
 #[cfg(test)]
@@ -135,7 +155,9 @@ mod tests {
 
     #[test]
     fn flag_values() {
-        let args: Vec<String> = ["-t", "1", "--x=3", "--on", "-t", "2", "--neg", "-1"].map(String::from).to_vec();
+        let args: Vec<String> = ["-t", "1", "--x=3", "--on", "-t", "2", "--neg", "-1"]
+            .map(String::from)
+            .to_vec();
         assert_eq!(flag_value(&args, "-t").as_deref(), Some("2"));
         assert_eq!(flag_value(&args, "--x").as_deref(), Some("3"));
         assert_eq!(flag_value(&args, "--on").as_deref(), Some(""));

@@ -179,6 +179,24 @@ fn build_or_reuse(
             let _ = writeln!(log, "wheel cache hit: {package} {version} (key {}), no compile: {}", &id[..12], wheel.display());
             return Ok(wheel);
         }
+        if let Some(remote) = std::env::var("KILN_REMOTE_CACHE").ok().filter(|r| !r.is_empty()) {
+            let _ = writeln!(log, "wheel cache miss: asking the remote cache {remote}");
+            let reference = crate::oci::reference::Reference::parse(&remote)?;
+            match crate::oci::pull_wheels(&reference, &cache.root, &|m| {
+                let _ = m;
+            }) {
+                Ok(s) => {
+                    let _ = writeln!(log, "remote cache: {} wheel(s) pulled, {} already here", s.fetched, s.already_cached);
+                }
+                Err(e) => {
+                    let _ = writeln!(log, "remote cache unavailable ({}); building instead", e.render().replace('\n', " "));
+                }
+            }
+            if let Some((_, wheel)) = cache.lookup(&key)? {
+                let _ = writeln!(log, "wheel cache hit from the remote cache: {package} {version} (key {}), no compile", &id[..12]);
+                return Ok(wheel);
+            }
+        }
         let _ = writeln!(log, "wheel cache miss: building {package} {version} from source (key {})", &id[..12]);
         let started = Instant::now();
         let mut build = CommandSpec::new(vpy.display().to_string(), ["-m", "pip", "wheel", "--disable-pip-version-check", "--no-deps", "-w"])

@@ -447,9 +447,41 @@ fn the_bundle_leaves_out_secrets_and_masks_gpu_uuids() {
     assert!(!all.contains("hf_kilnsecretvalue"));
     assert!(!all.contains("HF_TOKEN"));
     assert!(!all.contains("0fa4f92d"), "a GPU UUID leaked");
-    assert!(!all.contains("1653724025069"), "a board serial number leaked");
+    assert!(
+        !all.contains("1653724025069"),
+        "a board serial number leaked"
+    );
     assert!(files["kiln-doctor/nvidia-smi-q.txt"].contains("GPU UUID                                           : GPU-XXXXXXXX-XXXX-XXXX-XXXX-XXXXXXXXXXXX"));
     assert!(files["kiln-doctor/env.txt"].contains("KILN_TEST_VISIBLE=plain-value"));
     let report: Value = serde_json::from_str(&files["kiln-doctor/doctor.json"]).unwrap();
     assert_eq!(status(&report, "nvidia.driver"), "pass");
+}
+
+#[test]
+fn a_recipe_supplies_the_toolkit_floor_and_the_server_flags() {
+    let ws = Workspace::new();
+    let (code, report) = json(doctor(&ws, Some("derived-old-driver-570")).args([
+        "--recipe",
+        "glm5-nvfp4-sm120",
+        "driver.floor",
+        "topology.multicast",
+    ]));
+    assert_eq!(code, 2);
+    assert_eq!(status(&report, "driver.floor"), "fail");
+    assert!(
+        summary(&report, "driver.floor").contains("too old for CUDA 13.0.1"),
+        "{}",
+        summary(&report, "driver.floor")
+    );
+    assert!(check(&report, "driver.floor")["evidence"][0]
+        .as_str()
+        .unwrap()
+        .contains("(from recipe); floor 580.82.07"));
+    // The recipe's tuned profile passes --enable-torch-symm-mem, so the PCIe fallback is a warning.
+    assert!(report["facts"]["server_flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f == "--enable-torch-symm-mem"));
+    assert_eq!(status(&report, "topology.multicast"), "warn");
 }

@@ -711,6 +711,19 @@ fn when_conditions_follow_pinned_host_facts() {
         run.stderr
     );
     assert_eq!(counts(&ws, &["always", "blackwell", "multi"]), [1, 0, 1]);
+    let json = kiln_env(&ws, &["up", "r.toml", "--json"], &hopper);
+    let skipped: Vec<serde_json::Value> = json
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["event"] == "step_finished" && e["outcome"] == "skipped")
+        .collect();
+    assert_eq!(skipped.len(), 1, "{}", json.stdout);
+    assert_eq!(skipped[0]["step"], "blackwell");
+    assert_eq!(
+        skipped[0]["detail"],
+        "`when = \"gpu.cc >= 12.0\"` is false on this host"
+    );
     let plan = kiln_env(&ws, &["plan", "r.toml"], &hopper).stdout;
     assert!(plan.contains("1 skipped"), "{plan}");
 
@@ -762,7 +775,7 @@ fn a_failing_check_means_the_step_is_not_recorded() {
 #[test]
 fn a_second_concurrent_run_fails_on_the_lock() {
     let hold = "[[step]]\nid = \"hold\"\nkind = \"run\"\n\
-                cmd = [\"sh\", \"-c\", 'touch \"$1\"; sleep 1.5', \"sh\", \"${recipe.dir}/holding\"]\n";
+                cmd = [\"sh\", \"-c\", 'touch \"$1\"; sleep 3', \"sh\", \"${recipe.dir}/holding\"]\n";
     let ws = setup(&recipe("locked", "", &[hold.to_string()]));
     let mut first = spawn_up(&ws);
     wait_for(

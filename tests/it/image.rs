@@ -354,15 +354,15 @@ fn dockerfile_builds_an_image_whose_plan_is_all_fresh() {
 // ---- the wheel cache in a real registry -------------------------------------------------
 
 /// Debian's `docker-registry` on 127.0.0.1 with its own storage; killed on drop.
-struct LocalRegistry {
+pub struct LocalRegistry {
     child: std::process::Child,
-    port: u16,
+    pub port: u16,
     storage: PathBuf,
     _dir: tempfile::TempDir,
 }
 
 impl LocalRegistry {
-    fn start() -> LocalRegistry {
+    pub fn start() -> LocalRegistry {
         let dir = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()

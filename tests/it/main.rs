@@ -12,3 +12,4 @@ mod patch;
 mod fetch_extract;
 mod serve;
 mod patch_step;
+mod bench;

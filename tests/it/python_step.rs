@@ -46,6 +46,22 @@ fn builds_once_then_installs_the_cached_wheel_without_a_compiler() {
     assert!(second.contains("wheel cache hit: bitarray 2.9.2"), "{second}");
     assert!(!second.contains("Building wheel"), "{second}");
 
+    // A third box gets the wheel from a real OCI registry instead of compiling.
+    let registry = crate::image::LocalRegistry::start();
+    let remote = format!("127.0.0.1:{}/kiln/wheels:py", registry.port);
+    ws.kiln().args(["cache", "push", &remote]).env("KILN_CACHE_DIR", &cache).assert().success();
+    ws.kiln()
+        .args(["up", "py.toml", "--state-dir", "state3"])
+        .env("KILN_CACHE_DIR", ws.path().join("empty-cache"))
+        .env("KILN_REMOTE_CACHE", &remote)
+        .env("CC", "/bin/false")
+        .env("CXX", "/bin/false")
+        .assert()
+        .success();
+    let third = log(&ws, "state3");
+    assert!(third.contains("wheel cache hit from the remote cache: bitarray 2.9.2"), "{third}");
+    assert!(!third.contains("Building wheel"), "{third}");
+
     let ls = ws.kiln().args(["cache", "ls"]).env("KILN_CACHE_DIR", &cache).assert().success().get_output().stdout.clone();
     let ls = String::from_utf8_lossy(&ls);
     assert!(ls.contains("bitarray 2.9.2") && ls.contains("cp3"), "{ls}");

@@ -6,18 +6,28 @@ use std::path::PathBuf;
 use crate::common::Workspace;
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/serve").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/serve")
+        .join(name)
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A recipe with one profile `replay` that prints the captured text of `log` (without the
 /// fixture's `#` header lines) and exits with `code`.
 fn replay_recipe(ws: &Workspace, log: &str, code: i32, port: Option<u16>, args: &[&str]) {
     let port = port.map_or(String::new(), |p| format!("port = \"{p}\"\n"));
-    let args = args.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ");
+    let args = args
+        .iter()
+        .map(|a| format!("{a:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     ws.write(
         "r.toml",
         &format!(
@@ -34,21 +44,41 @@ fn serve_fails_with(log: &str, cause_id: &str, evidence: &str) {
     let out = ws.kiln().args(["serve", "r.toml"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("error: profile `replay` exited with status 1 after"), "{err}");
-    assert!(err.contains(&format!("[{cause_id}]")), "expected cause {cause_id}:\n{err}");
+    assert!(
+        err.contains("error: profile `replay` exited with status 1 after"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("[{cause_id}]")),
+        "expected cause {cause_id}:\n{err}"
+    );
     assert!(err.contains(&format!("evidence: {evidence}")), "{err}");
-    assert!(err.contains("--- last lines of the server log ---") && err.contains("hint: "), "{err}");
-    assert!(!ws.state().join("serve/replay.json").exists(), "the record of a dead server must go");
+    assert!(
+        err.contains("--- last lines of the server log ---") && err.contains("hint: "),
+        "{err}"
+    );
+    assert!(
+        !ws.state().join("serve/replay.json").exists(),
+        "the record of a dead server must go"
+    );
 }
 
 #[test]
 fn triage_capability_table_keyerror() {
-    serve_fails_with("sglang-0.5.9-symm-mem-real-code.log", "capability-table", "KeyError: 12");
+    serve_fails_with(
+        "sglang-0.5.9-symm-mem-real-code.log",
+        "capability-table",
+        "KeyError: 12",
+    );
 }
 
 #[test]
 fn triage_cuda_oom() {
-    serve_fails_with("sglang-capture-cuda-graph-failed-cuda-oom-h20-tp8.txt", "cuda-oom", "Exception: Capture cuda graph failed: CUDA out of memory.");
+    serve_fails_with(
+        "sglang-capture-cuda-graph-failed-cuda-oom-h20-tp8.txt",
+        "cuda-oom",
+        "Exception: Capture cuda graph failed: CUDA out of memory.",
+    );
 }
 
 #[test]
@@ -62,7 +92,11 @@ fn triage_no_kernel_image() {
 
 #[test]
 fn triage_nccl_error() {
-    serve_fails_with("sglang-nccl-unhandled-system-error-groupcoordinator-init.txt", "nccl", "raise RuntimeError(f\"NCCL error: {error_str}\")");
+    serve_fails_with(
+        "sglang-nccl-unhandled-system-error-groupcoordinator-init.txt",
+        "nccl",
+        "raise RuntimeError(f\"NCCL error: {error_str}\")",
+    );
 }
 
 #[test]
@@ -72,7 +106,11 @@ fn triage_graph_capture_failure() {
 
 #[test]
 fn triage_jit_build_failure() {
-    serve_fails_with("sglang-flashinfer-jit-ninja-build-failed-during-cuda-graph-capture-ray.txt", "jit-build", "(SGLangEngine pid=23902)   File");
+    serve_fails_with(
+        "sglang-flashinfer-jit-ninja-build-failed-during-cuda-graph-capture-ray.txt",
+        "jit-build",
+        "(SGLangEngine pid=23902)   File",
+    );
 }
 
 #[test]
@@ -80,29 +118,62 @@ fn port_in_use_is_refused_before_launch() {
     let ws = Workspace::new();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    replay_recipe(&ws, "sglang-nccl-unhandled-system-error-groupcoordinator-init.txt", 1, Some(port), &[]);
+    replay_recipe(
+        &ws,
+        "sglang-nccl-unhandled-system-error-groupcoordinator-init.txt",
+        1,
+        Some(port),
+        &[],
+    );
     let out = ws.kiln().args(["serve", "r.toml"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
-    assert!(err.contains(&format!("port {port} is already in use")) && err.contains("hint: stop it with `kiln serve --stop`"), "{err}");
+    assert!(
+        err.contains(&format!("port {port} is already in use"))
+            && err.contains("hint: stop it with `kiln serve --stop`"),
+        "{err}"
+    );
 }
 
 #[test]
 fn verdict_symm_mem_fell_back_multicast_unsupported() {
     let ws = Workspace::new();
-    replay_recipe(&ws, "sglang-0.5.9-symm-mem-fell-back-h200x2.log", 0, None, &["--enable-torch-symm-mem"]);
+    replay_recipe(
+        &ws,
+        "sglang-0.5.9-symm-mem-fell-back-h200x2.log",
+        0,
+        None,
+        &["--enable-torch-symm-mem"],
+    );
     let out = ws.kiln().args(["serve", "r.toml"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "a fallback is a warning: {text}");
-    assert!(text.contains("torch-symm-mem               fell back: multicast unsupported"), "{text}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a fallback is a warning: {text}"
+    );
+    assert!(
+        text.contains("torch-symm-mem               fell back: multicast unsupported"),
+        "{text}"
+    );
     assert!(text.contains("evidence: [2026-11-30 08:41:50,613 TP0] TorchSymmMemCommunicator: torch symmetric memory multicast operations are not supported."), "{text}");
 }
 
 #[test]
 fn verdict_symm_mem_crashed_on_keyerror() {
     let ws = Workspace::new();
-    replay_recipe(&ws, "sglang-0.5.9-symm-mem-real-code.log", 0, None, &["--enable-torch-symm-mem"]);
-    let out = ws.kiln().args(["serve", "r.toml", "--json"]).output().unwrap();
+    replay_recipe(
+        &ws,
+        "sglang-0.5.9-symm-mem-real-code.log",
+        0,
+        None,
+        &["--enable-torch-symm-mem"],
+    );
+    let out = ws
+        .kiln()
+        .args(["serve", "r.toml", "--json"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["verdicts"][0]["feature"], "torch-symm-mem");
@@ -118,12 +189,26 @@ fn verdict_fusion_fell_back_without_workspace_line_and_custom_ar_disabled() {
         "sglang-startup-4gpu-pcie-custom-allreduce-disabled-gloo-nccl-2.27.3.txt",
         0,
         None,
-        &["--enable-flashinfer-allreduce-fusion", "--attention-backend", "flashinfer"],
+        &[
+            "--enable-flashinfer-allreduce-fusion",
+            "--attention-backend",
+            "flashinfer",
+        ],
     );
-    ws.write("r.toml", &(std::fs::read_to_string(ws.path().join("r.toml")).unwrap() + "expect = [\"custom-all-reduce\"]\n"));
+    ws.write(
+        "r.toml",
+        &(std::fs::read_to_string(ws.path().join("r.toml")).unwrap()
+            + "expect = [\"custom-all-reduce\"]\n"),
+    );
     let out = ws.kiln().args(["serve", "r.toml"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("flashinfer-allreduce-fusion  fell back: requested, but \"FlashInfer workspace initialized\" never appeared"), "{text}");
-    assert!(text.contains("custom-all-reduce            fell back: more than two PCIe-only GPUs"), "{text}");
-    assert!(text.contains("attention-backend            unknown"), "{text}");
+    assert!(
+        text.contains("custom-all-reduce            fell back: more than two PCIe-only GPUs"),
+        "{text}"
+    );
+    assert!(
+        text.contains("attention-backend            unknown"),
+        "{text}"
+    );
 }
