@@ -78,6 +78,10 @@ pub struct UpArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Skip the doctor preflight (driver, driver floor, disk) before running steps
+    #[arg(long)]
+    pub no_doctor: bool,
+
     /// Server profile to serve, verify and bench after the steps [default: `tuned`, else the only profile]
     #[arg(long, value_name = "NAME")]
     pub profile: Option<String>,

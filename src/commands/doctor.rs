@@ -63,7 +63,7 @@ pub fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
 }
 
 /// What a recipe tells the doctor: its venv's python, toolkit and driver floor, prefix, server flags.
-fn apply_recipe(recipe: &Recipe, inputs: &mut Inputs) {
+pub(super) fn apply_recipe(recipe: &Recipe, inputs: &mut Inputs) {
     for step in &recipe.steps {
         match &step.kind {
             StepKind::Python(p) if inputs.python.is_none() => {

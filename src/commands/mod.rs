@@ -6,6 +6,7 @@ mod image;
 mod patch;
 mod cache;
 mod plan;
+mod preflight;
 mod serve;
 mod up;
 mod verify;

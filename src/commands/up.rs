@@ -25,6 +25,10 @@ pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
     let memo = HashMemo::load(&state.memo_path());
     let plan = engine::plan(&recipe, &state, &settings.facts, &selection, &memo)?;
     let reporter = super::reporter(args.json);
+    let gpu_stack = recipe.steps.iter().any(|s| matches!(s.kind, crate::recipe::StepKind::Cuda(_)));
+    if gpu_stack && !args.no_doctor && plan.count("stale") > 0 {
+        super::preflight::run(settings, &recipe, reporter.as_ref())?;
+    }
     let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let mem_budget = crate::host::available_memory_bytes().unwrap_or(u64::MAX);
     let ctx = StepContext {

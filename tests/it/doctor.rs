@@ -458,7 +458,7 @@ fn the_bundle_leaves_out_secrets_and_masks_gpu_uuids() {
 }
 
 #[test]
-fn a_recipe_supplies_the_toolkit_floor_and_the_server_flags() {
+fn a_recipe_supplies_the_cuda_toolkit_and_its_driver_floor() {
     let ws = Workspace::new();
     let (code, report) = json(doctor(&ws, Some("derived-old-driver-570")).args([
         "--recipe",
@@ -477,11 +477,7 @@ fn a_recipe_supplies_the_toolkit_floor_and_the_server_flags() {
         .as_str()
         .unwrap()
         .contains("(from recipe); floor 580.82.07"));
-    // The recipe's tuned profile passes --enable-torch-symm-mem, so the PCIe fallback is a warning.
-    assert!(report["facts"]["server_flags"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|f| f == "--enable-torch-symm-mem"));
+    // Its profiles need `model` set, so their flags are unknown: the flag checks assume them passed.
+    assert_eq!(report["facts"]["server_flags"], serde_json::json!([]));
     assert_eq!(status(&report, "topology.multicast"), "warn");
 }

@@ -212,3 +212,30 @@ fn verdict_fusion_fell_back_without_workspace_line_and_custom_ar_disabled() {
         "{text}"
     );
 }
+
+#[test]
+fn verdict_from_the_real_h200_probe_run_reads_fell_back_no_multicast() {
+    // Replays the log kiln wrote on 2x H200 (tests/fixtures/serve/symm-mem-probe.toml, TP=2).
+    let ws = Workspace::new();
+    ws.write(
+        "r.toml",
+        &format!(
+            "[recipe]\nname = \"probe\"\n[profile.tp2]\ncmd = [\"sh\", \"-c\", \"grep -v '^#' \\\"$0\\\"\", {:?}]\n\
+             args = [\"--enable-torch-symm-mem\"]\nsignatures = \"torch-symm-mem-probe\"\n",
+            fixture("symm-mem-probe-h200x2-kiln.log").display().to_string()
+        ),
+    );
+    let out = ws.kiln().args(["serve", "r.toml"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("torch-symm-mem               fell back: no multicast (multicast_ptr is 0)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "evidence: RESULT {\"rank\": 1, \"world\": 2, \"cap\": [9, 0], \"multicast_ptr\": 0"
+        ),
+        "{text}"
+    );
+}

@@ -59,3 +59,24 @@ fn arch_follows_the_gpu_and_set_overrides_it() {
     assert_eq!(sm90, set90);
     assert_ne!(sm120, sm90);
 }
+
+#[test]
+fn up_of_the_gpu_stack_stops_at_the_doctor_preflight_without_a_driver() {
+    let ws = Workspace::new();
+    let opt = ws.path().join("opt");
+    let out = ws
+        .kiln()
+        .args(["up", "glm5-nvfp4-sm120", "--set"])
+        .arg(format!("prefix={}", opt.display()))
+        .arg("--set")
+        .arg(format!("cuda_link={}", ws.path().join("cuda").display()))
+        .env("PATH", "/usr/bin:/bin")
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("doctor preflight failed: nvidia.driver"), "{stderr}");
+    assert!(stderr.contains("--no-doctor"), "{stderr}");
+    assert!(!ws.state().join("runs/glm5-nvfp4-sm120/logs").exists(), "no step ran");
+}
