@@ -50,6 +50,7 @@ def main():
     def rand(*shape, std):
         return (rng.standard_normal(shape, dtype=np.float32) * std).astype(np.float16)
 
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     tmp = a.out + ".partial"
     w = GGUFWriter(tmp, "llama")
     w.add_name("tiny-random-llama")

@@ -15,8 +15,8 @@ pub const IMAGE_KILN_HOME: &str = "/var/lib/kiln";
 /// Where recipe directories land inside the image.
 pub const IMAGE_RECIPES: &str = "/etc/kiln/recipes";
 /// The arguments the build runs the recipe with (`kiln up …`). Serving never happens at build
-/// time: `kiln up` does not start servers.
-pub const UP_ARGS: &[&str] = &["up"];
+/// time: the image's entrypoint serves.
+pub const UP_ARGS: &[&str] = &["up", "--no-serve"];
 
 /// Where the build finds the recipe.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -251,7 +251,10 @@ fn ctrl_c_ends_the_whole_process_group() {
     // SAFETY: a plain kill(2) of the kiln child this test started.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = child.wait().unwrap();
-    assert!(status.success(), "{status:?}");
+    assert!(
+        status.code().is_some_and(|c| c <= 1),
+        "kiln must exit normally after Ctrl-C: {status:?}"
+    );
     assert_eq!(
         group_members(pgid),
         Vec::<i32>::new(),

@@ -380,6 +380,7 @@ fn repeated_kills_at_random_moments_never_corrupt_receipts() {
         }
     }
     // As if a kill had cut a receipt write short: the next run sweeps it.
+    std::fs::create_dir_all(receipts_dir(&ws, "churn")).unwrap();
     std::fs::write(
         receipts_dir(&ws, "churn").join(".s0.json.tmp-999999"),
         "{\"step\": \"s0\", \"fing",
@@ -549,7 +550,13 @@ fn json_prints_one_event_per_line() {
         .iter()
         .map(|e| e["event"].as_str().unwrap())
         .collect();
-    assert_eq!(kinds.first(), Some(&"run_started"));
+    assert_eq!(
+        kinds.first(),
+        Some(&"run_started"),
+        "stdout:\n{}\nstderr:\n{}",
+        run.stdout,
+        run.stderr
+    );
     assert_eq!(kinds.last(), Some(&"run_finished"));
     assert_eq!(events[0]["to_run"], 4);
     assert_eq!(events.last().unwrap()["ok"], true);

@@ -239,3 +239,26 @@ fn verdict_from_the_real_h200_probe_run_reads_fell_back_no_multicast() {
         "{text}"
     );
 }
+
+#[test]
+fn triage_port_in_use_from_real_llama_server_output() {
+    // Captured from the real llama-server (tiny-cpu build) started on a port another one held.
+    let ws = Workspace::new();
+    ws.write(
+        "r.toml",
+        &format!(
+            "[recipe]\nname = \"replay\"\n[profile.replay]\ncmd = [\"sh\", \"-c\", \"cat \\\"$0\\\"; exit 1\", {:?}]\n\
+             port = \"{}\"\nsignatures = \"llama-server\"\n",
+            fixture("llama-server-port-in-use.log").display().to_string(),
+            free_port()
+        ),
+    );
+    let out = ws.kiln().args(["serve", "r.toml"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("[port-in-use]")
+            && err.contains("couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 30992"),
+        "{err}"
+    );
+}
