@@ -8,6 +8,7 @@
 #        RUNS=N          hyperfine runs per fast measurement (default 30; slow ones use RUNS_SLOW=5)
 #        SHA_GIB=N       size of the hashed file in GiB (default 4)
 #        DAG_SMALL=N DAG_LARGE=N   step counts (default 1000 and 10000)
+#        ONLY="noop plan sha"      the sections to run (default: all three)
 # Needs: cargo, hyperfine, make, python3, sha256sum, strace, GNU time (/usr/bin/time).
 set -euo pipefail
 
@@ -60,7 +61,11 @@ rows=()
 # measurement | kiln: wall median | kiln: CPU | reference | target | result | verdict
 row() { rows+=("| $1 | $2 | $3 | $4 | $5 | $6 | $7 |"); }
 
+want() { case " ${ONLY:-noop plan sha} " in *" $1 "*) return 0;; esac; return 1; }
+full=0
+
 # ---- 1. no-op re-run of a DAG: kiln vs make with stamp files --------------------------------
+if want noop; then
 d="$work/dag$small"
 python3 "$root/bench/gen_dag.py" "$small" "$d"
 export KILN_HOME="$d/state"
@@ -76,8 +81,10 @@ k=$(median "$d/noop.json" 0); m=$(median "$d/noop.json" 1); r=$(ratio "$k" "$m")
 kc=$(cpu "$d/noop.json" 0); mc=$(cpu "$d/noop.json" 1)
 row "no-op \`kiln up\`, $small-step DAG" "$(ms "$k")" "$(ms "$kc")" "make -r: $(ms "$m") wall, $(ms "$mc") CPU" \
     "≤ 1.5× make" "${r}× wall, $(ratio "$kc" "$mc")× CPU" "$(verdict "$r <= 1.5")"
+fi
 
 # ---- 2. plan of a large DAG, without and with receipts -----------------------------------------
+if want plan; then
 d="$work/dag$large"
 python3 "$root/bench/gen_dag.py" "$large" "$d"
 export KILN_HOME="$d/state"
@@ -97,8 +104,10 @@ full=$(timed "$kiln" up "$d/recipe.toml")
 say "plan of $large steps, all receipts present"
 plan_row all "all receipts present"
 rm -rf "$d"
+fi
 
 # ---- 3. sha256 of a large file, and the stat-based memo ------------------------------------------
+if want sha; then
 d="$work/sha"; mkdir -p "$d"
 big="$d/big.bin"
 say "writing ${sha_gib} GiB of random bytes"
@@ -126,6 +135,7 @@ others=("sha256sum $big")
 command -v openssl >/dev/null && others+=("openssl sha256 $big")
 hyperfine -N -w 1 -r "$runs_slow" --export-json "$d/sha.json" --prepare "rm -f $memo" \
     "$kiln plan $d/hash.toml" "${others[@]}" >&2
+rm -f "$memo"; "$kiln" plan "$d/hash.toml" >/dev/null
 grep -q "$sum" "$memo" || die "kiln's digest differs from sha256sum's"
 gibs() { python3 -c 'import sys; print("%.2f GiB/s" % (float(sys.argv[1]) / float(sys.argv[2])))' "$sha_gib" "$1"; }
 k=$(median "$d/sha.json" 0); s=$(median "$d/sha.json" 1); kc=$(cpu "$d/sha.json" 0); sc=$(cpu "$d/sha.json" 1)
@@ -150,6 +160,8 @@ f=$(median "$d/fetch.json")
 row "\`kiln up --force\` of a fetch step, ${sha_gib} GiB already cached" "$(ms "$f")" "$(ms "$(cpu "$d/fetch.json")")" \
     "download: $(python3 -c "print('%.1f s' % $first)"); 1st forced re-run: $(python3 -c "print('%.2f s' % $again)")" \
     "not re-hashed" "$(ms "$f")" "$(verdict "$f < 0.1")"
+
+fi
 
 cat <<EOF
 | measurement | kiln wall (median) | kiln CPU (user+sys, mean) | reference | target | result | verdict |

@@ -212,7 +212,11 @@ pub struct ImageDockerfileArgs {
     pub recipe: Option<String>,
 
     /// Base image of the provisioning stage
-    #[arg(long, value_name = "IMAGE", default_value = "nvidia/cuda:13.0.1-devel-ubuntu24.04")]
+    #[arg(
+        long,
+        value_name = "IMAGE",
+        default_value = "nvidia/cuda:13.0.1-devel-ubuntu24.04"
+    )]
     pub base: String,
 
     /// Server profile the image's entrypoint serves [default: the recipe's only profile]

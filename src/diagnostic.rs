@@ -35,7 +35,9 @@ impl Diagnostic {
             file: file.to_path_buf(),
             line,
             col,
-            line_text: source[line_start..line_end].trim_end_matches('\r').to_string(),
+            line_text: source[line_start..line_end]
+                .trim_end_matches('\r')
+                .to_string(),
             width,
             hint: None,
         }
@@ -81,7 +83,10 @@ impl fmt::Display for Diagnostic {
 }
 
 /// The closest candidate to `word` by edit distance, if it is close enough to be a likely typo.
-pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub fn did_you_mean<'a>(
+    word: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     let limit = (word.chars().count() / 3).max(1);
     candidates
         .into_iter()
@@ -92,17 +97,28 @@ pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let cost = usize::from(ca != *cb);
-            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
+    // Optimal string alignment: insertions, deletions, substitutions and adjacent swaps
+    // (`knid` → `kind`) each cost one.
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
     }
-    prev[b.len()]
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            d[i][j] = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 #[cfg(test)]
@@ -125,5 +141,6 @@ mod tests {
     fn suggests_close_names_only() {
         assert_eq!(did_you_mean("neds", ["needs", "env"]), Some("needs"));
         assert_eq!(did_you_mean("zzzzzz", ["needs", "env"]), None);
+        assert_eq!(did_you_mean("knid", ["id", "kind"]), Some("kind"));
     }
 }

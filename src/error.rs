@@ -29,6 +29,8 @@ pub enum Error {
         reason: String,
         log: Option<PathBuf>,
         tail: String,
+        /// What to do about the cause, when the step knows (shown before the log hint).
+        hint: Option<String>,
     },
 
     #[error("{failed} step(s) failed: {steps}")]
@@ -45,7 +47,11 @@ pub enum Error {
     },
 
     #[error("download of {url} is truncated: got {got} of {expected} bytes")]
-    Truncated { url: String, got: u64, expected: u64 },
+    Truncated {
+        url: String,
+        got: u64,
+        expected: u64,
+    },
 
     #[error("download of {url} failed: {reason}")]
     Download { url: String, reason: String },
@@ -98,34 +104,51 @@ impl Error {
     /// The process exit code this error maps to.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::NotYetAvailable(_) | Error::Usage { .. } | Error::Source(_) => 2,
+            Error::NotYetAvailable(_)
+            | Error::Usage { .. }
+            | Error::Source(_)
+            | Error::RecipeNotFound { .. } => 2,
             _ => 1,
         }
     }
 
-    fn hint(&self) -> Option<String> {
+    pub fn hint(&self) -> Option<String> {
         match self {
             Error::Source(_) => None,
-            Error::RecipeNotFound { known, .. } => Some(format!(
-                "pass a path to a recipe file, or one of the shipped recipes: {}",
-                known.join(", ")
-            )),
-            Error::StepFailed { log, .. } => log
-                .as_ref()
-                .map(|p| format!("full log: {}; fix the cause and run `kiln up` again: finished steps are not re-run", p.display())),
-            Error::Locked { .. } => Some(
-                "wait for the other run to finish, or use a separate --state-dir".into(),
+            Error::RecipeNotFound { name, known } => Some(
+                match crate::diagnostic::did_you_mean(name, known.iter().map(String::as_str)) {
+                    Some(best) => format!("did you mean `{best}`?"),
+                    None => format!(
+                        "pass a path to a recipe file, or one of the shipped recipes: {}",
+                        known.join(", ")
+                    ),
+                },
             ),
+            Error::StepFailed { log, hint, .. } => {
+                let log = log.as_ref().map(|p| {
+                    format!("full log: {}; fix the cause and run `kiln up` again: finished steps are not re-run", p.display())
+                });
+                match (hint, log) {
+                    (Some(h), Some(l)) => Some(format!("{h}\nhint: {l}")),
+                    (h, l) => h.clone().or(l),
+                }
+            }
+            Error::Locked { .. } => {
+                Some("wait for the other run to finish, or use a separate --state-dir".into())
+            }
             Error::ChecksumMismatch { .. } => Some(
-                "the file changed upstream or the recipe's sha256 is wrong; nothing was cached".into(),
+                "the file changed upstream or the recipe's sha256 is wrong; nothing was cached"
+                    .into(),
             ),
             Error::Truncated { .. } | Error::Download { .. } => {
                 Some("check the network and run again; nothing was cached".into())
             }
-            Error::UnsafeArchive { .. } => {
-                Some("the archive tries to write outside its destination; nothing was extracted".into())
+            Error::UnsafeArchive { .. } => Some(
+                "the archive tries to write outside its destination; nothing was extracted".into(),
+            ),
+            Error::NotYetAvailable(_) => {
+                Some("see `kiln --help` for what this build can do".into())
             }
-            Error::NotYetAvailable(_) => Some("see `kiln --help` for what this build can do".into()),
             Error::Usage { hint, .. } | Error::Other { hint, .. } => hint.clone(),
             Error::Io { .. } | Error::RunFailed { .. } => None,
         }

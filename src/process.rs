@@ -24,7 +24,10 @@ pub struct CommandSpec {
 }
 
 impl CommandSpec {
-    pub fn new(program: impl Into<String>, args: impl IntoIterator<Item = impl Into<String>>) -> Self {
+    pub fn new(
+        program: impl Into<String>,
+        args: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
         CommandSpec {
             program: program.into(),
             args: args.into_iter().map(Into::into).collect(),
@@ -44,8 +47,14 @@ impl CommandSpec {
     fn expression(&self, out: &os_pipe::PipeWriter) -> Result<duct::Expression> {
         let mut expr = duct::cmd(&self.program, &self.args)
             .stdin_null()
-            .stdout_file(out.try_clone().map_err(|e| Error::io("cannot create a pipe", e))?)
-            .stderr_file(out.try_clone().map_err(|e| Error::io("cannot create a pipe", e))?)
+            .stdout_file(
+                out.try_clone()
+                    .map_err(|e| Error::io("cannot create a pipe", e))?,
+            )
+            .stderr_file(
+                out.try_clone()
+                    .map_err(|e| Error::io("cannot create a pipe", e))?,
+            )
             .unchecked()
             .before_spawn(|cmd| {
                 cmd.process_group(0);
@@ -117,7 +126,9 @@ pub fn run_logged(
         let mut r = BufReader::new(reader);
         let mut buf = Vec::new();
         while matches!(r.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
-            let line = String::from_utf8_lossy(&buf).trim_end_matches(['\n', '\r']).to_string();
+            let line = String::from_utf8_lossy(&buf)
+                .trim_end_matches(['\n', '\r'])
+                .to_string();
             buf.clear();
             if tx.send(line).is_err() {
                 break;
@@ -219,7 +230,10 @@ fn spawn_error(spec: &CommandSpec, e: std::io::Error) -> Error {
     if e.kind() == std::io::ErrorKind::NotFound {
         Error::other(
             format!("cannot run `{}`: program not found", spec.program),
-            Some("install it or fix the PATH; kiln runs programs directly, not through a shell".into()),
+            Some(
+                "install it or fix the PATH; kiln runs programs directly, not through a shell"
+                    .into(),
+            ),
         )
     } else {
         Error::io(format!("cannot run `{}`", spec.display()), e)
@@ -267,7 +281,12 @@ pub fn capture_timeout(spec: &CommandSpec, timeout: Duration) -> Result<Captured
         match handle.try_wait() {
             Ok(Some(_)) => break,
             Ok(None) => {}
-            Err(e) => return Err(Error::io(format!("waiting for `{}` failed", spec.program), e)),
+            Err(e) => {
+                return Err(Error::io(
+                    format!("waiting for `{}` failed", spec.program),
+                    e,
+                ))
+            }
         }
         if Instant::now() >= deadline {
             timed_out = true;
@@ -306,15 +325,25 @@ impl Detached {
 /// Start `spec` in its own process group (pgid = pid), stdin null, stdout and stderr appended to
 /// `log`. With `tie_to_parent` the child gets SIGTERM when kiln dies; without it, it keeps running
 /// after kiln exits (`--detach`). The caller ends it with `kill_group(pid)`.
-pub fn spawn_detached(spec: &CommandSpec, log: &std::path::Path, tie_to_parent: bool) -> Result<Detached> {
+pub fn spawn_detached(
+    spec: &CommandSpec,
+    log: &std::path::Path,
+    tie_to_parent: bool,
+) -> Result<Detached> {
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .map_err(|e| Error::io(format!("cannot open the server log {}", log.display()), e))?;
-    let err = file.try_clone().map_err(|e| Error::io("cannot duplicate the log file", e))?;
+    let err = file
+        .try_clone()
+        .map_err(|e| Error::io("cannot duplicate the log file", e))?;
     let mut cmd = std::process::Command::new(&spec.program);
-    cmd.args(&spec.args).envs(&spec.env).stdin(std::process::Stdio::null()).stdout(file).stderr(err);
+    cmd.args(&spec.args)
+        .envs(&spec.env)
+        .stdin(std::process::Stdio::null())
+        .stdout(file)
+        .stderr(err);
     cmd.process_group(0);
     if let Some(dir) = &spec.cwd {
         cmd.current_dir(dir);
@@ -333,7 +362,10 @@ pub fn spawn_detached(spec: &CommandSpec, log: &std::path::Path, tie_to_parent: 
         }
     }
     let child = cmd.spawn().map_err(|e| spawn_error(spec, e))?;
-    Ok(Detached { pid: child.id(), child })
+    Ok(Detached {
+        pid: child.id(),
+        child,
+    })
 }
 
 /// Whether any process of group `pgid` is still alive (zombies of our own children count as gone
@@ -346,7 +378,9 @@ pub fn group_alive(pgid: u32) -> bool {
 /// Whether process `pid` exists and is not a zombie.
 pub fn pid_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
         Err(_) => false,
     }
 }
@@ -354,10 +388,16 @@ pub fn pid_alive(pid: u32) -> bool {
 /// The command names (`comm`) of every live process in group `pgid`.
 pub fn group_commands(pgid: u32) -> Vec<String> {
     let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return out };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
     for entry in dir.flatten() {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
-        let (Some(open), Some((head, rest))) = (stat.find('('), stat.rsplit_once(')')) else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let (Some(open), Some((head, rest))) = (stat.find('('), stat.rsplit_once(')')) else {
+            continue;
+        };
         let fields: Vec<&str> = rest.split_whitespace().collect();
         // rest: state ppid pgrp ...
         if fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string() {
@@ -379,7 +419,10 @@ pub fn catch_interrupts() {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
         unsafe {
-            libc::signal(sig, note_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t);
+            libc::signal(
+                sig,
+                note_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            );
         }
     }
 }

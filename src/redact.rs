@@ -3,9 +3,18 @@
 /// Whether an environment variable's name looks like it holds a secret.
 pub fn is_secret_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
-    ["TOKEN", "SECRET", "PASSWORD", "PASSWD", "API_KEY", "ACCESS_KEY", "CREDENTIAL", "AUTH"]
-        .iter()
-        .any(|needle| upper.contains(needle))
+    [
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "API_KEY",
+        "ACCESS_KEY",
+        "CREDENTIAL",
+        "AUTH",
+    ]
+    .iter()
+    .any(|needle| upper.contains(needle))
 }
 
 /// Replaces known secret values with `***`.
@@ -52,7 +61,10 @@ mod tests {
     #[test]
     fn redacts_secret_values_only() {
         let r = Redactor::from_env([("HF_TOKEN", "hf_abcdefgh"), ("PATHX", "/usr/bin")]);
-        assert_eq!(r.redact("token=hf_abcdefgh path=/usr/bin"), "token=*** path=/usr/bin");
+        assert_eq!(
+            r.redact("token=hf_abcdefgh path=/usr/bin"),
+            "token=*** path=/usr/bin"
+        );
         assert!(is_secret_name("hf_token") && !is_secret_name("PATH"));
     }
 }

@@ -39,7 +39,11 @@ impl Reporter for PlainReporter {
         eprintln!("kiln: {recipe}: {to_run} of {total} steps to run");
     }
     fn step_started(&self, id: &str, kind: &str, attempt: u32) {
-        let again = if attempt > 1 { format!(" (attempt {attempt})") } else { String::new() };
+        let again = if attempt > 1 {
+            format!(" (attempt {attempt})")
+        } else {
+            String::new()
+        };
         eprintln!("  start  {id} [{kind}]{again}");
     }
     fn step_output(&self, _id: &str, _line: &str) {}
@@ -47,7 +51,11 @@ impl Reporter for PlainReporter {
         eprintln!("{}", outcome_line(id, outcome, elapsed));
     }
     fn run_finished(&self, ok: bool, elapsed: Duration) {
-        eprintln!("kiln: {} in {}", if ok { "done" } else { "failed" }, secs(elapsed));
+        eprintln!(
+            "kiln: {} in {}",
+            if ok { "done" } else { "failed" },
+            secs(elapsed)
+        );
     }
     fn note(&self, text: &str) {
         eprintln!("kiln: {text}");
@@ -98,11 +106,21 @@ impl Reporter for ProgressReporter {
     }
     fn step_started(&self, id: &str, kind: &str, attempt: u32) {
         let sp = self.multi.add(ProgressBar::new_spinner());
-        sp.set_style(ProgressStyle::with_template("  {spinner} {prefix} {elapsed} {wide_msg:.dim}").expect("valid template"));
-        let again = if attempt > 1 { format!(" attempt {attempt}") } else { String::new() };
+        sp.set_style(
+            ProgressStyle::with_template("  {spinner} {prefix} {elapsed} {wide_msg:.dim}")
+                .expect("valid template"),
+        );
+        let again = if attempt > 1 {
+            format!(" attempt {attempt}")
+        } else {
+            String::new()
+        };
         sp.set_prefix(format!("{id} [{kind}]{again}"));
         sp.enable_steady_tick(Duration::from_millis(120));
-        self.spinners.lock().expect("reporter lock").insert(id.to_string(), sp);
+        self.spinners
+            .lock()
+            .expect("reporter lock")
+            .insert(id.to_string(), sp);
     }
     fn step_output(&self, id: &str, line: &str) {
         if let Some(sp) = self.spinners.lock().expect("reporter lock").get(id) {
@@ -115,7 +133,10 @@ impl Reporter for ProgressReporter {
             self.multi.remove(&sp);
         }
         let _ = self.multi.println(outcome_line(id, outcome, elapsed));
-        if matches!(outcome, Outcome::Ran | Outcome::UpToDate | Outcome::Failed(_)) {
+        if matches!(
+            outcome,
+            Outcome::Ran | Outcome::UpToDate | Outcome::Failed(_)
+        ) {
             if let Some(bar) = &*self.overall.lock().expect("reporter lock") {
                 bar.inc(1);
             }
@@ -125,7 +146,11 @@ impl Reporter for ProgressReporter {
         if let Some(bar) = self.overall.lock().expect("reporter lock").take() {
             bar.finish_and_clear();
         }
-        let _ = self.multi.println(format!("kiln: {} in {}", if ok { "done" } else { "failed" }, secs(elapsed)));
+        let _ = self.multi.println(format!(
+            "kiln: {} in {}",
+            if ok { "done" } else { "failed" },
+            secs(elapsed)
+        ));
     }
     fn note(&self, text: &str) {
         let _ = self.multi.println(format!("kiln: {text}"));
@@ -141,11 +166,29 @@ pub struct JsonReporter {
 #[derive(Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 enum Event<'a> {
-    RunStarted { recipe: &'a str, to_run: usize, total: usize },
-    StepStarted { step: &'a str, kind: &'a str, attempt: u32 },
-    StepFinished { step: &'a str, #[serde(flatten)] outcome: &'a Outcome, elapsed_ms: u128 },
-    RunFinished { ok: bool, elapsed_ms: u128 },
-    Note { text: &'a str },
+    RunStarted {
+        recipe: &'a str,
+        to_run: usize,
+        total: usize,
+    },
+    StepStarted {
+        step: &'a str,
+        kind: &'a str,
+        attempt: u32,
+    },
+    StepFinished {
+        step: &'a str,
+        #[serde(flatten)]
+        outcome: &'a Outcome,
+        elapsed_ms: u128,
+    },
+    RunFinished {
+        ok: bool,
+        elapsed_ms: u128,
+    },
+    Note {
+        text: &'a str,
+    },
 }
 
 impl JsonReporter {
@@ -159,17 +202,32 @@ impl JsonReporter {
 
 impl Reporter for JsonReporter {
     fn run_started(&self, recipe: &str, to_run: usize, total: usize) {
-        self.emit(&Event::RunStarted { recipe, to_run, total });
+        self.emit(&Event::RunStarted {
+            recipe,
+            to_run,
+            total,
+        });
     }
     fn step_started(&self, id: &str, kind: &str, attempt: u32) {
-        self.emit(&Event::StepStarted { step: id, kind, attempt });
+        self.emit(&Event::StepStarted {
+            step: id,
+            kind,
+            attempt,
+        });
     }
     fn step_output(&self, _id: &str, _line: &str) {}
     fn step_finished(&self, id: &str, outcome: &Outcome, elapsed: Duration) {
-        self.emit(&Event::StepFinished { step: id, outcome, elapsed_ms: elapsed.as_millis() });
+        self.emit(&Event::StepFinished {
+            step: id,
+            outcome,
+            elapsed_ms: elapsed.as_millis(),
+        });
     }
     fn run_finished(&self, ok: bool, elapsed: Duration) {
-        self.emit(&Event::RunFinished { ok, elapsed_ms: elapsed.as_millis() });
+        self.emit(&Event::RunFinished {
+            ok,
+            elapsed_ms: elapsed.as_millis(),
+        });
     }
     fn note(&self, text: &str) {
         self.emit(&Event::Note { text });

@@ -26,11 +26,21 @@ pub fn export(cache: &WheelCache, out: &Path) -> Result<usize> {
     let mut files = BTreeMap::new();
     for (id, entry) in &entries {
         for (name, path) in entry_files(cache, id, entry) {
-            let f = File::open(&path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-            files.insert(name, sha256_reader(f).map_err(|e| Error::io("cannot hash a cache file", e))?.0);
+            let f = File::open(&path)
+                .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+            files.insert(
+                name,
+                sha256_reader(f)
+                    .map_err(|e| Error::io("cannot hash a cache file", e))?
+                    .0,
+            );
         }
     }
-    let manifest = serde_json::to_vec_pretty(&Manifest { format: FORMAT.into(), files }).expect("manifests serialize");
+    let manifest = serde_json::to_vec_pretty(&Manifest {
+        format: FORMAT.into(),
+        files,
+    })
+    .expect("manifests serialize");
     let tmp = out.with_extension("partial");
     let ctx = |e| Error::io(format!("cannot write {}", out.display()), e);
     let mut tar = tar::Builder::new(File::create(&tmp).map_err(ctx)?);
@@ -38,7 +48,8 @@ pub fn export(cache: &WheelCache, out: &Path) -> Result<usize> {
     header.set_size(manifest.len() as u64);
     header.set_mode(0o644);
     header.set_cksum();
-    tar.append_data(&mut header, "manifest.json", manifest.as_slice()).map_err(ctx)?;
+    tar.append_data(&mut header, "manifest.json", manifest.as_slice())
+        .map_err(ctx)?;
     for (id, entry) in &entries {
         for (name, path) in entry_files(cache, id, entry) {
             tar.append_path_with_name(&path, &name).map_err(ctx)?;
@@ -53,7 +64,10 @@ fn entry_files(cache: &WheelCache, id: &str, entry: &Entry) -> Vec<(String, std:
     let dir = cache.root.join(id);
     vec![
         (format!("wheels/{id}/entry.json"), dir.join("entry.json")),
-        (format!("wheels/{id}/{}", entry.wheel), cache.wheel_path(id, entry)),
+        (
+            format!("wheels/{id}/{}", entry.wheel),
+            cache.wheel_path(id, entry),
+        ),
     ]
 }
 
@@ -62,19 +76,25 @@ pub fn import(cache: &WheelCache, archive: &Path) -> Result<usize> {
     let bad = |why: String| {
         Error::other(
             format!("cannot import {}: {why}", archive.display()),
-            Some("nothing was imported; re-create the archive with `kiln cache export`".to_string()),
+            Some(
+                "nothing was imported; re-create the archive with `kiln cache export`".to_string(),
+            ),
         )
     };
     let staging = tempdir_near(&cache.root)?;
     let result = (|| {
-        let f = File::open(archive).map_err(|e| Error::io(format!("cannot read {}", archive.display()), e))?;
+        let f = File::open(archive)
+            .map_err(|e| Error::io(format!("cannot read {}", archive.display()), e))?;
         let mut tar = tar::Archive::new(f);
         let mut manifest: Option<Manifest> = None;
         let mut seen = BTreeMap::new();
         for entry in tar.entries().map_err(|e| bad(e.to_string()))? {
             let mut entry = entry.map_err(|e| bad(e.to_string()))?;
             let path = entry.path().map_err(|e| bad(e.to_string()))?.into_owned();
-            if path.components().any(|c| !matches!(c, Component::Normal(_))) {
+            if path
+                .components()
+                .any(|c| !matches!(c, Component::Normal(_)))
+            {
                 return Err(Error::UnsafeArchive {
                     archive: archive.to_path_buf(),
                     entry: path.display().to_string(),
@@ -83,17 +103,29 @@ pub fn import(cache: &WheelCache, archive: &Path) -> Result<usize> {
             }
             let name = path.to_string_lossy().into_owned();
             if name == "manifest.json" {
-                manifest = Some(serde_json::from_reader(&mut entry).map_err(|e| bad(format!("bad manifest: {e}")))?);
+                manifest = Some(
+                    serde_json::from_reader(&mut entry)
+                        .map_err(|e| bad(format!("bad manifest: {e}")))?,
+                );
                 continue;
             }
-            let Some(m) = &manifest else { return Err(bad("manifest.json must come first".into())) };
-            let Some(expected) = m.files.get(&name) else { return Err(bad(format!("`{name}` is not in the manifest"))) };
+            let Some(m) = &manifest else {
+                return Err(bad("manifest.json must come first".into()));
+            };
+            let Some(expected) = m.files.get(&name) else {
+                return Err(bad(format!("`{name}` is not in the manifest")));
+            };
             let target = staging.join(&path);
-            crate::engine::state::create_dir(target.parent().expect("archive paths have a parent"))?;
+            crate::engine::state::create_dir(
+                target.parent().expect("archive paths have a parent"),
+            )?;
             entry.unpack(&target).map_err(|e| bad(e.to_string()))?;
-            let (sha, _) = sha256_reader(File::open(&target).map_err(|e| bad(e.to_string()))?).map_err(|e| bad(e.to_string()))?;
+            let (sha, _) = sha256_reader(File::open(&target).map_err(|e| bad(e.to_string()))?)
+                .map_err(|e| bad(e.to_string()))?;
             if &sha != expected {
-                return Err(bad(format!("sha256 of `{name}` is {sha}, the manifest says {expected}")));
+                return Err(bad(format!(
+                    "sha256 of `{name}` is {sha}, the manifest says {expected}"
+                )));
             }
             seen.insert(name, ());
         }
@@ -102,14 +134,25 @@ pub fn import(cache: &WheelCache, archive: &Path) -> Result<usize> {
             return Err(bad(format!("unknown format `{}`", m.format)));
         }
         if let Some(missing) = m.files.keys().find(|k| !seen.contains_key(*k)) {
-            return Err(bad(format!("`{missing}` is listed in the manifest but missing")));
+            return Err(bad(format!(
+                "`{missing}` is listed in the manifest but missing"
+            )));
         }
         let mut count = 0;
-        for dir in std::fs::read_dir(staging.join("wheels")).into_iter().flatten().flatten() {
-            let entry: Entry = serde_json::from_slice(&std::fs::read(dir.path().join("entry.json")).map_err(|e| bad(e.to_string()))?)
-                .map_err(|e| bad(format!("bad entry.json: {e}")))?;
+        for dir in std::fs::read_dir(staging.join("wheels"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let entry: Entry = serde_json::from_slice(
+                &std::fs::read(dir.path().join("entry.json")).map_err(|e| bad(e.to_string()))?,
+            )
+            .map_err(|e| bad(format!("bad entry.json: {e}")))?;
             if entry.key.id() != dir.file_name().to_string_lossy() {
-                return Err(bad(format!("entry {} does not match its key", dir.file_name().to_string_lossy())));
+                return Err(bad(format!(
+                    "entry {} does not match its key",
+                    dir.file_name().to_string_lossy()
+                )));
             }
             cache.insert_entry(&entry, &dir.path().join(&entry.wheel))?;
             count += 1;

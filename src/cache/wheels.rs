@@ -44,7 +44,12 @@ pub struct Entry {
 }
 
 /// Environment variables that only change how fast a build runs, not what it produces.
-pub const PARALLELISM_VARS: &[&str] = &["MAX_JOBS", "NVCC_THREADS", "CMAKE_BUILD_PARALLEL_LEVEL", "FLASHINFER_NVCC_THREADS"];
+pub const PARALLELISM_VARS: &[&str] = &[
+    "MAX_JOBS",
+    "NVCC_THREADS",
+    "CMAKE_BUILD_PARALLEL_LEVEL",
+    "FLASHINFER_NVCC_THREADS",
+];
 
 pub struct WheelCache {
     pub root: PathBuf,
@@ -52,7 +57,9 @@ pub struct WheelCache {
 
 impl WheelCache {
     pub fn new(cache_dir: &Path) -> Self {
-        WheelCache { root: cache_dir.join("wheels") }
+        WheelCache {
+            root: cache_dir.join("wheels"),
+        }
     }
 
     fn entry_dir(&self, id: &str) -> PathBuf {
@@ -62,13 +69,21 @@ impl WheelCache {
     /// The cached wheel for `key`, verified against its recorded sha256.
     pub fn lookup(&self, key: &WheelKey) -> Result<Option<(Entry, PathBuf)>> {
         let dir = self.entry_dir(&key.id());
-        let Some(entry) = read_entry(&dir) else { return Ok(None) };
+        let Some(entry) = read_entry(&dir) else {
+            return Ok(None);
+        };
         let wheel = dir.join(&entry.wheel);
-        let f = std::fs::File::open(&wheel).map_err(|e| Error::io(format!("cannot read {}", wheel.display()), e))?;
-        let (sha, _) = sha256_reader(f).map_err(|e| Error::io(format!("cannot read {}", wheel.display()), e))?;
+        let f = std::fs::File::open(&wheel)
+            .map_err(|e| Error::io(format!("cannot read {}", wheel.display()), e))?;
+        let (sha, _) = sha256_reader(f)
+            .map_err(|e| Error::io(format!("cannot read {}", wheel.display()), e))?;
         if sha != entry.sha256 || entry.key != *key {
             return Err(Error::other(
-                format!("the cached wheel {} is corrupt (sha256 {sha}, recorded {})", wheel.display(), entry.sha256),
+                format!(
+                    "the cached wheel {} is corrupt (sha256 {sha}, recorded {})",
+                    wheel.display(),
+                    entry.sha256
+                ),
                 Some("run `kiln cache gc` to drop corrupt entries, then run again".into()),
             ));
         }
@@ -80,9 +95,13 @@ impl WheelCache {
         let name = wheel
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
-            .ok_or_else(|| Error::other(format!("{} is not a wheel file", wheel.display()), None))?;
-        let f = std::fs::File::open(wheel).map_err(|e| Error::io(format!("cannot read {}", wheel.display()), e))?;
-        let (sha256, size) = sha256_reader(f).map_err(|e| Error::io(format!("cannot read {}", wheel.display()), e))?;
+            .ok_or_else(|| {
+                Error::other(format!("{} is not a wheel file", wheel.display()), None)
+            })?;
+        let f = std::fs::File::open(wheel)
+            .map_err(|e| Error::io(format!("cannot read {}", wheel.display()), e))?;
+        let (sha256, size) = sha256_reader(f)
+            .map_err(|e| Error::io(format!("cannot read {}", wheel.display()), e))?;
         let entry = Entry {
             key: key.clone(),
             wheel: name.clone(),
@@ -103,17 +122,25 @@ impl WheelCache {
             return Ok(dir.join(&entry.wheel));
         }
         if entry.wheel.contains('/') || entry.wheel == ".." {
-            return Err(Error::other(format!("refusing wheel name `{}`", entry.wheel), None));
+            return Err(Error::other(
+                format!("refusing wheel name `{}`", entry.wheel),
+                None,
+            ));
         }
         create_dir(&self.root)?;
-        let staging = self.root.join(format!(".staging-{id}-{}", std::process::id()));
+        let staging = self
+            .root
+            .join(format!(".staging-{id}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&staging);
         create_dir(&staging)?;
         let result = (|| {
             let target = staging.join(&entry.wheel);
-            std::fs::copy(wheel, &target).map_err(|e| Error::io(format!("cannot copy {}", wheel.display()), e))?;
-            let f = std::fs::File::open(&target).map_err(|e| Error::io("cannot read the copied wheel", e))?;
-            let (sha, _) = sha256_reader(f).map_err(|e| Error::io("cannot read the copied wheel", e))?;
+            std::fs::copy(wheel, &target)
+                .map_err(|e| Error::io(format!("cannot copy {}", wheel.display()), e))?;
+            let f = std::fs::File::open(&target)
+                .map_err(|e| Error::io("cannot read the copied wheel", e))?;
+            let (sha, _) =
+                sha256_reader(f).map_err(|e| Error::io("cannot read the copied wheel", e))?;
             if sha != entry.sha256 {
                 return Err(Error::ChecksumMismatch {
                     url: wheel.display().to_string(),
@@ -121,8 +148,12 @@ impl WheelCache {
                     actual: sha,
                 });
             }
-            write_atomic(&staging.join("entry.json"), &serde_json::to_vec_pretty(entry).expect("entries serialize"))?;
-            std::fs::rename(&staging, &dir).map_err(|e| Error::io(format!("cannot store {}", dir.display()), e))
+            write_atomic(
+                &staging.join("entry.json"),
+                &serde_json::to_vec_pretty(entry).expect("entries serialize"),
+            )?;
+            std::fs::rename(&staging, &dir)
+                .map_err(|e| Error::io(format!("cannot store {}", dir.display()), e))
         })();
         if result.is_err() {
             let _ = std::fs::remove_dir_all(&staging);
@@ -137,9 +168,20 @@ impl WheelCache {
             .flatten()
             .flatten()
             .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-            .filter_map(|e| Some((e.file_name().to_string_lossy().into_owned(), read_entry(&e.path())?)))
+            .filter_map(|e| {
+                Some((
+                    e.file_name().to_string_lossy().into_owned(),
+                    read_entry(&e.path())?,
+                ))
+            })
             .collect();
-        out.sort_by(|a, b| (&a.1.key.package, &a.1.key.version, &a.0).cmp(&(&b.1.key.package, &b.1.key.version, &b.0)));
+        out.sort_by(|a, b| {
+            (&a.1.key.package, &a.1.key.version, &a.0).cmp(&(
+                &b.1.key.package,
+                &b.1.key.version,
+                &b.0,
+            ))
+        });
         out
     }
 
@@ -150,9 +192,15 @@ impl WheelCache {
     /// Remove staging leftovers, unreadable or corrupt entries, and entries older than `max_age_secs`.
     /// Returns the removed directories with the reason.
     pub fn gc(&self, max_age_secs: Option<u64>) -> Result<Vec<(String, String)>> {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         let mut removed = Vec::new();
-        for e in std::fs::read_dir(&self.root).into_iter().flatten().flatten() {
+        for e in std::fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             let name = e.file_name().to_string_lossy().into_owned();
             let path = e.path();
             let reason = if name.starts_with(".staging-") {
@@ -162,10 +210,15 @@ impl WheelCache {
                     None => Some("no readable entry.json".into()),
                     Some(entry) => {
                         let wheel = path.join(&entry.wheel);
-                        let sha = std::fs::File::open(&wheel).ok().and_then(|f| sha256_reader(f).ok()).map(|(s, _)| s);
+                        let sha = std::fs::File::open(&wheel)
+                            .ok()
+                            .and_then(|f| sha256_reader(f).ok())
+                            .map(|(s, _)| s);
                         if sha.as_deref() != Some(entry.sha256.as_str()) || entry.key.id() != name {
                             Some("wheel missing or corrupt".into())
-                        } else if max_age_secs.is_some_and(|max| now.saturating_sub(entry.created_unix) > max) {
+                        } else if max_age_secs
+                            .is_some_and(|max| now.saturating_sub(entry.created_unix) > max)
+                        {
                             Some("older than --older-than".into())
                         } else {
                             None
@@ -174,7 +227,8 @@ impl WheelCache {
                 }
             };
             if let Some(reason) = reason {
-                std::fs::remove_dir_all(&path).map_err(|e| Error::io(format!("cannot remove {}", path.display()), e))?;
+                std::fs::remove_dir_all(&path)
+                    .map_err(|e| Error::io(format!("cannot remove {}", path.display()), e))?;
                 removed.push((name, reason));
             }
         }

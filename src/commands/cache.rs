@@ -17,7 +17,10 @@ pub fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
                     .iter()
                     .map(|(id, e)| serde_json::json!({ "id": id, "entry": e, "path": cache.wheel_path(id, e) }))
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&list).expect("entries serialize"));
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&list).expect("entries serialize")
+                );
                 return Ok(0);
             }
             if entries.is_empty() {
@@ -43,14 +46,23 @@ pub fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
             let max_age = older_than
                 .as_deref()
                 .map(|a| {
-                    parse_duration(a).map_err(|m| Error::usage(format!("--older-than {a}: {m}"), Some("e.g. `--older-than 30d`".into())))
+                    parse_duration(a).map_err(|m| {
+                        Error::usage(
+                            format!("--older-than {a}: {m}"),
+                            Some("e.g. `--older-than 30d`".into()),
+                        )
+                    })
                 })
                 .transpose()?;
             let removed = cache.gc(max_age.map(|d| d.as_secs()))?;
             for (id, why) in &removed {
                 println!("removed {}: {why}", id.chars().take(24).collect::<String>());
             }
-            println!("{} entr{} removed", removed.len(), if removed.len() == 1 { "y" } else { "ies" });
+            println!(
+                "{} entr{} removed",
+                removed.len(),
+                if removed.len() == 1 { "y" } else { "ies" }
+            );
             Ok(0)
         }
         CacheCommand::Export { file } => {
@@ -67,13 +79,21 @@ pub fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
             let reference = Reference::parse(reference)?;
             let entries = oci::read_wheel_cache(&cache.root)?;
             let s = oci::push_wheels(&entries, &reference, &|m| eprintln!("kiln: {m}"))?;
-            println!("pushed {} wheel(s) to {reference} ({} already there, {} in the tag)", s.uploaded, s.already_there, s.total);
+            println!(
+                "pushed {} wheel(s) to {reference} ({} already there, {} in the tag)",
+                s.uploaded, s.already_there, s.total
+            );
             Ok(0)
         }
         CacheCommand::Pull { reference } => {
             let reference = Reference::parse(reference)?;
             let s = oci::pull_wheels(&reference, &cache.root, &|m| eprintln!("kiln: {m}"))?;
-            println!("pulled {} wheel(s) from {reference} ({} already cached, {})", s.fetched, s.already_cached, format_size(s.bytes));
+            println!(
+                "pulled {} wheel(s) from {reference} ({} already cached, {})",
+                s.fetched,
+                s.already_cached,
+                format_size(s.bytes)
+            );
             Ok(0)
         }
     }

@@ -1,10 +1,10 @@
 //! Glue from command-line settings to the engine: one file per subcommand.
 
 mod bench;
+mod cache;
 mod doctor;
 mod image;
 mod patch;
-mod cache;
 mod plan;
 mod preflight;
 mod serve;
@@ -53,12 +53,18 @@ impl Settings {
         let state_dir = if state_dir.is_absolute() {
             state_dir
         } else {
-            std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?.join(state_dir)
+            std::env::current_dir()
+                .map_err(|e| Error::io("cannot read the current directory", e))?
+                .join(state_dir)
         };
         let cache_dir = std::env::var_os("KILN_CACHE_DIR")
             .filter(|v| !v.is_empty())
             .map_or_else(|| state_dir.join("cache"), PathBuf::from);
-        Ok(Settings { state_dir, cache_dir, facts: Facts::from_env() })
+        Ok(Settings {
+            state_dir,
+            cache_dir,
+            facts: Facts::from_env(),
+        })
     }
 
     /// The recipe named on the command line, or the default for this host (said on stderr).
@@ -66,12 +72,18 @@ impl Settings {
         let name = match &args.recipe {
             Some(r) => Some(r.clone()),
             None => {
-                let gpus: usize = self.facts.get("gpu.count").and_then(|c| c.parse().ok()).unwrap_or(0);
+                let gpus: usize = self
+                    .facts
+                    .get("gpu.count")
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(0);
                 let name = recipe::shipped::default_for(gpus);
                 if gpus == 0 {
                     eprintln!("kiln: no NVIDIA GPU found: using the CPU demo recipe `{name}` (name a recipe to choose another)");
                 } else {
-                    eprintln!("kiln: {gpus} NVIDIA GPU(s) found: using the default recipe `{name}`");
+                    eprintln!(
+                        "kiln: {gpus} NVIDIA GPU(s) found: using the default recipe `{name}`"
+                    );
                 }
                 Some(name.to_string())
             }
@@ -100,7 +112,11 @@ impl Settings {
 }
 
 fn default_state_dir() -> Result<PathBuf> {
-    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let var = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
     if let Some(home) = var("KILN_HOME") {
         return Ok(home);
     }

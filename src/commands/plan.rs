@@ -11,10 +11,19 @@ pub fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
     let recipe = settings.load_recipe(&args.recipe)?;
     let state = StateDir::new(&settings.state_dir, &recipe.name);
     let memo = HashMemo::load(&state.memo_path());
-    let plan = engine::plan(&recipe, &state, &settings.facts, &Selection::default(), &memo)?;
+    let plan = engine::plan(
+        &recipe,
+        &state,
+        &settings.facts,
+        &Selection::default(),
+        &memo,
+    )?;
     let _ = memo.save();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&plan).expect("plans serialize"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&plan).expect("plans serialize")
+        );
     } else {
         print!("{}", render(&plan, &recipe.origin));
     }
@@ -39,8 +48,15 @@ pub fn render(plan: &Plan, origin: &str) -> String {
             Status::Stale(r) | Status::Skipped(r) => r.as_str(),
             Status::Fresh | Status::NotSelected => "",
         };
-        let jobs = s.max_jobs.map_or(String::new(), |j| format!(" [MAX_JOBS={j}]"));
-        let line = format!("  {:<8} {:<width$}  {:<8} {why}{jobs}", s.status.label(), s.id, s.kind);
+        let jobs = s
+            .max_jobs
+            .map_or(String::new(), |j| format!(" [MAX_JOBS={j}]"));
+        let line = format!(
+            "  {:<8} {:<width$}  {:<8} {why}{jobs}",
+            s.status.label(),
+            s.id,
+            s.kind
+        );
         let _ = writeln!(out, "{}", line.trim_end());
     }
     out

@@ -29,22 +29,40 @@ pub fn run(settings: &Settings, recipe: &Recipe, reporter: &dyn Reporter) -> Res
         count(Status::Fail),
         count(Status::Skip)
     ));
-    for c in report.checks.iter().filter(|c| matches!(c.status, Status::Warn | Status::Fail)) {
+    for c in report
+        .checks
+        .iter()
+        .filter(|c| matches!(c.status, Status::Warn | Status::Fail))
+    {
         let mark = if c.status == Status::Fail { "✗" } else { "!" };
         reporter.note(&format!("  {mark} {}: {}", c.id, c.summary));
     }
+    // A pinned driver (`KILN_FACT_GPU_DRIVER`) stands for a driver this host does not show.
+    let driver_pinned = settings.facts.pinned("gpu.driver").is_some();
     let blocking: Vec<_> = report
         .checks
         .iter()
         .filter(|c| BLOCKING.contains(&c.id))
-        .filter(|c| c.status == Status::Fail || (c.id == "nvidia.driver" && c.status == Status::Warn))
+        .filter(|c| !(driver_pinned && c.id == "nvidia.driver"))
+        .filter(|c| {
+            c.status == Status::Fail || (c.id == "nvidia.driver" && c.status == Status::Warn)
+        })
         .collect();
     if let Some(first) = blocking.first() {
         let ids: Vec<&str> = blocking.iter().map(|c| c.id).collect();
         return Err(Error::other(
-            format!("doctor preflight failed: {}: {}", ids.join(", "), first.summary),
-            Some(first.fix.clone().unwrap_or_else(|| format!("see `kiln doctor {} -v`", first.id))
-                + "; or pass --no-doctor to run anyway"),
+            format!(
+                "doctor preflight failed: {}: {}",
+                ids.join(", "),
+                first.summary
+            ),
+            Some(
+                first
+                    .fix
+                    .clone()
+                    .unwrap_or_else(|| format!("see `kiln doctor {} -v`", first.id))
+                    + "; or pass --no-doctor to run anyway",
+            ),
         ));
     }
     Ok(())

@@ -9,12 +9,19 @@ use crate::steps::StepContext;
 pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
     let recipe = settings.load_recipe(&args.recipe)?;
     let state = StateDir::new(&settings.state_dir, &recipe.name);
-    let selection = Selection { only: args.only.clone(), from: args.from.clone(), force: args.force.clone() };
+    let selection = Selection {
+        only: args.only.clone(),
+        from: args.from.clone(),
+        force: args.force.clone(),
+    };
     if args.dry_run {
         let memo = HashMemo::load(&state.memo_path());
         let plan = engine::plan(&recipe, &state, &settings.facts, &selection, &memo)?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&plan).expect("plans serialize"));
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&plan).expect("plans serialize")
+            );
         } else {
             print!("{}", super::plan::render(&plan, &recipe.origin));
             println!("dry run: {} step(s) would run", plan.count("stale"));
@@ -25,11 +32,16 @@ pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
     let memo = HashMemo::load(&state.memo_path());
     let plan = engine::plan(&recipe, &state, &settings.facts, &selection, &memo)?;
     let reporter = super::reporter(args.json);
-    let gpu_stack = recipe.steps.iter().any(|s| matches!(s.kind, crate::recipe::StepKind::Cuda(_)));
+    let gpu_stack = recipe
+        .steps
+        .iter()
+        .any(|s| matches!(s.kind, crate::recipe::StepKind::Cuda(_)));
     if gpu_stack && !args.no_doctor && plan.count("stale") > 0 {
         super::preflight::run(settings, &recipe, reporter.as_ref())?;
     }
-    let jobs = args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let mem_budget = crate::host::available_memory_bytes().unwrap_or(u64::MAX);
     let ctx = StepContext {
         memo: &memo,
@@ -37,7 +49,14 @@ pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
         cache_dir: settings.cache_dir.clone(),
         state_dir: settings.state_dir.clone(),
     };
-    engine::execute(&recipe, &plan, &state, &ctx, reporter.as_ref(), &ExecOptions { jobs, mem_budget })?;
+    engine::execute(
+        &recipe,
+        &plan,
+        &state,
+        &ctx,
+        reporter.as_ref(),
+        &ExecOptions { jobs, mem_budget },
+    )?;
     if args.no_serve || recipe.profiles.is_empty() || !args.only.is_empty() {
         return Ok(0);
     }

@@ -29,7 +29,10 @@ pub struct RunSummary {
 
 impl RunSummary {
     pub fn ran(&self) -> usize {
-        self.outcomes.iter().filter(|(_, o)| *o == Outcome::Ran).count()
+        self.outcomes
+            .iter()
+            .filter(|(_, o)| *o == Outcome::Ran)
+            .count()
     }
 }
 
@@ -70,7 +73,9 @@ pub fn execute(
             Status::Stale(_) => states[i] = State::Pending,
             Status::Skipped(why) => {
                 digests.insert(p.id.clone(), "skipped".into());
-                summary.outcomes.push((p.id.clone(), Outcome::Skipped(why.clone())));
+                summary
+                    .outcomes
+                    .push((p.id.clone(), Outcome::Skipped(why.clone())));
             }
             Status::Fresh | Status::NotSelected => {
                 if let Some(fp) = &p.fingerprint {
@@ -89,7 +94,12 @@ pub fn execute(
         reporter.step_finished(id, outcome, Duration::ZERO);
     }
 
-    let index: BTreeMap<&str, usize> = recipe.steps.iter().enumerate().map(|(i, s)| (s.id.as_str(), i)).collect();
+    let index: BTreeMap<&str, usize> = recipe
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.id.as_str(), i))
+        .collect();
     let mut first_error: Option<Error> = None;
     let (tx, rx) = mpsc::channel::<Finished>();
     std::thread::scope(|scope| {
@@ -101,15 +111,27 @@ pub fn execute(
                 if states[i] != State::Pending {
                     continue;
                 }
-                if let Some(dep) = recipe.steps[i].needs.iter().find(|d| matches!(states[index[d.as_str()]], State::Failed | State::Missing)) {
+                if let Some(dep) = recipe.steps[i]
+                    .needs
+                    .iter()
+                    .find(|d| matches!(states[index[d.as_str()]], State::Failed | State::Missing))
+                {
                     states[i] = State::Failed;
                     let why = if plan.steps[index[dep.as_str()]].status == Status::NotSelected {
-                        format!("dependency `{dep}` has never completed; run it first (drop --only)")
+                        format!(
+                            "dependency `{dep}` has never completed; run it first (drop --only)"
+                        )
                     } else {
                         format!("dependency `{dep}` failed")
                     };
-                    reporter.step_finished(&recipe.steps[i].id, &Outcome::NotRun(why.clone()), Duration::ZERO);
-                    summary.outcomes.push((recipe.steps[i].id.clone(), Outcome::NotRun(why)));
+                    reporter.step_finished(
+                        &recipe.steps[i].id,
+                        &Outcome::NotRun(why.clone()),
+                        Duration::ZERO,
+                    );
+                    summary
+                        .outcomes
+                        .push((recipe.steps[i].id.clone(), Outcome::NotRun(why)));
                 }
             }
             if first_error.is_none() {
@@ -119,7 +141,10 @@ pub fn execute(
                     }
                     let step = &recipe.steps[i];
                     let ready = states[i] == State::Pending
-                        && step.needs.iter().all(|d| states[index[d.as_str()]] == State::Done);
+                        && step
+                            .needs
+                            .iter()
+                            .all(|d| states[index[d.as_str()]] == State::Done);
                     let mem = step.mem_per_job.unwrap_or(0);
                     if !ready || (running > 0 && mem_in_use + mem > opts.mem_budget) {
                         continue;
@@ -127,14 +152,22 @@ pub fn execute(
                     states[i] = State::Running;
                     running += 1;
                     mem_in_use += mem;
-                    let deps: BTreeMap<String, String> =
-                        step.needs.iter().map(|d| (d.clone(), digests.get(d).cloned().unwrap_or_default())).collect();
+                    let deps: BTreeMap<String, String> = step
+                        .needs
+                        .iter()
+                        .map(|d| (d.clone(), digests.get(d).cloned().unwrap_or_default()))
+                        .collect();
                     let tx = tx.clone();
                     let forced = plan.steps[i].forced;
                     scope.spawn(move || {
                         let t = Instant::now();
                         let (result, digest) = run_one(step, deps, forced, state, ctx, reporter);
-                        let _ = tx.send(Finished { index: i, result, digest, elapsed: t.elapsed() });
+                        let _ = tx.send(Finished {
+                            index: i,
+                            result,
+                            digest,
+                            elapsed: t.elapsed(),
+                        });
                     });
                 }
             }
@@ -194,7 +227,9 @@ fn run_one(
     let digest = Some(fp.digest.clone());
     if !forced {
         if let Some(r) = state.receipt(&step.id) {
-            if explain_change(&r.fingerprint, &fp).is_none() && crate::steps::check(step, &mut std::io::sink()).is_ok() {
+            if explain_change(&r.fingerprint, &fp).is_none()
+                && crate::steps::check(step, &mut std::io::sink()).is_ok()
+            {
                 return (Ok(Outcome::UpToDate), digest);
             }
         }
@@ -204,13 +239,16 @@ fn run_one(
         // The old receipt no longer describes what is on disk once the step starts again.
         state.remove_receipt(&step.id)?;
         create_dir(log_path.parent().expect("logs live in a directory"))?;
-        let mut log = File::create(&log_path).map_err(|e| Error::io(format!("cannot create {}", log_path.display()), e))?;
+        let mut log = File::create(&log_path)
+            .map_err(|e| Error::io(format!("cannot create {}", log_path.display()), e))?;
         let started = Instant::now();
         let mut attempt = 1;
         loop {
             reporter.step_started(&step.id, step.kind.name(), attempt);
-            let outcome = crate::steps::execute(step, ctx, &mut log, &mut |line| reporter.step_output(&step.id, line))
-                .and_then(|_| crate::steps::check(step, &mut log));
+            let outcome = crate::steps::execute(step, ctx, &mut log, &mut |line| {
+                reporter.step_output(&step.id, line)
+            })
+            .and_then(|_| crate::steps::check(step, &mut log));
             match outcome {
                 Ok(()) => break,
                 Err(e) if attempt > step.retries => return Err(e),
@@ -224,7 +262,9 @@ fn run_one(
         state.write_receipt(&Receipt {
             step: step.id.clone(),
             fingerprint: fp,
-            finished_unix: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            finished_unix: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
             duration_ms: started.elapsed().as_millis() as u64,
             kiln_version: env!("CARGO_PKG_VERSION").to_string(),
         })?;
@@ -237,12 +277,39 @@ fn run_one(
 /// Attach the step id, log path and output tail to an error for the final report.
 fn with_log(e: Error, id: &str, log: &std::path::Path) -> Error {
     match e {
-        Error::StepFailed { step, reason, tail, .. } => Error::StepFailed { step, reason, log: Some(log.to_path_buf()), tail },
+        Error::StepFailed {
+            step,
+            reason,
+            tail,
+            hint,
+            ..
+        } => Error::StepFailed {
+            step,
+            reason,
+            log: Some(log.to_path_buf()),
+            tail,
+            hint,
+        },
         other => {
             let tail = std::fs::read_to_string(log)
-                .map(|t| t.lines().rev().take(crate::process::TAIL_LINES).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n"))
+                .map(|t| {
+                    t.lines()
+                        .rev()
+                        .take(crate::process::TAIL_LINES)
+                        .collect::<Vec<_>>()
+                        .into_iter()
+                        .rev()
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
                 .unwrap_or_default();
-            Error::StepFailed { step: id.to_string(), reason: other.render().trim_start_matches("error: ").to_string(), log: Some(log.to_path_buf()), tail }
+            Error::StepFailed {
+                step: id.to_string(),
+                reason: other.to_string(),
+                log: Some(log.to_path_buf()),
+                tail,
+                hint: other.hint(),
+            }
         }
     }
 }

@@ -35,7 +35,11 @@ struct Definition<'a> {
 }
 
 /// Compute a step's fingerprint given its dependencies' digests.
-pub fn compute(step: &Step, deps: BTreeMap<String, String>, memo: &HashMemo) -> Result<Fingerprint> {
+pub fn compute(
+    step: &Step,
+    deps: BTreeMap<String, String>,
+    memo: &HashMemo,
+) -> Result<Fingerprint> {
     let definition = sha256_bytes(
         &serde_json::to_vec(&Definition {
             kind: &step.kind,
@@ -85,7 +89,10 @@ fn expand_inputs(pattern: &str) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let matches: Vec<PathBuf> = match glob::glob(pattern) {
         Ok(paths) => paths.filter_map(|p| p.ok()).collect(),
-        Err(_) => vec![PathBuf::from(pattern)].into_iter().filter(|p| p.exists()).collect(),
+        Err(_) => vec![PathBuf::from(pattern)]
+            .into_iter()
+            .filter(|p| p.exists())
+            .collect(),
     };
     for m in matches {
         walk(&m, &mut out);
@@ -127,7 +134,11 @@ pub fn explain_change(then: &Fingerprint, now: &Fingerprint) -> Option<String> {
     Some("its fingerprint changed".into())
 }
 
-fn diff_maps(then: &BTreeMap<String, String>, now: &BTreeMap<String, String>, what: &str) -> Option<String> {
+fn diff_maps(
+    then: &BTreeMap<String, String>,
+    now: &BTreeMap<String, String>,
+    what: &str,
+) -> Option<String> {
     for (k, v) in now {
         match then.get(k) {
             None => return Some(format!("{what} {k} was added")),

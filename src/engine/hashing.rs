@@ -76,7 +76,8 @@ impl HashMemo {
 
     /// sha256 of `path`, reusing the memo when the file's stat is unchanged.
     pub fn file(&self, path: &Path) -> Result<String> {
-        let meta = std::fs::metadata(path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        let meta = std::fs::metadata(path)
+            .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
         let stamp = |sha256: String| Stamp {
             len: meta.len(),
             mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
@@ -86,23 +87,35 @@ impl HashMemo {
         };
         let probe = stamp(String::new());
         if let Some(s) = self.entries.lock().expect("memo lock").get(path) {
-            if (Stamp { sha256: String::new(), ..s.clone() }) == probe {
+            if (Stamp {
+                sha256: String::new(),
+                ..s.clone()
+            }) == probe
+            {
                 return Ok(s.sha256.clone());
             }
         }
-        let f = File::open(path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-        let (sha, _) = sha256_reader(f).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-        self.entries.lock().expect("memo lock").insert(path.to_path_buf(), stamp(sha.clone()));
+        let f = File::open(path)
+            .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        let (sha, _) = sha256_reader(f)
+            .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        self.entries
+            .lock()
+            .expect("memo lock")
+            .insert(path.to_path_buf(), stamp(sha.clone()));
         *self.dirty.lock().expect("memo lock") = true;
         Ok(sha)
     }
 
     pub fn save(&self) -> Result<()> {
-        let Some(path) = &self.path else { return Ok(()) };
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
         if !*self.dirty.lock().expect("memo lock") {
             return Ok(());
         }
-        let bytes = serde_json::to_vec(&*self.entries.lock().expect("memo lock")).expect("memo serializes");
+        let bytes =
+            serde_json::to_vec(&*self.entries.lock().expect("memo lock")).expect("memo serializes");
         write_atomic(path, &bytes)
     }
 }

@@ -67,18 +67,32 @@ pub struct Plan {
 
 impl Plan {
     pub fn count(&self, label: &str) -> usize {
-        self.steps.iter().filter(|s| s.status.label() == label).count()
+        self.steps
+            .iter()
+            .filter(|s| s.status.label() == label)
+            .count()
     }
 }
 
 /// Compute the plan of `recipe` against the receipts in `state`.
-pub fn plan(recipe: &Recipe, state: &StateDir, facts: &Facts, sel: &Selection, memo: &HashMemo) -> Result<Plan> {
+pub fn plan(
+    recipe: &Recipe,
+    state: &StateDir,
+    facts: &Facts,
+    sel: &Selection,
+    memo: &HashMemo,
+) -> Result<Plan> {
     let ids: Vec<&str> = recipe.steps.iter().map(|s| s.id.as_str()).collect();
     for name in sel.only.iter().chain(&sel.force).chain(&sel.from) {
         if !ids.contains(&name.as_str()) {
-            let hint = did_you_mean(name, ids.iter().copied())
-                .map_or(format!("steps of `{}`: {}", recipe.name, ids.join(", ")), |b| format!("did you mean `{b}`?"));
-            return Err(Error::usage(format!("no step `{name}` in recipe `{}`", recipe.name), Some(hint)));
+            let hint = did_you_mean(name, ids.iter().copied()).map_or(
+                format!("steps of `{}`: {}", recipe.name, ids.join(", ")),
+                |b| format!("did you mean `{b}`?"),
+            );
+            return Err(Error::usage(
+                format!("no step `{name}` in recipe `{}`", recipe.name),
+                Some(hint),
+            ));
         }
     }
     let needs: BTreeMap<&str, Vec<&str>> = recipe
@@ -86,7 +100,11 @@ pub fn plan(recipe: &Recipe, state: &StateDir, facts: &Facts, sel: &Selection, m
         .iter()
         .map(|s| (s.id.as_str(), s.needs.iter().map(String::as_str).collect()))
         .collect();
-    let from: BTreeSet<&str> = sel.from.as_deref().map(|f| graph::downstream(f, &needs)).unwrap_or_default();
+    let from: BTreeSet<&str> = sel
+        .from
+        .as_deref()
+        .map(|f| graph::downstream(f, &needs))
+        .unwrap_or_default();
     let lookup = |key: &str| -> Option<String> {
         match key.strip_prefix("var.") {
             Some(v) => recipe.vars.get(v).cloned(),
@@ -100,7 +118,12 @@ pub fn plan(recipe: &Recipe, state: &StateDir, facts: &Facts, sel: &Selection, m
         let deps: BTreeMap<String, String> = step
             .needs
             .iter()
-            .map(|d| (d.clone(), digests.get(d.as_str()).cloned().unwrap_or_default()))
+            .map(|d| {
+                (
+                    d.clone(),
+                    digests.get(d.as_str()).cloned().unwrap_or_default(),
+                )
+            })
             .collect();
         let forced = sel.force.contains(&step.id) || from.contains(step.id.as_str());
         let mut planned = PlannedStep {
@@ -115,7 +138,8 @@ pub fn plan(recipe: &Recipe, state: &StateDir, facts: &Facts, sel: &Selection, m
         };
         if let Some(w) = &step.when {
             if !w.expr.eval(&lookup) {
-                planned.status = Status::Skipped(format!("`when = \"{}\"` is false on this host", w.text));
+                planned.status =
+                    Status::Skipped(format!("`when = \"{}\"` is false on this host", w.text));
                 digests.insert(&step.id, "skipped".into());
                 out.push(planned);
                 continue;
@@ -138,9 +162,20 @@ pub fn plan(recipe: &Recipe, state: &StateDir, facts: &Facts, sel: &Selection, m
     })
 }
 
-fn staleness(state: &StateDir, id: &str, check: &Option<Check>, fp: &Fingerprint, forced: bool, sel: &Selection) -> Status {
+fn staleness(
+    state: &StateDir,
+    id: &str,
+    check: &Option<Check>,
+    fp: &Fingerprint,
+    forced: bool,
+    sel: &Selection,
+) -> Status {
     if forced {
-        let why = if sel.force.iter().any(|f| f == id) { "--force" } else { "--from" };
+        let why = if sel.force.iter().any(|f| f == id) {
+            "--force"
+        } else {
+            "--from"
+        };
         return Status::Stale(format!("forced by {why}"));
     }
     let Some(receipt) = state.receipt(id) else {

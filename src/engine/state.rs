@@ -54,7 +54,10 @@ impl StateDir {
     pub fn receipt(&self, step: &str) -> Option<Receipt> {
         // Not `fs::read`: its size-hint `statx` is a tenth of a no-op plan's syscalls.
         let mut bytes = Vec::with_capacity(2048);
-        File::open(self.receipt_path(step)).ok()?.read_to_end(&mut bytes).ok()?;
+        File::open(self.receipt_path(step))
+            .ok()?
+            .read_to_end(&mut bytes)
+            .ok()?;
         serde_json::from_slice(&bytes).ok()
     }
 
@@ -65,7 +68,9 @@ impl StateDir {
 
     pub fn remove_receipt(&self, step: &str) -> Result<()> {
         match std::fs::remove_file(self.receipt_path(step)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("cannot remove a receipt", e)),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(Error::io("cannot remove a receipt", e))
+            }
             _ => Ok(()),
         }
     }
@@ -89,13 +94,18 @@ impl StateDir {
                     .map(|s| s.trim().to_string())
                     .filter(|s| !s.is_empty())
                     .map_or(String::new(), |pid| format!(" (pid {pid})"));
-                return Err(Error::Locked { path: self.root.clone(), holder });
+                return Err(Error::Locked {
+                    path: self.root.clone(),
+                    holder,
+                });
             }
             Err(std::fs::TryLockError::Error(e)) => {
                 return Err(Error::io(format!("cannot lock {}", path.display()), e))
             }
         }
-        file.set_len(0).and_then(|_| write!(file, "{}", std::process::id())).map_err(|e| Error::io("cannot write the lock file", e))?;
+        file.set_len(0)
+            .and_then(|_| write!(file, "{}", std::process::id()))
+            .map_err(|e| Error::io("cannot write the lock file", e))?;
         // A run killed inside `write_atomic` leaves its temp file; no writer is alive now.
         if let Ok(entries) = std::fs::read_dir(self.run_dir().join("receipts")) {
             for e in entries.flatten() {
@@ -116,7 +126,8 @@ pub struct RunLock {
 }
 
 pub fn create_dir(path: &Path) -> Result<()> {
-    std::fs::create_dir_all(path).map_err(|e| Error::io(format!("cannot create {}", path.display()), e))
+    std::fs::create_dir_all(path)
+        .map_err(|e| Error::io(format!("cannot create {}", path.display()), e))
 }
 
 /// Write `bytes` to `path` so readers see the old content or the new, never a mix.

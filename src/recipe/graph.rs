@@ -4,7 +4,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Order nodes so that every node comes after its needs, keeping declaration order otherwise.
 /// On a cycle, returns the ids along it (first id repeated at the end).
-pub fn topo_order(ids: &[&str], needs: &BTreeMap<&str, Vec<&str>>) -> Result<Vec<usize>, Vec<String>> {
+pub fn topo_order(
+    ids: &[&str],
+    needs: &BTreeMap<&str, Vec<&str>>,
+) -> Result<Vec<usize>, Vec<String>> {
     let index: BTreeMap<&str, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
     #[derive(Clone, Copy, PartialEq)]
     enum Mark {
@@ -29,7 +32,8 @@ pub fn topo_order(ids: &[&str], needs: &BTreeMap<&str, Vec<&str>>) -> Result<Vec
             Mark::Done => return Ok(()),
             Mark::Active => {
                 let from = path.iter().position(|&p| p == n).unwrap_or(0);
-                let mut cycle: Vec<String> = path[from..].iter().map(|&p| ids[p].to_string()).collect();
+                let mut cycle: Vec<String> =
+                    path[from..].iter().map(|&p| ids[p].to_string()).collect();
                 cycle.push(ids[n].to_string());
                 return Err(cycle);
             }
@@ -55,7 +59,10 @@ pub fn topo_order(ids: &[&str], needs: &BTreeMap<&str, Vec<&str>>) -> Result<Vec
 }
 
 /// `start` and every step that (transitively) needs it.
-pub fn downstream<'a>(start: &'a str, needs: &BTreeMap<&'a str, Vec<&'a str>>) -> BTreeSet<&'a str> {
+pub fn downstream<'a>(
+    start: &'a str,
+    needs: &BTreeMap<&'a str, Vec<&'a str>>,
+) -> BTreeSet<&'a str> {
     let mut set = BTreeSet::from([start]);
     loop {
         let before = set.len();
@@ -78,7 +85,11 @@ mod tests {
     fn orders_dependencies_first() {
         let ids = ["c", "a", "b"];
         let needs = BTreeMap::from([("c", vec!["b"]), ("b", vec!["a"]), ("a", vec![])]);
-        let order: Vec<&str> = topo_order(&ids, &needs).unwrap().iter().map(|&i| ids[i]).collect();
+        let order: Vec<&str> = topo_order(&ids, &needs)
+            .unwrap()
+            .iter()
+            .map(|&i| ids[i])
+            .collect();
         assert_eq!(order, ["a", "b", "c"]);
         assert_eq!(downstream("b", &needs), BTreeSet::from(["b", "c"]));
     }

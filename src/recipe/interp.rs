@@ -228,7 +228,10 @@ mod tests {
         assert_eq!(expand("${arch|major}", false), "12");
         let t = Template::parse("${host.gpu.cc:-9.0|nodot}").unwrap();
         let v = t.vars().next().unwrap();
-        assert_eq!((v.name.as_str(), v.default.as_deref()), ("host.gpu.cc", Some("9.0")));
+        assert_eq!(
+            (v.name.as_str(), v.default.as_deref()),
+            ("host.gpu.cc", Some("9.0"))
+        );
     }
 
     #[test]
@@ -242,9 +245,15 @@ mod tests {
     #[test]
     fn syntax_errors_point_at_the_reference() {
         let e = Template::parse("a ${oops").unwrap_err();
-        assert_eq!((e.offset, e.message.as_str()), (2, "unclosed `${` in interpolation"));
+        assert_eq!(
+            (e.offset, e.message.as_str()),
+            (2, "unclosed `${` in interpolation")
+        );
         let e = Template::parse("${x|nodott}").unwrap_err();
         assert_eq!(e.message, "unknown filter `nodott`");
-        assert_eq!(Template::parse("cost $5").unwrap().parts, [Part::Lit("cost $5".into())]);
+        assert_eq!(
+            Template::parse("cost $5").unwrap().parts,
+            [Part::Lit("cost $5".into())]
+        );
     }
 }

@@ -32,18 +32,32 @@ pub(super) struct Loaded {
 /// Load a recipe by path or shipped name (`None`: the default recipe).
 pub fn load(spec: Option<&str>, opts: &LoadOptions) -> Result<Recipe> {
     let origin = resolve(spec)?;
+    let shipped_root = opts.state_dir.join("shipped");
+    if matches!(origin, Origin::Embedded(_)) {
+        shipped::materialize(&shipped_root)?;
+    }
     let mut loaded = Loaded {
         sources: Sources::default(),
         files: Vec::new(),
     };
     let mut seen = Vec::new();
-    read_tree(&origin, None, &mut loaded, &mut Vec::new(), &mut seen)?;
+    read_tree(
+        &origin,
+        None,
+        &mut loaded,
+        &mut Vec::new(),
+        &mut seen,
+        &shipped_root,
+    )?;
     validate::build(loaded, opts)
 }
 
 fn resolve(spec: Option<&str>) -> Result<Origin> {
     let Some(spec) = spec else {
-        return Ok(Origin::Embedded(format!("recipes/{}.toml", shipped::DEFAULT)));
+        return Ok(Origin::Embedded(format!(
+            "recipes/{}.toml",
+            shipped::DEFAULT
+        )));
     };
     let path = Path::new(spec);
     if path.exists() || spec.contains('/') || spec.ends_with(".toml") {
@@ -65,6 +79,7 @@ fn read_tree(
     loaded: &mut Loaded,
     stack: &mut Vec<Origin>,
     seen: &mut Vec<Origin>,
+    shipped_root: &Path,
 ) -> Result<()> {
     let located = |loaded: &Loaded, message: String, hint: &str| -> Error {
         match &imported_at {
@@ -76,14 +91,15 @@ fn read_tree(
             None => Error::usage(message, Some(hint.to_string())),
         }
     };
-    if stack.contains(origin) {
+    let identity = identity(origin);
+    if stack.contains(&identity) {
         return Err(located(
             loaded,
             "import cycle: this file is already being imported".into(),
             "remove one of the imports that lead back here",
         ));
     }
-    if seen.contains(origin) {
+    if seen.contains(&identity) {
         return Ok(());
     }
     let file = match origin {
@@ -94,19 +110,18 @@ fn read_tree(
                     format!("cannot read imported file {}: {e}", path.display()),
                     "imports are relative to the importing file",
                 ),
-                None => Error::Io {
-                    context: format!("cannot read recipe {}", path.display()),
-                    source: e,
-                },
+                None => Error::usage(
+                    format!("cannot read recipe {}: {e}", path.display()),
+                    Some(format!(
+                        "shipped recipes: {}; or pass the path of a recipe file",
+                        shipped::recipe_names().join(", ")
+                    )),
+                ),
             })?;
             SourceFile {
                 path: path.clone(),
                 text,
-                dir: Some(
-                    path.parent()
-                        .map(Path::to_path_buf)
-                        .unwrap_or_default(),
-                ),
+                dir: Some(path.parent().map(Path::to_path_buf).unwrap_or_default()),
             }
         }
         Origin::Embedded(key) => {
@@ -120,13 +135,14 @@ fn read_tree(
             SourceFile {
                 path: PathBuf::from(format!("<kiln>/{key}")),
                 text: text.to_string(),
-                dir: None,
+                // Materialized copies of the shipped files: companion scripts resolve there.
+                dir: shipped_root.join(key).parent().map(Path::to_path_buf),
             }
         }
     };
     let id = loaded.sources.add(file);
     let parsed: wire::File = loaded.sources.parse(id)?;
-    stack.push(origin.clone());
+    stack.push(identity.clone());
     let imports: Vec<_> = parsed
         .recipe
         .as_ref()
@@ -140,15 +156,35 @@ fn read_tree(
                     .join(import.get_ref()),
             ),
             Origin::Embedded(key) => Origin::Embedded(normalize(
-                &Path::new(key).parent().unwrap_or(Path::new("")).join(import.get_ref()),
+                &Path::new(key)
+                    .parent()
+                    .unwrap_or(Path::new(""))
+                    .join(import.get_ref()),
             )),
         };
-        read_tree(&target, Some((id, import.span())), loaded, stack, seen)?;
+        read_tree(
+            &target,
+            Some((id, import.span())),
+            loaded,
+            stack,
+            seen,
+            shipped_root,
+        )?;
     }
     stack.pop();
-    seen.push(origin.clone());
+    seen.push(identity);
     loaded.files.push((id, parsed));
     Ok(())
+}
+
+/// What makes two origins the same file: `lib/../a.toml` and `a.toml` are one file.
+fn identity(origin: &Origin) -> Origin {
+    match origin {
+        Origin::Disk(path) => {
+            Origin::Disk(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()))
+        }
+        Origin::Embedded(_) => origin.clone(),
+    }
 }
 
 /// `recipes/../toolchains/x.toml` → `toolchains/x.toml`.

@@ -10,7 +10,7 @@ pub struct SourceFile {
     /// The path as shown to the user (`<embedded>/recipes/x.toml` for shipped recipes).
     pub path: PathBuf,
     pub text: String,
-    /// The directory relative paths resolve against; `None` for embedded files.
+    /// The directory relative paths resolve against (for shipped files: their materialized copy).
     pub dir: Option<PathBuf>,
 }
 
@@ -117,33 +117,56 @@ fn explain(message: &str) -> (String, Option<String>) {
             let (found, expected) = rest.rsplit_once(", expected ").unwrap_or((rest, ""));
             let (wanted, hint) = expected_type(expected);
             if prefix == "invalid value: " {
-                return (format!("invalid value: expected {wanted}, found {found}"), Some(format!("use {wanted}")));
+                return (
+                    format!("invalid value: expected {wanted}, found {found}"),
+                    Some(format!("use {wanted}")),
+                );
             }
-            return (format!("wrong type: expected {wanted}, found {found}"), Some(hint));
+            return (
+                format!("wrong type: expected {wanted}, found {found}"),
+                Some(hint),
+            );
         }
     }
-    if message.starts_with("invalid basic string") || message.starts_with("invalid literal string") {
+    if message.starts_with("invalid basic string") || message.starts_with("invalid literal string")
+    {
         return (
             message.to_string(),
             Some("a string must end with its quote on the same line (use `\"\"\"` for text over several lines)".into()),
         );
     }
     if message.starts_with("duplicate key") {
-        return (message.to_string(), Some("each key may appear once per table".into()));
+        return (
+            message.to_string(),
+            Some("each key may appear once per table".into()),
+        );
     }
-    (message.to_string(), Some("see docs/recipes.md for the recipe format".into()))
+    (
+        message.to_string(),
+        Some("see docs/recipes.md for the recipe format".into()),
+    )
 }
-
 
 /// serde's name for an expected type → words for a person, and how to write such a value.
 fn expected_type(expected: &str) -> (String, String) {
     let (wanted, hint) = match expected {
-        "u32" | "u64" | "usize" => ("a whole number ≥ 0", "write a number without quotes, e.g. `3`"),
+        "u32" | "u64" | "usize" => (
+            "a whole number ≥ 0",
+            "write a number without quotes, e.g. `3`",
+        ),
         "a sequence" => ("a list", "write a list in brackets, e.g. `[\"a\", \"b\"]`"),
-        "a boolean" => ("`true` or `false`", "write `true` or `false` without quotes"),
+        "a boolean" => (
+            "`true` or `false`",
+            "write `true` or `false` without quotes",
+        ),
         "a string" => ("a string", "put the value in quotes, e.g. `\"8\"`"),
         "a map" => ("a table", "write a table, e.g. `{ KEY = \"value\" }`"),
-        other => return (other.to_string(), "see docs/recipes.md for the recipe format".into()),
+        other => {
+            return (
+                other.to_string(),
+                "see docs/recipes.md for the recipe format".into(),
+            )
+        }
     };
     (wanted.to_string(), hint.to_string())
 }

@@ -21,7 +21,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             'd' => 86400,
             _ => return Err(format!("unknown duration unit `{c}`")),
         };
-        let n: u64 = num.parse().map_err(|_| "a unit needs a number before it".to_string())?;
+        let n: u64 = num
+            .parse()
+            .map_err(|_| "a unit needs a number before it".to_string())?;
         total += n * unit;
         num.clear();
     }
@@ -33,7 +35,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let n: f64 = num
         .parse()
@@ -44,7 +48,11 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "M" | "MB" | "MiB" => 1 << 20,
         "G" | "GB" | "GiB" => 1 << 30,
         "T" | "TB" | "TiB" => 1 << 40,
-        u => return Err(format!("unknown size unit `{u}` (use KiB, MiB, GiB or TiB)")),
+        u => {
+            return Err(format!(
+                "unknown size unit `{u}` (use KiB, MiB, GiB or TiB)"
+            ))
+        }
     };
     Ok((n * mult as f64) as u64)
 }

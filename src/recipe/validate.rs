@@ -7,14 +7,23 @@ use std::path::{Path, PathBuf};
 use toml::Spanned;
 
 use super::interp::{Quoting, Template, VarRef};
-use super::load::{Loaded, LoadOptions};
+use super::load::{LoadOptions, Loaded};
 use super::source::{Loc, Sources};
-use super::{graph, units, when, wire, Check, Cmd, CudaStep, Profile, PythonStep, Recipe, SitePackages, Step, StepKind, When};
+use super::{
+    graph, units, when, wire, Check, Cmd, CudaStep, Profile, PythonStep, Recipe, SitePackages,
+    Step, StepKind, When,
+};
 use crate::diagnostic::{did_you_mean, Diagnostic};
 use crate::error::{Error, Result};
 use crate::host::FACT_KEYS;
 
-const BUILTINS: &[&str] = &["kiln.state_dir", "kiln.cache_dir", "kiln.work_dir", "recipe.dir", "recipe.name"];
+const BUILTINS: &[&str] = &[
+    "kiln.state_dir",
+    "kiln.cache_dir",
+    "kiln.work_dir",
+    "recipe.dir",
+    "recipe.name",
+];
 
 /// A variable's definition: its template and where it was written (None: `--set`).
 /// `template: None` is a required variable without a value; `help` says what to give it.
@@ -47,8 +56,14 @@ pub(super) fn build(loaded: Loaded, opts: &LoadOptions) -> Result<Recipe> {
                 .file_stem()
                 .map_or("recipe".into(), |s| s.to_string_lossy().into_owned())
         });
-    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-        let loc = meta.and_then(|m| m.name.as_ref()).map(|n| sources.loc(*root_id, n.span()));
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        let loc = meta
+            .and_then(|m| m.name.as_ref())
+            .map(|n| sources.loc(*root_id, n.span()));
         let msg = format!("invalid recipe name `{name}`");
         let hint = "names use letters, digits, `-`, `_` and `.` (they name a state directory)";
         return Err(match loc {
@@ -59,7 +74,13 @@ pub(super) fn build(loaded: Loaded, opts: &LoadOptions) -> Result<Recipe> {
     let recipe_dir = sources.files[*root_id]
         .dir
         .clone()
-        .map(|d| if d.as_os_str().is_empty() { PathBuf::from(".") } else { d })
+        .map(|d| {
+            if d.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                d
+            }
+        })
         .unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
     let recipe_dir = std::fs::canonicalize(&recipe_dir).unwrap_or(recipe_dir);
     let work_dir = opts.state_dir.join("work").join(&name);
@@ -90,18 +111,39 @@ pub(super) fn build(loaded: Loaded, opts: &LoadOptions) -> Result<Recipe> {
         if !r.defs.contains_key(key) {
             let hint = match did_you_mean(key, r.defs.keys().map(String::as_str)) {
                 Some(best) => format!("did you mean `--set {best}=...`?"),
-                None => format!("variables of this recipe: {}", r.defs.keys().cloned().collect::<Vec<_>>().join(", ")),
+                None => format!(
+                    "variables of this recipe: {}",
+                    r.defs.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
             };
-            return Err(Error::usage(format!("`--set {key}=...`: the recipe has no variable `{key}`"), Some(hint)));
+            return Err(Error::usage(
+                format!("`--set {key}=...`: the recipe has no variable `{key}`"),
+                Some(hint),
+            ));
         }
         let template = Template::parse(value).map_err(|e| {
-            Error::usage(format!("`--set {key}=...`: {}", e.message), Some(e.hint.to_string()))
+            Error::usage(
+                format!("`--set {key}=...`: {}", e.message),
+                Some(e.hint.to_string()),
+            )
         })?;
         let help = r.defs.get(key).and_then(|d| d.help.clone());
-        r.defs.insert(key.clone(), VarDef { template: Some(template), loc: None, help });
+        r.defs.insert(
+            key.clone(),
+            VarDef {
+                template: Some(template),
+                loc: None,
+                help,
+            },
+        );
     }
     // Required variables without a value fail only where something uses them.
-    let var_names: Vec<String> = r.defs.iter().filter(|(_, d)| d.template.is_some()).map(|(k, _)| k.clone()).collect();
+    let var_names: Vec<String> = r
+        .defs
+        .iter()
+        .filter(|(_, d)| d.template.is_some())
+        .map(|(k, _)| k.clone())
+        .collect();
     for key in &var_names {
         r.var(key)?;
     }
@@ -122,7 +164,11 @@ pub(super) fn build(loaded: Loaded, opts: &LoadOptions) -> Result<Recipe> {
     for (file, s) in &all_steps {
         let loc = sources.loc(*file, s.id.span());
         let id = s.id.get_ref().as_str();
-        if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        if id.is_empty()
+            || !id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
             return Err(sources
                 .diag(loc, format!("invalid step id `{id}`"))
                 .with_hint("step ids use letters, digits, `-`, `_` and `.`")
@@ -132,7 +178,12 @@ pub(super) fn build(loaded: Loaded, opts: &LoadOptions) -> Result<Recipe> {
             let d = sources.diag(*first, "");
             return Err(sources
                 .diag(loc, format!("duplicate step id `{id}`"))
-                .with_hint(format!("it is first defined at {}:{}:{}; step ids must be unique", d.file.display(), d.line, d.col))
+                .with_hint(format!(
+                    "it is first defined at {}:{}:{}; step ids must be unique",
+                    d.file.display(),
+                    d.line,
+                    d.col
+                ))
                 .into());
         }
         first_at.insert(id, loc);
@@ -140,13 +191,22 @@ pub(super) fn build(loaded: Loaded, opts: &LoadOptions) -> Result<Recipe> {
     // Output paths first: other steps may interpolate `${steps.ID.path}`.
     for (file, s) in &all_steps {
         if let Some(path) = output_path(&mut r, *file, s, &work_dir)? {
-            r.step_paths.insert(s.id.get_ref().clone(), path.display().to_string());
+            r.step_paths
+                .insert(s.id.get_ref().clone(), path.display().to_string());
         }
     }
 
     let mut steps = Vec::with_capacity(all_steps.len());
     for (file, s) in &all_steps {
-        steps.push(step(&mut r, *file, s, &recipe_env, &work_dir, &recipe_dir, &first_at)?);
+        steps.push(step(
+            &mut r,
+            *file,
+            s,
+            &recipe_env,
+            &work_dir,
+            &recipe_dir,
+            &first_at,
+        )?);
     }
     let steps = order(sources, &all_steps, steps)?;
 
@@ -196,36 +256,77 @@ fn is_missing_required(e: &Error) -> bool {
 /// A `[vars]` entry: a string template, a number or boolean, or `{ help = "...", default = "..." }`
 /// (no `default`: required).
 fn var_def(sources: &Sources, loc: Loc, key: &str, value: &toml::Value) -> Result<VarDef> {
-    let literal = |v: &toml::Value| Template { parts: vec![super::interp::Part::Lit(v.to_string())] };
+    let literal = |v: &toml::Value| Template {
+        parts: vec![super::interp::Part::Lit(v.to_string())],
+    };
     let template = match value {
         toml::Value::String(s) => Some(parse_template(sources, loc, s)?),
-        toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => Some(literal(value)),
+        toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => {
+            Some(literal(value))
+        }
         toml::Value::Table(t) => {
-            if let Some(bad) = t.keys().find(|k| !["help", "default"].contains(&k.as_str())) {
-                let hint = did_you_mean(bad, ["help", "default"]).map_or("keys: help, default".to_string(), |b| format!("did you mean `{b}`?"));
-                return Err(sources.diag(loc, format!("unknown key `{bad}` in variable `{key}`")).with_hint(hint).into());
+            if let Some(bad) = t
+                .keys()
+                .find(|k| !["help", "default"].contains(&k.as_str()))
+            {
+                let hint = did_you_mean(bad, ["help", "default"])
+                    .map_or("keys: help, default".to_string(), |b| {
+                        format!("did you mean `{b}`?")
+                    });
+                return Err(sources
+                    .diag(loc, format!("unknown key `{bad}` in variable `{key}`"))
+                    .with_hint(hint)
+                    .into());
             }
             let help = match t.get("help") {
                 Some(toml::Value::String(h)) => Some(h.clone()),
                 None => None,
-                Some(_) => return Err(sources.diag(loc, format!("`help` of variable `{key}` must be a string")).with_hint("e.g. `{ help = \"path to the model\" }`").into()),
+                Some(_) => {
+                    return Err(sources
+                        .diag(loc, format!("`help` of variable `{key}` must be a string"))
+                        .with_hint("e.g. `{ help = \"path to the model\" }`")
+                        .into())
+                }
             };
             let template = match t.get("default") {
                 Some(toml::Value::String(s)) => Some(parse_template(sources, loc, s)?),
-                Some(v @ (toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_))) => Some(literal(v)),
+                Some(
+                    v @ (toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_)),
+                ) => Some(literal(v)),
                 None => None,
-                Some(_) => return Err(sources.diag(loc, format!("`default` of variable `{key}` must be a string, number or boolean")).with_hint("use a string").into()),
+                Some(_) => {
+                    return Err(sources
+                        .diag(
+                            loc,
+                            format!(
+                                "`default` of variable `{key}` must be a string, number or boolean"
+                            ),
+                        )
+                        .with_hint("use a string")
+                        .into())
+                }
             };
-            return Ok(VarDef { template, loc: Some(loc), help });
+            return Ok(VarDef {
+                template,
+                loc: Some(loc),
+                help,
+            });
         }
-        _ => {
-            return Err(sources
-                .diag(loc, format!("variable `{key}` must be a string, number or boolean"))
-                .with_hint("lists are not variables; use a string, or `{ help = \"...\" }` for a required one")
-                .into())
-        }
+        _ => return Err(sources
+            .diag(
+                loc,
+                format!("variable `{key}` must be a string, number or boolean"),
+            )
+            .with_hint(
+                "lists are not variables; use a string, or `{ help = \"...\" }` for a required one",
+            )
+            .into()),
     };
-    Ok(VarDef { template, loc: Some(loc), help: None })
+    Ok(VarDef {
+        template,
+        loc: Some(loc),
+        help: None,
+    })
 }
 
 fn parse_template(sources: &Sources, loc: Loc, text: &str) -> Result<Template> {
@@ -233,7 +334,14 @@ fn parse_template(sources: &Sources, loc: Loc, text: &str) -> Result<Template> {
         let start = sources.string_offset(loc, e.offset);
         let end = sources.string_offset(loc, e.offset + e.len);
         sources
-            .diag(Loc { file: loc.file, start, end }, e.message)
+            .diag(
+                Loc {
+                    file: loc.file,
+                    start,
+                    end,
+                },
+                e.message,
+            )
             .with_hint(e.hint)
             .into()
     })
@@ -278,7 +386,14 @@ impl Resolver<'_> {
                     let start = sources.string_offset(loc, v.offset);
                     let end = sources.string_offset(loc, v.offset + v.len);
                     sources
-                        .diag(Loc { file: loc.file, start, end }, msg)
+                        .diag(
+                            Loc {
+                                file: loc.file,
+                                start,
+                                end,
+                            },
+                            msg,
+                        )
                         .with_hint(hint)
                         .into()
                 }
@@ -288,8 +403,14 @@ impl Resolver<'_> {
         if let Some(fact) = v.name.strip_prefix("host.") {
             if !FACT_KEYS.contains(&fact) {
                 let hint = did_you_mean(fact, FACT_KEYS.iter().copied())
-                    .map_or(format!("host facts: {}", FACT_KEYS.join(", ")), |b| format!("did you mean `host.{b}`?"));
-                return Err(fail(self.sources, format!("unknown host fact `{fact}`"), hint));
+                    .map_or(format!("host facts: {}", FACT_KEYS.join(", ")), |b| {
+                        format!("did you mean `host.{b}`?")
+                    });
+                return Err(fail(
+                    self.sources,
+                    format!("unknown host fact `{fact}`"),
+                    hint,
+                ));
             }
             return match self.opts.facts.get(fact).or_else(|| v.default.clone()) {
                 Some(value) => Ok(value),
@@ -307,7 +428,10 @@ impl Resolver<'_> {
             return Ok(b.clone());
         }
         if let Some(rest) = v.name.strip_prefix("steps.") {
-            if let Some(p) = rest.strip_suffix(".path").and_then(|id| self.step_paths.get(id)) {
+            if let Some(p) = rest
+                .strip_suffix(".path")
+                .and_then(|id| self.step_paths.get(id))
+            {
                 return Ok(p.clone());
             }
             return Err(fail(
@@ -330,12 +454,21 @@ impl Resolver<'_> {
         if let Some(d) = &v.default {
             return Ok(d.clone());
         }
-        let names: Vec<&str> = self.defs.keys().map(String::as_str).chain(BUILTINS.iter().copied()).collect();
+        let names: Vec<&str> = self
+            .defs
+            .keys()
+            .map(String::as_str)
+            .chain(BUILTINS.iter().copied())
+            .collect();
         let hint = match did_you_mean(&v.name, names.iter().copied()) {
             Some(best) => format!("did you mean `${{{best}}}`?"),
             None => "define it under [vars], or write `$$` for a literal `$`".into(),
         };
-        Err(fail(self.sources, format!("unknown variable `{}`", v.name), hint))
+        Err(fail(
+            self.sources,
+            format!("unknown variable `{}`", v.name),
+            hint,
+        ))
     }
 
     fn expand(&mut self, file: usize, s: &Spanned<String>) -> Result<String> {
@@ -352,12 +485,22 @@ impl Resolver<'_> {
         Ok(base.join(self.expand(file, s)?))
     }
 
-    fn diag(&self, file: usize, span: std::ops::Range<usize>, msg: impl Into<String>) -> Diagnostic {
+    fn diag(
+        &self,
+        file: usize,
+        span: std::ops::Range<usize>,
+        msg: impl Into<String>,
+    ) -> Diagnostic {
         self.sources.diag(self.sources.loc(file, span), msg)
     }
 }
 
-fn output_path(r: &mut Resolver, file: usize, s: &wire::Step, work_dir: &Path) -> Result<Option<PathBuf>> {
+fn output_path(
+    r: &mut Resolver,
+    file: usize,
+    s: &wire::Step,
+    work_dir: &Path,
+) -> Result<Option<PathBuf>> {
     match s.kind.get_ref().as_str() {
         "fetch" => download_path(r, file, s),
         "extract" => match &s.dest {
@@ -373,11 +516,17 @@ fn output_path(r: &mut Resolver, file: usize, s: &wire::Step, work_dir: &Path) -
 
 /// Where a downloaded file lands: `<cache>/downloads/<sha256>/<filename>`.
 fn download_path(r: &mut Resolver, file: usize, s: &wire::Step) -> Result<Option<PathBuf>> {
-    let (Some(url), Some(sha)) = (&s.url, &s.sha256) else { return Ok(None) };
+    let (Some(url), Some(sha)) = (&s.url, &s.sha256) else {
+        return Ok(None);
+    };
     let sha = r.expand(file, sha)?;
     if sha.len() != 64 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
         return Err(r
-            .diag(file, s.sha256.as_ref().expect("checked").span(), "`sha256` must be 64 hex digits")
+            .diag(
+                file,
+                s.sha256.as_ref().expect("checked").span(),
+                "`sha256` must be 64 hex digits",
+            )
             .with_hint("compute it with `sha256sum FILE`")
             .into());
     }
@@ -385,13 +534,23 @@ fn download_path(r: &mut Resolver, file: usize, s: &wire::Step) -> Result<Option
         Some(f) => r.expand(file, f)?,
         None => {
             let u = r.expand(file, url)?;
-            u.rsplit('/').next().unwrap_or_default().split(['?', '#']).next().unwrap_or_default().to_string()
+            u.rsplit('/')
+                .next()
+                .unwrap_or_default()
+                .split(['?', '#'])
+                .next()
+                .unwrap_or_default()
+                .to_string()
         }
     };
     if filename.is_empty() || filename == ".." || filename.contains('/') {
         let span = s.filename.as_ref().map_or(url.span(), |f| f.span());
         return Err(r
-            .diag(file, span, format!("cannot use `{filename}` as a file name"))
+            .diag(
+                file,
+                span,
+                format!("cannot use `{filename}` as a file name"),
+            )
             .with_hint("set `filename = \"name.tar.gz\"` (no `/`)")
             .into());
     }
@@ -419,43 +578,93 @@ fn step(
     let Some((_, extra_keys)) = wire::STEP_KINDS.iter().find(|(k, _)| *k == kind_name) else {
         let kinds: Vec<&str> = wire::STEP_KINDS.iter().map(|(k, _)| *k).collect();
         let hint = did_you_mean(kind_name, kinds.iter().copied())
-            .map_or(format!("step kinds: {}", kinds.join(", ")), |b| format!("did you mean `{b}`?"));
-        return Err(r.diag(file, s.kind.span(), format!("unknown step kind `{kind_name}`")).with_hint(hint).into());
+            .map_or(format!("step kinds: {}", kinds.join(", ")), |b| {
+                format!("did you mean `{b}`?")
+            });
+        return Err(r
+            .diag(
+                file,
+                s.kind.span(),
+                format!("unknown step kind `{kind_name}`"),
+            )
+            .with_hint(hint)
+            .into());
     };
     for (key, span) in kind_specific_keys(s) {
         if !extra_keys.contains(&key) {
-            let owner = wire::STEP_KINDS.iter().find(|(_, ks)| ks.contains(&key)).map_or("another", |(k, _)| *k);
+            let owner = wire::STEP_KINDS
+                .iter()
+                .find(|(_, ks)| ks.contains(&key))
+                .map_or("another", |(k, _)| *k);
             return Err(r
-                .diag(file, span, format!("`{key}` does not apply to a `{kind_name}` step"))
-                .with_hint(format!("`{key}` belongs to `{owner}` steps; keys for `{kind_name}`: {}", extra_keys.join(", ")))
+                .diag(
+                    file,
+                    span,
+                    format!("`{key}` does not apply to a `{kind_name}` step"),
+                )
+                .with_hint(format!(
+                    "`{key}` belongs to `{owner}` steps; keys for `{kind_name}`: {}",
+                    extra_keys.join(", ")
+                ))
                 .into());
         }
     }
     let missing = |r: &Resolver, key: &str, example: &str| -> Error {
         let _ = &r;
-        r.diag(file, s.kind.span(), format!("a `{kind_name}` step needs `{key}`"))
-            .with_hint(format!("add `{key} = {example}`"))
-            .into()
+        let article = if kind_name.starts_with(['a', 'e', 'i', 'o', 'u']) {
+            "an"
+        } else {
+            "a"
+        };
+        r.diag(
+            file,
+            s.kind.span(),
+            format!("{article} `{kind_name}` step needs `{key}`"),
+        )
+        .with_hint(format!("add `{key} = {example}`"))
+        .into()
     };
     let cwd = step_cwd(r, file, s, work_dir)?;
     let shell = s.shell.as_ref().is_some_and(|b| *b.get_ref());
     let mut needs: Vec<String> = Vec::new();
     for n in &s.needs {
         if !ids.contains_key(n.get_ref().as_str()) {
-            let hint = did_you_mean(n.get_ref(), ids.keys().copied())
-                .map_or("`needs` names the ids of other steps".to_string(), |b| format!("did you mean `{b}`?"));
-            return Err(r.diag(file, n.span(), format!("unknown step `{}` in `needs`", n.get_ref())).with_hint(hint).into());
+            let hint = did_you_mean(n.get_ref(), ids.keys().copied()).map_or_else(
+                || {
+                    format!(
+                        "`needs` names other steps: {}",
+                        ids.keys().copied().collect::<Vec<_>>().join(", ")
+                    )
+                },
+                |b| format!("did you mean `{b}`?"),
+            );
+            return Err(r
+                .diag(
+                    file,
+                    n.span(),
+                    format!("unknown step `{}` in `needs`", n.get_ref()),
+                )
+                .with_hint(hint)
+                .into());
         }
         if n.get_ref() == s.id.get_ref() {
-            return Err(r.diag(file, n.span(), "a step cannot need itself").with_hint("remove it from `needs`").into());
+            return Err(r
+                .diag(file, n.span(), "a step cannot need itself")
+                .with_hint("remove it from `needs`")
+                .into());
         }
         needs.push(n.get_ref().clone());
     }
 
     let kind = match kind_name {
         "run" => {
-            let cmd = s.cmd.as_ref().ok_or_else(|| missing(r, "cmd", "[\"program\", \"arg\"]"))?;
-            StepKind::Run { cmd: command(r, file, cmd, shell)? }
+            let cmd = s
+                .cmd
+                .as_ref()
+                .ok_or_else(|| missing(r, "cmd", "[\"program\", \"arg\"]"))?;
+            StepKind::Run {
+                cmd: command(r, file, cmd, shell)?,
+            }
         }
         "fetch" => {
             let (url, sha256, path) = download(r, file, s, &missing)?;
@@ -463,7 +672,10 @@ fn step(
         }
         "python" => StepKind::Python(python_step(r, file, s, &cwd, &missing)?),
         "patch" => {
-            let set = s.set.as_ref().ok_or_else(|| missing(r, "set", "\"sglang-0.5.9-sm120\""))?;
+            let set = s
+                .set
+                .as_ref()
+                .ok_or_else(|| missing(r, "set", "\"sglang-0.5.9-sm120\""))?;
             let name = r.expand(file, set)?;
             let text = if Path::new(&name).is_file() {
                 std::fs::read_to_string(&name).ok()
@@ -472,32 +684,60 @@ fn step(
             };
             let Some(text) = text else {
                 let names = crate::patch::shipped::names();
-                let hint = did_you_mean(&name, names.iter().copied())
-                    .map_or(format!("shipped patch sets: {}; or give a path", names.join(", ")), |b| format!("did you mean `{b}`?"));
-                return Err(r.diag(file, set.span(), format!("no patch set `{name}`")).with_hint(hint).into());
+                let hint = did_you_mean(&name, names.iter().copied()).map_or(
+                    format!("shipped patch sets: {}; or give a path", names.join(", ")),
+                    |b| format!("did you mean `{b}`?"),
+                );
+                return Err(r
+                    .diag(file, set.span(), format!("no patch set `{name}`"))
+                    .with_hint(hint)
+                    .into());
             };
             let site_packages = match (&s.venv, &s.site_packages) {
                 (Some(v), None) => SitePackages::Venv(r.path(file, v, &cwd)?),
                 (None, Some(d)) => SitePackages::Dir(r.path(file, d, &cwd)?),
                 (Some(v), Some(_)) => {
-                    return Err(r.diag(file, v.span(), "give either `venv` or `site_packages`, not both").with_hint("`venv` finds site-packages through its python").into())
+                    return Err(r
+                        .diag(
+                            file,
+                            v.span(),
+                            "give either `venv` or `site_packages`, not both",
+                        )
+                        .with_hint("`venv` finds site-packages through its python")
+                        .into())
                 }
-                (None, None) => return Err(missing(r, "venv", "\"${venv}\" (or `site_packages = \"...\"`)")),
+                (None, None) => {
+                    return Err(missing(
+                        r,
+                        "venv",
+                        "\"${venv}\" (or `site_packages = \"...\"`)",
+                    ))
+                }
             };
-            StepKind::Patch { set: name, set_sha256: crate::engine::hashing::sha256_bytes(text.as_bytes()), site_packages }
+            StepKind::Patch {
+                set: name,
+                set_sha256: crate::engine::hashing::sha256_bytes(text.as_bytes()),
+                site_packages,
+            }
         }
         "cuda" => {
             let (url, sha256, runfile) = download(r, file, s, &missing)?;
-            let required = |r: &mut Resolver, v: &Option<Spanned<String>>, key: &str, ex: &str| match v {
-                Some(v) => r.expand(file, v),
-                None => Err(missing(r, key, ex)),
-            };
+            let required =
+                |r: &mut Resolver, v: &Option<Spanned<String>>, key: &str, ex: &str| match v {
+                    Some(v) => r.expand(file, v),
+                    None => Err(missing(r, key, ex)),
+                };
             StepKind::Cuda(CudaStep {
                 url,
                 sha256,
                 runfile,
                 version: required(r, &s.version, "version", "\"13.0.1\"")?,
-                install_path: PathBuf::from(required(r, &s.install_path, "install_path", "\"/usr/local/cuda-13.0\"")?),
+                install_path: PathBuf::from(required(
+                    r,
+                    &s.install_path,
+                    "install_path",
+                    "\"/usr/local/cuda-13.0\"",
+                )?),
                 link: match &s.link {
                     Some(l) => r.path(file, l, &cwd)?,
                     None => PathBuf::from("/usr/local/cuda"),
@@ -506,14 +746,30 @@ fn step(
             })
         }
         _ => {
-            let dest = s.dest.as_ref().ok_or_else(|| missing(r, "dest", "\"dir\""))?;
+            let dest = s
+                .dest
+                .as_ref()
+                .ok_or_else(|| missing(r, "dest", "\"dir\""))?;
             let archive = match (&s.from, &s.archive) {
                 (Some(from), None) => {
                     let id = from.get_ref();
-                    let Some(p) = r.step_paths.get(id).filter(|_| ids.contains_key(id.as_str())) else {
+                    let Some(p) = r
+                        .step_paths
+                        .get(id)
+                        .filter(|_| ids.contains_key(id.as_str()))
+                    else {
                         let hint = did_you_mean(id, ids.keys().copied())
-                            .map_or("`from` names a fetch step".to_string(), |b| format!("did you mean `{b}`?"));
-                        return Err(r.diag(file, from.span(), format!("`from` names no fetch step `{id}`")).with_hint(hint).into());
+                            .map_or("`from` names a fetch step".to_string(), |b| {
+                                format!("did you mean `{b}`?")
+                            });
+                        return Err(r
+                            .diag(
+                                file,
+                                from.span(),
+                                format!("`from` names no fetch step `{id}`"),
+                            )
+                            .with_hint(hint)
+                            .into());
                     };
                     let p = PathBuf::from(p);
                     if !needs.contains(id) {
@@ -523,9 +779,18 @@ fn step(
                 }
                 (None, Some(a)) => r.path(file, a, &cwd)?,
                 (Some(f), Some(_)) => {
-                    return Err(r.diag(file, f.span(), "give either `from` or `archive`, not both").with_hint("`from` names a fetch step; `archive` is a path").into())
+                    return Err(r
+                        .diag(file, f.span(), "give either `from` or `archive`, not both")
+                        .with_hint("`from` names a fetch step; `archive` is a path")
+                        .into())
                 }
-                (None, None) => return Err(missing(r, "from", "\"<fetch step id>\" (or `archive = \"path\"`)")),
+                (None, None) => {
+                    return Err(missing(
+                        r,
+                        "from",
+                        "\"<fetch step id>\" (or `archive = \"path\"`)",
+                    ))
+                }
             };
             StepKind::Extract {
                 archive,
@@ -546,8 +811,17 @@ fn step(
     let check = match &s.check {
         None => None,
         Some(c) => Some(match c.get_ref() {
-            wire::Check::Paths(p) => Check::Paths(p.iter().map(|x| r.path(file, x, &cwd)).collect::<Result<_>>()?),
-            wire::Check::Command(cmd) => Check::Cmd(command(r, file, &Spanned::new(c.span(), cmd.clone()), shell)?),
+            wire::Check::Paths(p) => Check::Paths(
+                p.iter()
+                    .map(|x| r.path(file, x, &cwd))
+                    .collect::<Result<_>>()?,
+            ),
+            wire::Check::Command(cmd) => Check::Cmd(command(
+                r,
+                file,
+                &Spanned::new(c.span(), cmd.clone()),
+                shell,
+            )?),
         }),
     };
     let when = match &s.when {
@@ -556,11 +830,17 @@ fn step(
     };
     let timeout = match &s.timeout {
         None => None,
-        Some(t) => Some(units::parse_duration(t.get_ref()).map_err(|m| r.diag(file, t.span(), m).with_hint("e.g. `timeout = \"30m\"`"))?),
+        Some(t) => Some(units::parse_duration(t.get_ref()).map_err(|m| {
+            r.diag(file, t.span(), m)
+                .with_hint("e.g. `timeout = \"30m\"`")
+        })?),
     };
     let mem_per_job = match &s.mem_per_job {
         None => None,
-        Some(m) => Some(units::parse_size(m.get_ref()).map_err(|e| r.diag(file, m.span(), e).with_hint("e.g. `mem_per_job = \"9GiB\"`"))?),
+        Some(m) => Some(units::parse_size(m.get_ref()).map_err(|e| {
+            r.diag(file, m.span(), e)
+                .with_hint("e.g. `mem_per_job = \"9GiB\"`")
+        })?),
     };
     Ok(Step {
         id: s.id.get_ref().clone(),
@@ -585,17 +865,29 @@ fn download(
     s: &wire::Step,
     missing: &dyn Fn(&Resolver, &str, &str) -> Error,
 ) -> Result<(String, String, PathBuf)> {
-    let url = s.url.as_ref().ok_or_else(|| missing(r, "url", "\"https://...\""))?;
-    s.sha256.as_ref().ok_or_else(|| missing(r, "sha256", "\"<64 hex digits>\""))?;
+    let url = s
+        .url
+        .as_ref()
+        .ok_or_else(|| missing(r, "url", "\"https://...\""))?;
+    s.sha256
+        .as_ref()
+        .ok_or_else(|| missing(r, "sha256", "\"<64 hex digits>\""))?;
     let url_text = r.expand(file, url)?;
-    if !["http://", "https://", "file://"].iter().any(|p| url_text.starts_with(p)) {
+    if !["http://", "https://", "file://"]
+        .iter()
+        .any(|p| url_text.starts_with(p))
+    {
         return Err(r
             .diag(file, url.span(), format!("unsupported URL `{url_text}`"))
             .with_hint("use an http://, https:// or file:// URL")
             .into());
     }
     let path = download_path(r, file, s)?.expect("url and sha256 are present");
-    let sha = path.parent().and_then(|p| p.file_name()).map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let sha = path
+        .parent()
+        .and_then(|p| p.file_name())
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
     Ok((url_text, sha, path))
 }
 
@@ -606,10 +898,16 @@ fn python_step(
     cwd: &Path,
     missing: &dyn Fn(&Resolver, &str, &str) -> Error,
 ) -> Result<PythonStep> {
-    let venv = s.venv.as_ref().ok_or_else(|| missing(r, "venv", "\"${prefix}/venv\""))?;
-    let list = |r: &mut Resolver, v: &Option<Spanned<Vec<Spanned<String>>>>| -> Result<Vec<String>> {
-        v.as_ref().map_or(Ok(Vec::new()), |l| l.get_ref().iter().map(|x| r.expand(file, x)).collect())
-    };
+    let venv = s
+        .venv
+        .as_ref()
+        .ok_or_else(|| missing(r, "venv", "\"${prefix}/venv\""))?;
+    let list =
+        |r: &mut Resolver, v: &Option<Spanned<Vec<Spanned<String>>>>| -> Result<Vec<String>> {
+            v.as_ref().map_or(Ok(Vec::new()), |l| {
+                l.get_ref().iter().map(|x| r.expand(file, x)).collect()
+            })
+        };
     let install = list(r, &s.install)?;
     let build = list(r, &s.build)?;
     if let Some(b) = &s.build {
@@ -629,12 +927,23 @@ fn python_step(
             None => "python3".into(),
         },
         install,
-        index_url: s.index_url.as_ref().map(|u| r.expand(file, u)).transpose()?,
+        index_url: s
+            .index_url
+            .as_ref()
+            .map(|u| r.expand(file, u))
+            .transpose()?,
         extra_index_urls: list(r, &s.extra_index_urls)?,
         build,
         build_isolation: s.build_isolation.as_ref().is_none_or(|b| *b.get_ref()),
-        system_site_packages: s.system_site_packages.as_ref().is_some_and(|b| *b.get_ref()),
-        verify: s.verify.as_ref().map(|v| r.expand_as(file, v, Quoting::Python)).transpose()?,
+        system_site_packages: s
+            .system_site_packages
+            .as_ref()
+            .is_some_and(|b| *b.get_ref()),
+        verify: s
+            .verify
+            .as_ref()
+            .map(|v| r.expand_as(file, v, Quoting::Python))
+            .transpose()?,
         sass: match &s.sass {
             Some(x) => {
                 let x = x.get_ref();
@@ -674,7 +983,10 @@ fn condition(r: &mut Resolver, file: usize, w: &Spanned<String>) -> Result<When>
     };
     let expr = when::parse(w.get_ref()).map_err(|e| {
         r.sources
-            .diag(at(e.offset, 1), format!("invalid `when` condition: {}", e.message))
+            .diag(
+                at(e.offset, 1),
+                format!("invalid `when` condition: {}", e.message),
+            )
             .with_hint("e.g. `when = \"gpu.cc >= 12.0 and os == 'linux'\"`")
     })?;
     for ident in expr.idents() {
@@ -685,58 +997,143 @@ fn condition(r: &mut Resolver, file: usize, w: &Spanned<String>) -> Result<When>
         if !ok {
             let mut names: Vec<String> = FACT_KEYS.iter().map(|s| s.to_string()).collect();
             names.extend(r.defs.keys().map(|k| format!("var.{k}")));
-            let hint = did_you_mean(&ident.name, names.iter().map(String::as_str))
-                .map_or(format!("conditions use host facts ({}) or `var.NAME`", FACT_KEYS.join(", ")), |b| format!("did you mean `{b}`?"));
-            return Err(r.sources.diag(at(ident.offset, ident.name.len()), format!("unknown fact `{}` in `when`", ident.name)).with_hint(hint).into());
+            let hint = did_you_mean(&ident.name, names.iter().map(String::as_str)).map_or(
+                format!(
+                    "conditions use host facts ({}) or `var.NAME`",
+                    FACT_KEYS.join(", ")
+                ),
+                |b| format!("did you mean `{b}`?"),
+            );
+            return Err(r
+                .sources
+                .diag(
+                    at(ident.offset, ident.name.len()),
+                    format!("unknown fact `{}` in `when`", ident.name),
+                )
+                .with_hint(hint)
+                .into());
         }
     }
-    Ok(When { text: w.get_ref().clone(), expr })
+    Ok(When {
+        text: w.get_ref().clone(),
+        expr,
+    })
 }
 
 fn kind_specific_keys(s: &wire::Step) -> Vec<(&'static str, std::ops::Range<usize>)> {
     let mut v = Vec::new();
-    if let Some(x) = &s.cmd { v.push(("cmd", x.span())) }
-    if let Some(x) = &s.shell { v.push(("shell", x.span())) }
-    if let Some(x) = &s.url { v.push(("url", x.span())) }
-    if let Some(x) = &s.sha256 { v.push(("sha256", x.span())) }
-    if let Some(x) = &s.filename { v.push(("filename", x.span())) }
-    if let Some(x) = &s.from { v.push(("from", x.span())) }
-    if let Some(x) = &s.archive { v.push(("archive", x.span())) }
-    if let Some(x) = &s.dest { v.push(("dest", x.span())) }
-    if let Some(x) = &s.strip_components { v.push(("strip_components", x.span())) }
-    if let Some(x) = &s.venv { v.push(("venv", x.span())) }
-    if let Some(x) = &s.python { v.push(("python", x.span())) }
-    if let Some(x) = &s.install { v.push(("install", x.span())) }
-    if let Some(x) = &s.index_url { v.push(("index_url", x.span())) }
-    if let Some(x) = &s.extra_index_urls { v.push(("extra_index_urls", x.span())) }
-    if let Some(x) = &s.build { v.push(("build", x.span())) }
-    if let Some(x) = &s.build_isolation { v.push(("build_isolation", x.span())) }
-    if let Some(x) = &s.system_site_packages { v.push(("system_site_packages", x.span())) }
-    if let Some(x) = &s.verify { v.push(("verify", x.span())) }
-    if let Some(x) = &s.sass { v.push(("sass", x.span())) }
-    if let Some(x) = &s.version { v.push(("version", x.span())) }
-    if let Some(x) = &s.set { v.push(("set", x.span())) }
-    if let Some(x) = &s.site_packages { v.push(("site_packages", x.span())) }
-    if let Some(x) = &s.install_path { v.push(("install_path", x.span())) }
-    if let Some(x) = &s.link { v.push(("link", x.span())) }
-    if let Some(x) = &s.driver_floor { v.push(("driver_floor", x.span())) }
+    if let Some(x) = &s.cmd {
+        v.push(("cmd", x.span()))
+    }
+    if let Some(x) = &s.shell {
+        v.push(("shell", x.span()))
+    }
+    if let Some(x) = &s.url {
+        v.push(("url", x.span()))
+    }
+    if let Some(x) = &s.sha256 {
+        v.push(("sha256", x.span()))
+    }
+    if let Some(x) = &s.filename {
+        v.push(("filename", x.span()))
+    }
+    if let Some(x) = &s.from {
+        v.push(("from", x.span()))
+    }
+    if let Some(x) = &s.archive {
+        v.push(("archive", x.span()))
+    }
+    if let Some(x) = &s.dest {
+        v.push(("dest", x.span()))
+    }
+    if let Some(x) = &s.strip_components {
+        v.push(("strip_components", x.span()))
+    }
+    if let Some(x) = &s.venv {
+        v.push(("venv", x.span()))
+    }
+    if let Some(x) = &s.python {
+        v.push(("python", x.span()))
+    }
+    if let Some(x) = &s.install {
+        v.push(("install", x.span()))
+    }
+    if let Some(x) = &s.index_url {
+        v.push(("index_url", x.span()))
+    }
+    if let Some(x) = &s.extra_index_urls {
+        v.push(("extra_index_urls", x.span()))
+    }
+    if let Some(x) = &s.build {
+        v.push(("build", x.span()))
+    }
+    if let Some(x) = &s.build_isolation {
+        v.push(("build_isolation", x.span()))
+    }
+    if let Some(x) = &s.system_site_packages {
+        v.push(("system_site_packages", x.span()))
+    }
+    if let Some(x) = &s.verify {
+        v.push(("verify", x.span()))
+    }
+    if let Some(x) = &s.sass {
+        v.push(("sass", x.span()))
+    }
+    if let Some(x) = &s.version {
+        v.push(("version", x.span()))
+    }
+    if let Some(x) = &s.set {
+        v.push(("set", x.span()))
+    }
+    if let Some(x) = &s.site_packages {
+        v.push(("site_packages", x.span()))
+    }
+    if let Some(x) = &s.install_path {
+        v.push(("install_path", x.span()))
+    }
+    if let Some(x) = &s.link {
+        v.push(("link", x.span()))
+    }
+    if let Some(x) = &s.driver_floor {
+        v.push(("driver_floor", x.span()))
+    }
     v
 }
 
 /// Dependency order; a cycle is reported at a `needs` entry on it.
-fn order(sources: &Sources, wire_steps: &[(usize, &wire::Step)], steps: Vec<Step>) -> Result<Vec<Step>> {
+fn order(
+    sources: &Sources,
+    wire_steps: &[(usize, &wire::Step)],
+    steps: Vec<Step>,
+) -> Result<Vec<Step>> {
     let ids: Vec<&str> = steps.iter().map(|s| s.id.as_str()).collect();
-    let needs = steps.iter().map(|s| (s.id.as_str(), s.needs.iter().map(String::as_str).collect())).collect();
+    let needs = steps
+        .iter()
+        .map(|s| (s.id.as_str(), s.needs.iter().map(String::as_str).collect()))
+        .collect();
     match graph::topo_order(&ids, &needs) {
         Ok(order) => {
             let mut slots: Vec<Option<Step>> = steps.into_iter().map(Some).collect();
-            Ok(order.into_iter().map(|i| slots[i].take().expect("each index once")).collect())
+            Ok(order
+                .into_iter()
+                .map(|i| slots[i].take().expect("each index once"))
+                .collect())
         }
         Err(cycle) => {
-            let (file, ws) = wire_steps.iter().find(|(_, w)| *w.id.get_ref() == cycle[0]).expect("cycle ids exist");
-            let span = ws.needs.iter().find(|n| *n.get_ref() == cycle[1]).map_or(ws.id.span(), |n| n.span());
+            let (file, ws) = wire_steps
+                .iter()
+                .find(|(_, w)| *w.id.get_ref() == cycle[0])
+                .expect("cycle ids exist");
+            let span = ws
+                .needs
+                .iter()
+                .find(|n| *n.get_ref() == cycle[1])
+                .map_or(ws.id.span(), |n| n.span());
             Err(sources
-                .diag(sources.loc(*file, span), format!("dependency cycle: {}", cycle.join(" → ")))
+                .diag(
+                    sources.loc(*file, span),
+                    format!("dependency cycle: {}", cycle.join(" → ")),
+                )
                 .with_hint("remove one of these `needs` so the steps can run in some order")
                 .into())
         }
@@ -755,11 +1152,23 @@ fn profile(
         Some(base) => {
             if !all.contains_key(base.get_ref()) {
                 let hint = did_you_mean(base.get_ref(), all.keys().map(String::as_str))
-                    .map_or("`extends` names another [profile.NAME]".into(), |b| format!("did you mean `{b}`?"));
-                return Err(r.diag(file, base.span(), format!("unknown profile `{}`", base.get_ref())).with_hint(hint).into());
+                    .map_or("`extends` names another [profile.NAME]".into(), |b| {
+                        format!("did you mean `{b}`?")
+                    });
+                return Err(r
+                    .diag(
+                        file,
+                        base.span(),
+                        format!("unknown profile `{}`", base.get_ref()),
+                    )
+                    .with_hint(hint)
+                    .into());
             }
             if stack.iter().any(|s| s == base.get_ref()) || base.get_ref() == name {
-                return Err(r.diag(file, base.span(), "profile `extends` cycle").with_hint("a profile cannot extend itself").into());
+                return Err(r
+                    .diag(file, base.span(), "profile `extends` cycle")
+                    .with_hint("a profile cannot extend itself")
+                    .into());
             }
             stack.push(name.to_string());
             let b = profile(r, all, base.get_ref(), stack)?;
@@ -769,7 +1178,10 @@ fn profile(
     };
     out.description = p.description.clone().or(out.description);
     if let Some(cmd) = &p.cmd {
-        out.cmd = cmd.iter().map(|a| r.expand(file, a)).collect::<Result<_>>()?;
+        out.cmd = cmd
+            .iter()
+            .map(|a| r.expand(file, a))
+            .collect::<Result<_>>()?;
     }
     for a in &p.args {
         out.args.push(r.expand(file, a)?);
@@ -786,16 +1198,25 @@ fn profile(
     if let Some(port) = &p.port {
         let text = r.expand(file, port)?;
         out.port = Some(text.trim().parse::<u16>().map_err(|_| {
-            r.diag(file, port.span(), format!("`port` must be a TCP port number, got `{text}`"))
-                .with_hint("write e.g. `port = \"30000\"` or `port = \"${port}\"`")
+            r.diag(
+                file,
+                port.span(),
+                format!("`port` must be a TCP port number, got `{text}`"),
+            )
+            .with_hint("write e.g. `port = \"30000\"` or `port = \"${port}\"`")
         })?);
     }
     if let Some(api) = &p.api {
         let text = r.expand(file, api)?;
         if !["sglang", "openai"].contains(&text.as_str()) {
-            let hint = did_you_mean(&text, ["sglang", "openai"])
-                .map_or("`api` is `sglang` (/generate) or `openai` (/v1/completions)".into(), |b| format!("did you mean `{b}`?"));
-            return Err(r.diag(file, api.span(), format!("unknown api `{text}`")).with_hint(hint).into());
+            let hint = did_you_mean(&text, ["sglang", "openai"]).map_or(
+                "`api` is `sglang` (/generate) or `openai` (/v1/completions)".into(),
+                |b| format!("did you mean `{b}`?"),
+            );
+            return Err(r
+                .diag(file, api.span(), format!("unknown api `{text}`"))
+                .with_hint(hint)
+                .into());
         }
         out.api = Some(text);
     }
@@ -803,7 +1224,11 @@ fn profile(
         let text = r.expand(file, ready)?;
         if !text.starts_with('/') {
             return Err(r
-                .diag(file, ready.span(), format!("`ready` must be a path on the server, got `{text}`"))
+                .diag(
+                    file,
+                    ready.span(),
+                    format!("`ready` must be a path on the server, got `{text}`"),
+                )
                 .with_hint("write e.g. `ready = \"/health_generate\"`")
                 .into());
         }
@@ -815,15 +1240,25 @@ fn profile(
     if let Some(base) = &p.baseline {
         if !all.contains_key(base.get_ref()) {
             let hint = did_you_mean(base.get_ref(), all.keys().map(String::as_str))
-                .map_or("`baseline` names another [profile.NAME]".into(), |b| format!("did you mean `{b}`?"));
-            return Err(r.diag(file, base.span(), format!("unknown profile `{}`", base.get_ref())).with_hint(hint).into());
+                .map_or("`baseline` names another [profile.NAME]".into(), |b| {
+                    format!("did you mean `{b}`?")
+                });
+            return Err(r
+                .diag(
+                    file,
+                    base.span(),
+                    format!("unknown profile `{}`", base.get_ref()),
+                )
+                .with_hint(hint)
+                .into());
         }
         out.baseline = Some(base.get_ref().clone());
     }
     if let Some(t) = &p.timeout {
         let text = r.expand(file, t)?;
         out.timeout = Some(units::parse_duration(&text).map_err(|e| {
-            r.diag(file, t.span(), format!("bad `timeout`: {e}")).with_hint("write e.g. `timeout = \"30m\"`")
+            r.diag(file, t.span(), format!("bad `timeout`: {e}"))
+                .with_hint("write e.g. `timeout = \"30m\"`")
         })?);
     }
     out.dir = PathBuf::from(&r.builtins["recipe.dir"]);

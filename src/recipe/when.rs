@@ -229,8 +229,9 @@ impl Expr {
             Expr::Or(a, b) => a.eval(lookup) || b.eval(lookup),
             Expr::And(a, b) => a.eval(lookup) && b.eval(lookup),
             Expr::Not(e) => !e.eval(lookup),
-            Expr::Truthy(i) => lookup(&i.name)
-                .is_some_and(|v| !v.is_empty() && v != "false" && v != "0"),
+            Expr::Truthy(i) => {
+                lookup(&i.name).is_some_and(|v| !v.is_empty() && v != "false" && v != "0")
+            }
             Expr::Cmp(i, op, rhs) => match lookup(&i.name) {
                 None => *op == Op::Ne,
                 Some(lhs) => {

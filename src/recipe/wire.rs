@@ -95,7 +95,9 @@ impl<'de> Visitor<'de> for CheckVisitor {
             }
             paths = Some(map.next_value::<Vec<Spanned<String>>>()?);
         }
-        paths.map(Check::Paths).ok_or_else(|| de::Error::missing_field("paths"))
+        paths
+            .map(Check::Paths)
+            .ok_or_else(|| de::Error::missing_field("paths"))
     }
 }
 
@@ -221,6 +223,14 @@ pub const STEP_KINDS: &[(&str, &[&str])] = &[
     ("patch", &["set", "venv", "site_packages"]),
     (
         "cuda",
-        &["url", "sha256", "filename", "version", "install_path", "link", "driver_floor"],
+        &[
+            "url",
+            "sha256",
+            "filename",
+            "version",
+            "install_path",
+            "link",
+            "driver_floor",
+        ],
     ),
 ];

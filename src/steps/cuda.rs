@@ -9,11 +9,22 @@ use crate::error::{Error, Result};
 use crate::process::{self, CommandSpec};
 use crate::recipe::{when::compare, CudaStep, Step};
 
-pub fn run(step: &Step, c: &CudaStep, ctx: &StepContext, log: &mut dyn Write, on_line: &mut dyn FnMut(&str)) -> Result<()> {
+pub fn run(
+    step: &Step,
+    c: &CudaStep,
+    ctx: &StepContext,
+    log: &mut dyn Write,
+    on_line: &mut dyn FnMut(&str),
+) -> Result<()> {
     check_driver(c, ctx)?;
     let _ = writeln!(log, "driver floor {} satisfied", c.driver_floor);
     if installed_version(&c.install_path).as_deref() == Some(c.version.as_str()) {
-        let _ = writeln!(log, "CUDA {} is already installed at {}: installer skipped", c.version, c.install_path.display());
+        let _ = writeln!(
+            log,
+            "CUDA {} is already installed at {}: installer skipped",
+            c.version,
+            c.install_path.display()
+        );
     } else {
         super::fetch::fetch(&c.url, &c.sha256, &c.runfile, log, ctx.memo)?;
         let mut spec = CommandSpec::new("sh", [c.runfile.display().to_string()]);
@@ -75,7 +86,12 @@ fn switch_link(step: &Step, c: &CudaStep, log: &mut dyn Write) -> Result<()> {
     let want: String = c.version.split('.').take(2).collect::<Vec<_>>().join(".");
     let got = nvcc_release(&c.link.join("bin/nvcc"));
     if got.as_deref() == Some(want.as_str()) {
-        let _ = writeln!(log, "{} → {}; nvcc reports release {want}", c.link.display(), c.install_path.display());
+        let _ = writeln!(
+            log,
+            "{} → {}; nvcc reports release {want}",
+            c.link.display(),
+            c.install_path.display()
+        );
         return Ok(());
     }
     restore_link(&c.link, before.as_deref())?;
@@ -88,6 +104,7 @@ fn switch_link(step: &Step, c: &CudaStep, log: &mut dyn Write) -> Result<()> {
             got.map_or("nothing".into(), |g| format!("release {g}"))
         ),
         log: None,
+        hint: None,
         tail: String::new(),
     })
 }
@@ -96,7 +113,9 @@ fn restore_link(link: &Path, before: Option<&Path>) -> Result<()> {
     match before {
         Some(old) => replace_link(link, old),
         None => match std::fs::remove_file(link) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(format!("cannot remove {}", link.display()), e)),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(Error::io(format!("cannot remove {}", link.display()), e))
+            }
             _ => Ok(()),
         },
     }
@@ -110,6 +129,8 @@ fn replace_link(link: &Path, target: &Path) -> Result<()> {
         std::process::id()
     ));
     let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(target, &tmp).map_err(|e| Error::io(format!("cannot create {}", tmp.display()), e))?;
-    std::fs::rename(&tmp, link).map_err(|e| Error::io(format!("cannot switch {}", link.display()), e))
+    std::os::unix::fs::symlink(target, &tmp)
+        .map_err(|e| Error::io(format!("cannot create {}", tmp.display()), e))?;
+    std::fs::rename(&tmp, link)
+        .map_err(|e| Error::io(format!("cannot switch {}", link.display()), e))
 }

@@ -19,9 +19,11 @@ pub fn extract(archive: &Path, dest: &Path, strip: u32, log: &mut dyn Write) -> 
     let _ = std::fs::remove_dir_all(&staging);
     let result = unpack(archive, &staging, strip, log).and_then(|count| {
         if dest.exists() {
-            std::fs::remove_dir_all(dest).map_err(|e| Error::io(format!("cannot replace {}", dest.display()), e))?;
+            std::fs::remove_dir_all(dest)
+                .map_err(|e| Error::io(format!("cannot replace {}", dest.display()), e))?;
         }
-        std::fs::rename(&staging, dest).map_err(|e| Error::io(format!("cannot move into {}", dest.display()), e))?;
+        std::fs::rename(&staging, dest)
+            .map_err(|e| Error::io(format!("cannot move into {}", dest.display()), e))?;
         let _ = writeln!(log, "extracted {count} entries into {}", dest.display());
         Ok(())
     });
@@ -49,7 +51,8 @@ fn unpack(archive: &Path, into: &Path, strip: u32, log: &mut dyn Write) -> Resul
     create_dir(into)?;
     let mut tar = tar::Archive::new(open(archive)?);
     tar.set_preserve_permissions(true);
-    let bad = |e: std::io::Error| Error::io(format!("cannot read archive {}", archive.display()), e);
+    let bad =
+        |e: std::io::Error| Error::io(format!("cannot read archive {}", archive.display()), e);
     let root = std::fs::canonicalize(into).map_err(bad)?;
     let mut count = 0;
     for entry in tar.entries().map_err(bad)? {
@@ -77,7 +80,9 @@ fn unpack(archive: &Path, into: &Path, strip: u32, log: &mut dyn Write) -> Resul
             // A directory on the way may be a symlink an earlier entry planted: stay inside.
             let real = std::fs::canonicalize(p).map_err(bad)?;
             if !real.starts_with(&root) {
-                return Err(unsafe_entry("it would be written through a link outside the destination"));
+                return Err(unsafe_entry(
+                    "it would be written through a link outside the destination",
+                ));
             }
         }
         entry.unpack(&out).map_err(bad)?;

@@ -11,7 +11,13 @@ use crate::engine::hashing::{hex, HashMemo};
 use crate::engine::state::create_dir;
 use crate::error::{Error, Result};
 
-pub fn fetch(url: &str, sha256: &str, path: &Path, log: &mut dyn Write, memo: &HashMemo) -> Result<()> {
+pub fn fetch(
+    url: &str,
+    sha256: &str,
+    path: &Path,
+    log: &mut dyn Write,
+    memo: &HashMemo,
+) -> Result<()> {
     if path.is_file() && memo.file(path)? == sha256 {
         let _ = writeln!(log, "cached: {}", path.display());
         return Ok(());
@@ -30,7 +36,8 @@ pub fn fetch(url: &str, sha256: &str, path: &Path, log: &mut dyn Write, memo: &H
             });
         }
         create_dir(dir)?;
-        std::fs::rename(tmp.path(), path).map_err(|e| Error::io(format!("cannot store {}", path.display()), e))
+        std::fs::rename(tmp.path(), path)
+            .map_err(|e| Error::io(format!("cannot store {}", path.display()), e))
     });
     // On any failure the temp file is removed by its guard; nothing reaches `dir`.
     drop(tmp);
@@ -58,26 +65,39 @@ fn tempfile_in(dir: &Path) -> Result<TempFile> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    Ok(TempFile(dir.join(format!(".partial-{}-{nanos}", std::process::id()))))
+    Ok(TempFile(
+        dir.join(format!(".partial-{}-{nanos}", std::process::id())),
+    ))
 }
 
 fn download(url: &str, to: &Path) -> Result<(String, u64)> {
-    let fail = |reason: String| Error::Download { url: url.to_string(), reason };
-    let (reader, expected): (Box<dyn Read>, Option<u64>) = if let Some(p) = url.strip_prefix("file://") {
-        let f = File::open(p).map_err(|e| fail(e.to_string()))?;
-        let len = f.metadata().ok().map(|m| m.len());
-        (Box::new(f), len)
-    } else {
-        let resp = ureq::get(url).call().map_err(|e| fail(e.to_string()))?;
-        let len = resp.header("content-length").and_then(|v| v.parse().ok());
-        (resp.into_reader(), len)
+    let fail = |reason: String| Error::Download {
+        url: url.to_string(),
+        reason,
     };
-    let mut out = File::create(to).map_err(|e| Error::io(format!("cannot write {}", to.display()), e))?;
-    let (sha, got) = copy_hashing(reader, &mut out).map_err(|e| fail(format!("transfer interrupted: {e}")))?;
-    out.sync_all().map_err(|e| Error::io("cannot flush a download", e))?;
+    let (reader, expected): (Box<dyn Read>, Option<u64>) =
+        if let Some(p) = url.strip_prefix("file://") {
+            let f = File::open(p).map_err(|e| fail(e.to_string()))?;
+            let len = f.metadata().ok().map(|m| m.len());
+            (Box::new(f), len)
+        } else {
+            let resp = ureq::get(url).call().map_err(|e| fail(e.to_string()))?;
+            let len = resp.header("content-length").and_then(|v| v.parse().ok());
+            (resp.into_reader(), len)
+        };
+    let mut out =
+        File::create(to).map_err(|e| Error::io(format!("cannot write {}", to.display()), e))?;
+    let (sha, got) =
+        copy_hashing(reader, &mut out).map_err(|e| fail(format!("transfer interrupted: {e}")))?;
+    out.sync_all()
+        .map_err(|e| Error::io("cannot flush a download", e))?;
     if let Some(n) = expected {
         if got != n {
-            return Err(Error::Truncated { url: url.to_string(), got, expected: n });
+            return Err(Error::Truncated {
+                url: url.to_string(),
+                got,
+                expected: n,
+            });
         }
     }
     Ok((sha, got))

@@ -27,17 +27,26 @@ pub struct StepContext<'a> {
 }
 
 /// Run one attempt of `step`, logging to `log`; `on_line` sees each output line.
-pub fn execute(step: &Step, ctx: &StepContext, log: &mut dyn Write, on_line: &mut dyn FnMut(&str)) -> Result<()> {
+pub fn execute(
+    step: &Step,
+    ctx: &StepContext,
+    log: &mut dyn Write,
+    on_line: &mut dyn FnMut(&str),
+) -> Result<()> {
     crate::engine::state::create_dir(&step.cwd)?;
     match &step.kind {
         StepKind::Run { cmd } => run::run(step, cmd, log, on_line),
         StepKind::Fetch { url, sha256, path } => fetch::fetch(url, sha256, path, log, ctx.memo),
-        StepKind::Extract { archive, dest, strip_components } => {
-            extract::extract(archive, dest, *strip_components, log)
-        }
+        StepKind::Extract {
+            archive,
+            dest,
+            strip_components,
+        } => extract::extract(archive, dest, *strip_components, log),
         StepKind::Python(p) => python::run(step, p, ctx, log, on_line),
         StepKind::Cuda(c) => cuda::run(step, c, ctx, log, on_line),
-        StepKind::Patch { set, site_packages, .. } => patch::run(step, set, site_packages, ctx, log),
+        StepKind::Patch {
+            set, site_packages, ..
+        } => patch::run(step, set, site_packages, ctx, log),
     }
 }
 
@@ -72,7 +81,8 @@ pub fn check(step: &Step, log: &mut dyn Write) -> Result<()> {
 pub fn build_env(step: &Step) -> std::collections::BTreeMap<String, String> {
     let mut env = step.env.clone();
     if let Some(jobs) = max_jobs(step) {
-        env.entry("MAX_JOBS".into()).or_insert_with(|| jobs.to_string());
+        env.entry("MAX_JOBS".into())
+            .or_insert_with(|| jobs.to_string());
     }
     env
 }

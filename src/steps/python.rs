@@ -20,17 +20,32 @@ enum Installer {
     Pip,
 }
 
-pub fn run(step: &Step, p: &PythonStep, ctx: &StepContext, log: &mut dyn Write, on_line: &mut dyn FnMut(&str)) -> Result<()> {
+pub fn run(
+    step: &Step,
+    p: &PythonStep,
+    ctx: &StepContext,
+    log: &mut dyn Write,
+    on_line: &mut dyn FnMut(&str),
+) -> Result<()> {
     let env = super::build_env(step);
-    let mut sh = |spec: CommandSpec, log: &mut dyn Write| run_spec(&step.id, &spec, step.timeout, log, on_line);
+    let mut sh = |spec: CommandSpec, log: &mut dyn Write| {
+        run_spec(&step.id, &spec, step.timeout, log, on_line)
+    };
     let installer = find_uv(ctx, log, &mut sh);
     let vpy = p.venv.join("bin").join("python");
     if !vpy.exists() {
         let spec = match &installer {
-            Installer::Uv(uv) => CommandSpec::new(uv.display().to_string(), ["venv", "--seed", "--python"]).arg(&p.python),
+            Installer::Uv(uv) => {
+                CommandSpec::new(uv.display().to_string(), ["venv", "--seed", "--python"])
+                    .arg(&p.python)
+            }
             Installer::Pip => CommandSpec::new(&p.python, ["-m", "venv"]),
         };
-        let spec = if p.system_site_packages { spec.arg("--system-site-packages") } else { spec };
+        let spec = if p.system_site_packages {
+            spec.arg("--system-site-packages")
+        } else {
+            spec
+        };
         let spec = spec.arg(p.venv.display().to_string());
         sh(spec.with_env(&env), log)?;
     } else {
@@ -39,21 +54,51 @@ pub fn run(step: &Step, p: &PythonStep, ctx: &StepContext, log: &mut dyn Write, 
     let index_args = index_args(p);
     let plain: Vec<&String> = p.install.iter().filter(|r| !p.build.contains(r)).collect();
     if !plain.is_empty() {
-        sh(install_spec(&installer, &vpy, &index_args, plain.iter().map(|s| s.as_str())).with_env(&env), log)?;
+        sh(
+            install_spec(
+                &installer,
+                &vpy,
+                &index_args,
+                plain.iter().map(|s| s.as_str()),
+            )
+            .with_env(&env),
+            log,
+        )?;
     }
     let cache = WheelCache::new(&ctx.cache_dir);
     for req in &p.build {
         let wheel = build_or_reuse(req, p, &vpy, &env, &index_args, &cache, log, &mut sh)?;
-        let mut spec = install_spec(&installer, &vpy, &[], [wheel.display().to_string().as_str()]);
+        let mut spec = install_spec(
+            &installer,
+            &vpy,
+            &[],
+            [wheel.display().to_string().as_str()],
+        );
         spec.args.insert(spec.args.len() - 1, "--no-deps".into());
         sh(spec.with_env(&env), log)?;
     }
     if let Some(code) = &p.verify {
         let _ = writeln!(log, "--- verify ---");
-        sh(CommandSpec::new(vpy.display().to_string(), ["-c"]).arg(code).with_env(&env), log).map_err(|e| match e {
-            Error::StepFailed { step, reason, log, tail } => {
-                Error::StepFailed { step, reason: format!("post-install verification failed: {reason}"), log, tail }
-            }
+        sh(
+            CommandSpec::new(vpy.display().to_string(), ["-c"])
+                .arg(code)
+                .with_env(&env),
+            log,
+        )
+        .map_err(|e| match e {
+            Error::StepFailed {
+                step,
+                reason,
+                log,
+                tail,
+                hint,
+            } => Error::StepFailed {
+                step,
+                reason: format!("post-install verification failed: {reason}"),
+                log,
+                tail,
+                hint,
+            },
             other => other,
         })?;
     }
@@ -69,13 +114,18 @@ impl CommandSpec {
         self
     }
     fn with_env(mut self, env: &BTreeMap<String, String>) -> Self {
-        self.env.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        self.env
+            .extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
         self
     }
 }
 
 /// uv on PATH, or kiln's own copy, or installed from PyPI into the cache; else pip.
-fn find_uv(ctx: &StepContext, log: &mut dyn Write, sh: &mut dyn FnMut(CommandSpec, &mut dyn Write) -> Result<()>) -> Installer {
+fn find_uv(
+    ctx: &StepContext,
+    log: &mut dyn Write,
+    sh: &mut dyn FnMut(CommandSpec, &mut dyn Write) -> Result<()>,
+) -> Installer {
     if std::env::var_os("KILN_NO_UV").is_some() {
         let _ = writeln!(log, "KILN_NO_UV is set: using python -m venv and pip");
         return Installer::Pip;
@@ -88,14 +138,31 @@ fn find_uv(ctx: &StepContext, log: &mut dyn Write, sh: &mut dyn FnMut(CommandSpe
     if uv.exists() {
         return Installer::Uv(uv);
     }
-    let _ = writeln!(log, "uv not found: installing it from PyPI into {}", target.display());
-    let spec = CommandSpec::new("python3", ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target"])
-        .arg(target.display().to_string())
-        .arg("uv");
+    let _ = writeln!(
+        log,
+        "uv not found: installing it from PyPI into {}",
+        target.display()
+    );
+    let spec = CommandSpec::new(
+        "python3",
+        [
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--target",
+        ],
+    )
+    .arg(target.display().to_string())
+    .arg("uv");
     match sh(spec, log) {
         Ok(()) if uv.exists() => Installer::Uv(uv),
         _ => {
-            let _ = writeln!(log, "could not install uv; falling back to python -m venv and pip");
+            let _ = writeln!(
+                log,
+                "could not install uv; falling back to python -m venv and pip"
+            );
             Installer::Pip
         }
     }
@@ -112,10 +179,21 @@ fn index_args(p: &PythonStep) -> Vec<String> {
     args
 }
 
-fn install_spec<'a>(installer: &Installer, vpy: &Path, index_args: &[String], reqs: impl IntoIterator<Item = &'a str>) -> CommandSpec {
+fn install_spec<'a>(
+    installer: &Installer,
+    vpy: &Path,
+    index_args: &[String],
+    reqs: impl IntoIterator<Item = &'a str>,
+) -> CommandSpec {
     let mut spec = match installer {
-        Installer::Uv(uv) => CommandSpec::new(uv.display().to_string(), ["pip", "install", "--python"]).arg(vpy.display().to_string()),
-        Installer::Pip => CommandSpec::new(vpy.display().to_string(), ["-m", "pip", "install", "--disable-pip-version-check"]),
+        Installer::Uv(uv) => {
+            CommandSpec::new(uv.display().to_string(), ["pip", "install", "--python"])
+                .arg(vpy.display().to_string())
+        }
+        Installer::Pip => CommandSpec::new(
+            vpy.display().to_string(),
+            ["-m", "pip", "install", "--disable-pip-version-check"],
+        ),
     };
     spec.args.extend(index_args.iter().cloned());
     spec.args.extend(reqs.into_iter().map(str::to_string));
@@ -146,10 +224,19 @@ fn build_or_reuse(
 ) -> Result<PathBuf> {
     let local = Path::new(req).is_absolute().then(|| PathBuf::from(req));
     let (package, version) = match &local {
-        Some(dir) => (dir.file_name().map_or("local".into(), |n| n.to_string_lossy().into_owned()), "local".to_string()),
+        Some(dir) => (
+            dir.file_name()
+                .map_or("local".into(), |n| n.to_string_lossy().into_owned()),
+            "local".to_string(),
+        ),
         None => pinned(req)?,
     };
-    let work = cache.root.parent().unwrap_or(Path::new(".")).join("build").join(format!("{package}-{version}-{}", std::process::id()));
+    let work = cache
+        .root
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("build")
+        .join(format!("{package}-{version}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     crate::engine::state::create_dir(&work)?;
     let result = (|| {
@@ -161,35 +248,61 @@ fn build_or_reuse(
             package: package.clone(),
             version: version.clone(),
             source_sha256,
-            python_tag: python_output(vpy, "import sys; print('cp%d%d' % sys.version_info[:2])").unwrap_or_default(),
-            torch: python_output(vpy, "import importlib.metadata as m; print(m.version('torch'))"),
+            python_tag: python_output(vpy, "import sys; print('cp%d%d' % sys.version_info[:2])")
+                .unwrap_or_default(),
+            torch: python_output(
+                vpy,
+                "import importlib.metadata as m; print(m.version('torch'))",
+            ),
             cuda: nvcc_version(env),
-            arch_list: ["TORCH_CUDA_ARCH_LIST", "FLASH_ATTN_CUDA_ARCHS", "FLASHINFER_CUDA_ARCH_LIST"]
-                .iter()
-                .filter_map(|k| env.get(*k).map(|v| format!("{k}={v}")))
-                .reduce(|a, b| format!("{a} {b}")),
+            arch_list: [
+                "TORCH_CUDA_ARCH_LIST",
+                "FLASH_ATTN_CUDA_ARCHS",
+                "FLASHINFER_CUDA_ARCH_LIST",
+            ]
+            .iter()
+            .filter_map(|k| env.get(*k).map(|v| format!("{k}={v}")))
+            .reduce(|a, b| format!("{a} {b}")),
             env: env
                 .iter()
-                .filter(|(k, _)| !PARALLELISM_VARS.contains(&k.as_str()) && !crate::redact::is_secret_name(k))
+                .filter(|(k, _)| {
+                    !PARALLELISM_VARS.contains(&k.as_str()) && !crate::redact::is_secret_name(k)
+                })
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
         };
         let id = key.id();
         if let Some((_, wheel)) = cache.lookup(&key)? {
-            let _ = writeln!(log, "wheel cache hit: {package} {version} (key {}), no compile: {}", &id[..12], wheel.display());
+            let _ = writeln!(
+                log,
+                "wheel cache hit: {package} {version} (key {}), no compile: {}",
+                &id[..12],
+                wheel.display()
+            );
             return Ok(wheel);
         }
-        if let Some(remote) = std::env::var("KILN_REMOTE_CACHE").ok().filter(|r| !r.is_empty()) {
+        if let Some(remote) = std::env::var("KILN_REMOTE_CACHE")
+            .ok()
+            .filter(|r| !r.is_empty())
+        {
             let _ = writeln!(log, "wheel cache miss: asking the remote cache {remote}");
             let reference = crate::oci::reference::Reference::parse(&remote)?;
             match crate::oci::pull_wheels(&reference, &cache.root, &|m| {
                 let _ = m;
             }) {
                 Ok(s) => {
-                    let _ = writeln!(log, "remote cache: {} wheel(s) pulled, {} already here", s.fetched, s.already_cached);
+                    let _ = writeln!(
+                        log,
+                        "remote cache: {} wheel(s) pulled, {} already here",
+                        s.fetched, s.already_cached
+                    );
                 }
                 Err(e) => {
-                    let _ = writeln!(log, "remote cache unavailable ({}); building instead", e.render().replace('\n', " "));
+                    let _ = writeln!(
+                        log,
+                        "remote cache unavailable ({}); building instead",
+                        e.render().replace('\n', " ")
+                    );
                 }
             }
             if let Some((_, wheel)) = cache.lookup(&key)? {
@@ -197,10 +310,24 @@ fn build_or_reuse(
                 return Ok(wheel);
             }
         }
-        let _ = writeln!(log, "wheel cache miss: building {package} {version} from source (key {})", &id[..12]);
+        let _ = writeln!(
+            log,
+            "wheel cache miss: building {package} {version} from source (key {})",
+            &id[..12]
+        );
         let started = Instant::now();
-        let mut build = CommandSpec::new(vpy.display().to_string(), ["-m", "pip", "wheel", "--disable-pip-version-check", "--no-deps", "-w"])
-            .arg(work.join("wheel").display().to_string());
+        let mut build = CommandSpec::new(
+            vpy.display().to_string(),
+            [
+                "-m",
+                "pip",
+                "wheel",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "-w",
+            ],
+        )
+        .arg(work.join("wheel").display().to_string());
         if !p.build_isolation {
             build = build.arg("--no-build-isolation");
         }
@@ -212,7 +339,12 @@ fn build_or_reuse(
             .find(|p| p.extension().is_some_and(|e| e == "whl"))
             .ok_or_else(|| Error::other(format!("building `{req}` produced no wheel"), None))?;
         let cached = cache.insert(&key, &built)?;
-        let _ = writeln!(log, "built {package} {version} in {:.1}s; cached as {}", started.elapsed().as_secs_f64(), cached.display());
+        let _ = writeln!(
+            log,
+            "built {package} {version} in {:.1}s; cached as {}",
+            started.elapsed().as_secs_f64(),
+            cached.display()
+        );
         Ok(cached)
     })();
     let _ = std::fs::remove_dir_all(&work);
@@ -231,7 +363,16 @@ fn download_sdist(
     let sdists = work.join("sdist");
     let mut dl = CommandSpec::new(
         vpy.display().to_string(),
-        ["-m", "pip", "download", "--disable-pip-version-check", "--no-deps", "--no-binary", ":all:", "-d"],
+        [
+            "-m",
+            "pip",
+            "download",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "-d",
+        ],
     )
     .arg(sdists.display().to_string());
     dl.args.extend(index_args.iter().cloned());
@@ -241,9 +382,16 @@ fn download_sdist(
         .flatten()
         .map(|e| e.path())
         .next()
-        .ok_or_else(|| Error::other(format!("pip downloaded no source distribution for `{req}`"), None))?;
+        .ok_or_else(|| {
+            Error::other(
+                format!("pip downloaded no source distribution for `{req}`"),
+                None,
+            )
+        })?;
     let f = std::fs::File::open(&sdist).map_err(|e| Error::io("cannot read the sdist", e))?;
-    let sha = sha256_reader(f).map_err(|e| Error::io("cannot read the sdist", e))?.0;
+    let sha = sha256_reader(f)
+        .map_err(|e| Error::io("cannot read the sdist", e))?
+        .0;
     Ok((sdist, sha))
 }
 
@@ -253,7 +401,10 @@ fn tree_sha256(dir: &Path) -> Result<String> {
         for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
             let p = e.path();
             let name = e.file_name();
-            if name == "build" || name == "__pycache__" || name.to_string_lossy().ends_with(".egg-info") {
+            if name == "build"
+                || name == "__pycache__"
+                || name.to_string_lossy().ends_with(".egg-info")
+            {
                 continue;
             }
             if p.is_dir() {
@@ -268,27 +419,41 @@ fn tree_sha256(dir: &Path) -> Result<String> {
     files.sort();
     let mut listing = String::new();
     for f in &files {
-        let h = sha256_reader(std::fs::File::open(f).map_err(|e| Error::io(format!("cannot read {}", f.display()), e))?)
-            .map_err(|e| Error::io(format!("cannot read {}", f.display()), e))?
-            .0;
-        listing.push_str(&format!("{h}  {}\n", f.strip_prefix(dir).unwrap_or(f).display()));
+        let h = sha256_reader(
+            std::fs::File::open(f)
+                .map_err(|e| Error::io(format!("cannot read {}", f.display()), e))?,
+        )
+        .map_err(|e| Error::io(format!("cannot read {}", f.display()), e))?
+        .0;
+        listing.push_str(&format!(
+            "{h}  {}\n",
+            f.strip_prefix(dir).unwrap_or(f).display()
+        ));
     }
     Ok(crate::engine::hashing::sha256_bytes(listing.as_bytes()))
 }
 
 fn python_output(vpy: &Path, code: &str) -> Option<String> {
-    process::capture(&vpy.display().to_string(), &["-c", code]).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+    process::capture(&vpy.display().to_string(), &["-c", code])
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
 }
 
 /// `V13.0.88` from `nvcc --version`, if nvcc is found (CUDA_HOME first, then PATH).
 fn nvcc_version(env: &BTreeMap<String, String>) -> Option<String> {
-    let home = env.get("CUDA_HOME").cloned().or_else(|| std::env::var("CUDA_HOME").ok());
+    let home = env
+        .get("CUDA_HOME")
+        .cloned()
+        .or_else(|| std::env::var("CUDA_HOME").ok());
     let nvcc = home
         .map(|h| Path::new(&h).join("bin/nvcc"))
         .filter(|p| p.exists())
         .or_else(|| which::which("nvcc").ok())?;
     let out = process::capture(&nvcc.display().to_string(), &["--version"]).ok()?;
-    out.split_whitespace().find(|w| w.starts_with('V') && w[1..].starts_with(|c: char| c.is_ascii_digit())).map(str::to_string)
+    out.split_whitespace()
+        .find(|w| w.starts_with('V') && w[1..].starts_with(|c: char| c.is_ascii_digit()))
+        .map(str::to_string)
 }
 
 /// The extension module must carry SASS for `arch` (checked with cuobjdump when it is installed).
@@ -299,9 +464,16 @@ fn check_sass(step: &str, vpy: &Path, module: &str, arch: &str, log: &mut dyn Wr
     };
     let origin = process::capture(
         &vpy.display().to_string(),
-        &["-c", "import importlib.util, sys; print(importlib.util.find_spec(sys.argv[1]).origin)", module],
+        &[
+            "-c",
+            "import importlib.util, sys; print(importlib.util.find_spec(sys.argv[1]).origin)",
+            module,
+        ],
     )?;
-    let listing = process::capture(&cuobjdump.display().to_string(), &["--list-elf", origin.trim()])?;
+    let listing = process::capture(
+        &cuobjdump.display().to_string(),
+        &["--list-elf", origin.trim()],
+    )?;
     let _ = writeln!(log, "cuobjdump --list-elf {}:\n{listing}", origin.trim());
     if listing.contains(arch) {
         return Ok(());
@@ -310,6 +482,7 @@ fn check_sass(step: &str, vpy: &Path, module: &str, arch: &str, log: &mut dyn Wr
         step: step.to_string(),
         reason: format!("{module} carries no {arch} code (cuobjdump found none)"),
         log: None,
+        hint: None,
         tail: listing.lines().take(20).collect::<Vec<_>>().join("\n"),
     })
 }

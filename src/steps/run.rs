@@ -19,7 +19,12 @@ pub fn spec(step: &Step, cmd: &Cmd) -> CommandSpec {
     }
 }
 
-pub fn run(step: &Step, cmd: &Cmd, log: &mut dyn Write, on_line: &mut dyn FnMut(&str)) -> Result<()> {
+pub fn run(
+    step: &Step,
+    cmd: &Cmd,
+    log: &mut dyn Write,
+    on_line: &mut dyn FnMut(&str),
+) -> Result<()> {
     run_spec(&step.id, &spec(step, cmd), step.timeout, log, on_line)
 }
 
@@ -40,6 +45,7 @@ pub fn run_spec(
         step: step.to_string(),
         reason: format!("`{}` {}", spec.display(), done.describe()),
         log: None,
+        hint: None,
         tail: done.tail,
     })
 }

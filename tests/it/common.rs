@@ -13,7 +13,9 @@ pub struct Workspace {
 
 impl Workspace {
     pub fn new() -> Self {
-        Workspace { dir: tempfile::tempdir().expect("temp dir") }
+        Workspace {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -66,7 +68,9 @@ pub fn test_cache() -> PathBuf {
 /// Callers that modify files must copy the tree first (see `copy_tree`).
 pub fn wheel_site(spec: &str) -> PathBuf {
     let root = test_cache().join("wheels");
-    let site = root.join("site").join(spec.replace(['=', '<', '>', '!', ' '], "_"));
+    let site = root
+        .join("site")
+        .join(spec.replace(['=', '<', '>', '!', ' '], "_"));
     std::fs::create_dir_all(&root).unwrap();
     let lock = std::fs::File::create(root.join(".lock")).unwrap();
     lock.lock().unwrap();
@@ -75,13 +79,26 @@ pub fn wheel_site(spec: &str) -> PathBuf {
     }
     let dl = root.join("dl");
     let status = std::process::Command::new("python3")
-        .args(["-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d"])
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-d",
+        ])
         .arg(&dl)
         .arg(spec)
         .status()
         .expect("python3 -m pip runs");
     assert!(status.success(), "pip download {spec} failed");
-    let name = spec.split(['=', '<', '>', '!']).next().unwrap().replace('-', "_").to_lowercase();
+    let name = spec
+        .split(['=', '<', '>', '!'])
+        .next()
+        .unwrap()
+        .replace('-', "_")
+        .to_lowercase();
     let version = spec.rsplit('=').next().unwrap();
     let wheel = std::fs::read_dir(&dl)
         .unwrap()

@@ -19,7 +19,11 @@ chmod +x "$dest/bin/nvcc"
 fn nvcc(dir: &Path, release: &str) {
     std::fs::create_dir_all(dir.join("bin")).unwrap();
     let p = dir.join("bin/nvcc");
-    std::fs::write(&p, format!("#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.1'\n")).unwrap();
+    std::fs::write(
+        &p,
+        format!("#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.1'\n"),
+    )
+    .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
@@ -57,7 +61,12 @@ driver_floor = "580.82.07"
 }
 
 fn link_target(ws: &Workspace) -> String {
-    std::fs::read_link(ws.path().join("root/cuda")).unwrap().file_name().unwrap().to_string_lossy().into_owned()
+    std::fs::read_link(ws.path().join("root/cuda"))
+        .unwrap()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
 }
 
 fn installer_runs(ws: &Workspace) -> usize {
@@ -67,9 +76,17 @@ fn installer_runs(ws: &Workspace) -> usize {
 #[test]
 fn installs_side_by_side_and_switches_the_link() {
     let ws = setup();
-    ws.kiln().args(["up", "cuda.toml"]).env("KILN_FACT_GPU_DRIVER", "580.95.05").env("FAKE_RELEASE", "13.0").assert().success();
+    ws.kiln()
+        .args(["up", "cuda.toml"])
+        .env("KILN_FACT_GPU_DRIVER", "580.95.05")
+        .env("FAKE_RELEASE", "13.0")
+        .assert()
+        .success();
     assert_eq!(link_target(&ws), "cuda-13.0");
-    assert!(ws.path().join("root/cuda-12.8/bin/nvcc").exists(), "the old toolkit stays");
+    assert!(
+        ws.path().join("root/cuda-12.8/bin/nvcc").exists(),
+        "the old toolkit stays"
+    );
     assert_eq!(installer_runs(&ws), 1);
     let log = std::fs::read_to_string(ws.state().join("runs/cuda-test/logs/cuda.log")).unwrap();
     assert!(log.contains("nvcc reports release 13.0"), "{log}");
@@ -89,9 +106,15 @@ fn a_failing_installer_leaves_the_old_link() {
         .get_output()
         .clone();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("exited with status 3") && stderr.contains("installer: disk full"), "{stderr}");
+    assert!(
+        stderr.contains("exited with status 3") && stderr.contains("installer: disk full"),
+        "{stderr}"
+    );
     assert_eq!(link_target(&ws), "cuda-12.8");
-    assert!(!ws.state().join("runs/cuda-test/receipts/cuda.json").exists());
+    assert!(!ws
+        .state()
+        .join("runs/cuda-test/receipts/cuda.json")
+        .exists());
 }
 
 #[test]
@@ -107,7 +130,12 @@ fn a_wrong_version_switches_the_link_back() {
         .get_output()
         .clone();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("nvcc reports release 12.9 instead of release 13.0; the link was switched back"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "nvcc reports release 12.9 instead of release 13.0; the link was switched back"
+        ),
+        "{stderr}"
+    );
     assert_eq!(link_target(&ws), "cuda-12.8");
 }
 
@@ -115,8 +143,16 @@ fn a_wrong_version_switches_the_link_back() {
 fn an_installed_toolkit_is_detected_and_the_installer_skipped() {
     let ws = setup();
     nvcc(&ws.path().join("root/cuda-13.0"), "13.0");
-    std::fs::write(ws.path().join("root/cuda-13.0/version.json"), r#"{"cuda": {"name": "CUDA SDK", "version": "13.0.1"}}"#).unwrap();
-    ws.kiln().args(["up", "cuda.toml"]).env("KILN_FACT_GPU_DRIVER", "580.95.05").assert().success();
+    std::fs::write(
+        ws.path().join("root/cuda-13.0/version.json"),
+        r#"{"cuda": {"name": "CUDA SDK", "version": "13.0.1"}}"#,
+    )
+    .unwrap();
+    ws.kiln()
+        .args(["up", "cuda.toml"])
+        .env("KILN_FACT_GPU_DRIVER", "580.95.05")
+        .assert()
+        .success();
     assert_eq!(installer_runs(&ws), 0);
     assert_eq!(link_target(&ws), "cuda-13.0");
     let log = std::fs::read_to_string(ws.state().join("runs/cuda-test/logs/cuda.log")).unwrap();
@@ -126,9 +162,19 @@ fn an_installed_toolkit_is_detected_and_the_installer_skipped() {
 #[test]
 fn an_old_driver_stops_before_anything_is_installed() {
     let ws = setup();
-    let out = ws.kiln().args(["up", "cuda.toml"]).env("KILN_FACT_GPU_DRIVER", "570.124.06").assert().code(1).get_output().clone();
+    let out = ws
+        .kiln()
+        .args(["up", "cuda.toml"])
+        .env("KILN_FACT_GPU_DRIVER", "570.124.06")
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("driver 570.124.06 is older than 580.82.07, the floor of CUDA 13.0.1"), "{stderr}");
+    assert!(
+        stderr.contains("driver 570.124.06 is older than 580.82.07, the floor of CUDA 13.0.1"),
+        "{stderr}"
+    );
     assert!(stderr.contains("hint:"), "{stderr}");
     assert_eq!(installer_runs(&ws), 0);
     assert_eq!(link_target(&ws), "cuda-12.8");

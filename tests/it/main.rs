@@ -1,15 +1,15 @@
 //! One integration-test binary: every test runs the real `kiln` executable in a temp dir.
 
-mod common;
-mod recipes;
-mod image;
-mod engine;
-mod cuda_step;
-mod python_step;
-mod shipped;
-mod doctor;
-mod patch;
-mod fetch_extract;
-mod serve;
-mod patch_step;
 mod bench;
+mod common;
+mod cuda_step;
+mod doctor;
+mod engine;
+mod fetch_extract;
+mod image;
+mod patch;
+mod patch_step;
+mod python_step;
+mod recipes;
+mod serve;
+mod shipped;

@@ -39,13 +39,23 @@ site_packages = "${{site}}"
     assert!(comm.contains("[9, 10, 12]"), "{comm}");
 
     let before = std::fs::read(&utils).unwrap();
-    let out = ws.kiln().args(["up", "patch.toml"]).assert().success().get_output().stderr.clone();
+    let out = ws
+        .kiln()
+        .args(["up", "patch.toml"])
+        .assert()
+        .success()
+        .get_output()
+        .stderr
+        .clone();
     assert!(String::from_utf8_lossy(&out).contains("0 of 2 steps to run"));
     assert_eq!(std::fs::read(&utils).unwrap(), before);
 
     // Editing the patched file behind kiln's back is caught by the patch set's own check when the
     // step is forced again: it stays fully effective (apply is idempotent).
-    ws.kiln().args(["up", "patch.toml", "--force", "sglang"]).assert().success();
+    ws.kiln()
+        .args(["up", "patch.toml", "--force", "sglang"])
+        .assert()
+        .success();
     assert_eq!(std::fs::read(&utils).unwrap(), before);
 }
 
@@ -56,9 +66,19 @@ fn an_unknown_patch_set_is_a_located_error() {
         "bad.toml",
         "[[step]]\nid = \"p\"\nkind = \"patch\"\nset = \"sglang-0.5.9-sm12\"\nsite_packages = \"/nonexistent\"\n",
     );
-    let out = ws.kiln().args(["plan", "bad.toml"]).assert().code(2).get_output().stderr.clone();
+    let out = ws
+        .kiln()
+        .args(["plan", "bad.toml"])
+        .assert()
+        .code(2)
+        .get_output()
+        .stderr
+        .clone();
     let text = String::from_utf8_lossy(&out);
     assert!(text.contains("no patch set `sglang-0.5.9-sm12`"), "{text}");
     assert!(text.contains("bad.toml:4:7"), "{text}");
-    assert!(text.contains("did you mean `sglang-0.5.9-sm120`?"), "{text}");
+    assert!(
+        text.contains("did you mean `sglang-0.5.9-sm120`?"),
+        "{text}"
+    );
 }

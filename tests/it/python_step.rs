@@ -28,11 +28,24 @@ fn builds_once_then_installs_the_cached_wheel_without_a_compiler() {
     let ws = Workspace::new();
     ws.write("py.toml", RECIPE);
     let cache = ws.path().join("shared-cache");
-    ws.kiln().args(["up", "py.toml"]).env("KILN_CACHE_DIR", &cache).assert().success();
+    ws.kiln()
+        .args(["up", "py.toml"])
+        .env("KILN_CACHE_DIR", &cache)
+        .assert()
+        .success();
     let first = log(&ws, "state");
-    assert!(first.contains("wheel cache miss: building bitarray 2.9.2 from source"), "{first}");
-    assert!(first.contains("venv --seed"), "the venv is made with uv: {first}");
-    assert!(first.contains("MAX_JOBS") || first.contains("Successfully built bitarray"), "{first}");
+    assert!(
+        first.contains("wheel cache miss: building bitarray 2.9.2 from source"),
+        "{first}"
+    );
+    assert!(
+        first.contains("venv --seed"),
+        "the venv is made with uv: {first}"
+    );
+    assert!(
+        first.contains("MAX_JOBS") || first.contains("Successfully built bitarray"),
+        "{first}"
+    );
 
     // A second box: new state, same cache, and no working compiler at all.
     ws.kiln()
@@ -43,13 +56,20 @@ fn builds_once_then_installs_the_cached_wheel_without_a_compiler() {
         .assert()
         .success();
     let second = log(&ws, "state2");
-    assert!(second.contains("wheel cache hit: bitarray 2.9.2"), "{second}");
+    assert!(
+        second.contains("wheel cache hit: bitarray 2.9.2"),
+        "{second}"
+    );
     assert!(!second.contains("Building wheel"), "{second}");
 
     // A third box gets the wheel from a real OCI registry instead of compiling.
     let registry = crate::image::LocalRegistry::start();
     let remote = format!("127.0.0.1:{}/kiln/wheels:py", registry.port);
-    ws.kiln().args(["cache", "push", &remote]).env("KILN_CACHE_DIR", &cache).assert().success();
+    ws.kiln()
+        .args(["cache", "push", &remote])
+        .env("KILN_CACHE_DIR", &cache)
+        .assert()
+        .success();
     ws.kiln()
         .args(["up", "py.toml", "--state-dir", "state3"])
         .env("KILN_CACHE_DIR", ws.path().join("empty-cache"))
@@ -59,36 +79,81 @@ fn builds_once_then_installs_the_cached_wheel_without_a_compiler() {
         .assert()
         .success();
     let third = log(&ws, "state3");
-    assert!(third.contains("wheel cache hit from the remote cache: bitarray 2.9.2"), "{third}");
+    assert!(
+        third.contains("wheel cache hit from the remote cache: bitarray 2.9.2"),
+        "{third}"
+    );
     assert!(!third.contains("Building wheel"), "{third}");
 
-    let ls = ws.kiln().args(["cache", "ls"]).env("KILN_CACHE_DIR", &cache).assert().success().get_output().stdout.clone();
+    let ls = ws
+        .kiln()
+        .args(["cache", "ls"])
+        .env("KILN_CACHE_DIR", &cache)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
     let ls = String::from_utf8_lossy(&ls);
     assert!(ls.contains("bitarray 2.9.2") && ls.contains("cp3"), "{ls}");
 
     // Export, import into an empty cache, and refuse a tampered archive.
     let archive = ws.path().join("wheels.tar");
-    ws.kiln().args(["cache", "export"]).arg(&archive).env("KILN_CACHE_DIR", &cache).assert().success();
+    ws.kiln()
+        .args(["cache", "export"])
+        .arg(&archive)
+        .env("KILN_CACHE_DIR", &cache)
+        .assert()
+        .success();
     let other = ws.path().join("other-cache");
-    ws.kiln().args(["cache", "import"]).arg(&archive).env("KILN_CACHE_DIR", &other).assert().success();
+    ws.kiln()
+        .args(["cache", "import"])
+        .arg(&archive)
+        .env("KILN_CACHE_DIR", &other)
+        .assert()
+        .success();
     let listed = |c: &std::path::Path| -> Vec<String> {
-        let out = ws.kiln().args(["cache", "ls", "--json"]).env("KILN_CACHE_DIR", c).output().unwrap().stdout;
+        let out = ws
+            .kiln()
+            .args(["cache", "ls", "--json"])
+            .env("KILN_CACHE_DIR", c)
+            .output()
+            .unwrap()
+            .stdout;
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
-        v.as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap().to_string()).collect()
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["id"].as_str().unwrap().to_string())
+            .collect()
     };
     assert_eq!(listed(&cache), listed(&other));
     assert_eq!(listed(&cache).len(), 1);
 
     let mut bytes = std::fs::read(&archive).unwrap();
-    let at = bytes.windows(4).position(|w| w == b"PK\x03\x04").expect("the wheel (a zip) is in the archive");
+    let at = bytes
+        .windows(4)
+        .position(|w| w == b"PK\x03\x04")
+        .expect("the wheel (a zip) is in the archive");
     bytes[at + 40] ^= 0xff;
     let tampered = ws.path().join("tampered.tar");
     std::fs::write(&tampered, bytes).unwrap();
     let third = ws.path().join("third-cache");
-    let out = ws.kiln().args(["cache", "import"]).arg(&tampered).env("KILN_CACHE_DIR", &third).assert().code(1).get_output().clone();
+    let out = ws
+        .kiln()
+        .args(["cache", "import"])
+        .arg(&tampered)
+        .env("KILN_CACHE_DIR", &third)
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("the manifest says"), "{stderr}");
-    assert!(listed(&third).is_empty(), "nothing imported from a tampered archive");
+    assert!(
+        listed(&third).is_empty(),
+        "nothing imported from a tampered archive"
+    );
 }
 
 #[test]
@@ -106,8 +171,17 @@ install = ["six==1.16.0"]
 verify = "import six; assert six.__version__ == '0.0', 'six is ' + six.__version__"
 "#,
     );
-    let out = ws.kiln().args(["up", "py.toml"]).assert().code(1).get_output().clone();
+    let out = ws
+        .kiln()
+        .args(["up", "py.toml"])
+        .assert()
+        .code(1)
+        .get_output()
+        .clone();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("post-install verification failed"), "{stderr}");
+    assert!(
+        stderr.contains("post-install verification failed"),
+        "{stderr}"
+    );
     assert!(stderr.contains("six is 1.16.0"), "{stderr}");
 }

@@ -7,7 +7,14 @@ use crate::common::Workspace;
 fn every_shipped_recipe_plans() {
     let ws = Workspace::new();
     for name in kiln::recipe::shipped::recipe_names() {
-        let out = ws.kiln().args(["plan", &name]).assert().success().get_output().stdout.clone();
+        let out = ws
+            .kiln()
+            .args(["plan", &name])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
         let text = String::from_utf8_lossy(&out);
         assert!(text.starts_with(&format!("recipe {name} ")), "{text}");
     }
@@ -30,14 +37,41 @@ fn every_recipe_and_toolchain_file_in_the_tree_loads() {
 #[test]
 fn the_sm120_stack_plans_without_a_gpu() {
     let ws = Workspace::new();
-    let out = ws.kiln().args(["plan", "glm5-nvfp4-sm120", "--json"]).assert().success().get_output().stdout.clone();
+    let out = ws
+        .kiln()
+        .args(["plan", "glm5-nvfp4-sm120", "--json"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
     let plan: serde_json::Value = serde_json::from_slice(&out).unwrap();
-    let ids: Vec<&str> = plan["steps"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
-    for id in ["cuda", "torch", "flash-attn", "flashinfer", "sgl-kernel", "sglang"] {
+    let ids: Vec<&str> = plan["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    for id in [
+        "cuda",
+        "torch",
+        "flash-attn",
+        "flashinfer",
+        "sgl-kernel",
+        "sglang",
+    ] {
         assert!(ids.contains(&id), "{id} missing from {ids:?}");
     }
-    let fa = plan["steps"].as_array().unwrap().iter().find(|s| s["id"] == "flash-attn").unwrap();
-    assert!(fa["max_jobs"].as_u64().unwrap() >= 1, "MAX_JOBS is shown: {fa}");
+    let fa = plan["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == "flash-attn")
+        .unwrap();
+    assert!(
+        fa["max_jobs"].as_u64().unwrap() >= 1,
+        "MAX_JOBS is shown: {fa}"
+    );
 }
 
 #[test]
@@ -76,7 +110,13 @@ fn up_of_the_gpu_stack_stops_at_the_doctor_preflight_without_a_driver() {
         .get_output()
         .clone();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("doctor preflight failed: nvidia.driver"), "{stderr}");
+    assert!(
+        stderr.contains("doctor preflight failed: nvidia.driver"),
+        "{stderr}"
+    );
     assert!(stderr.contains("--no-doctor"), "{stderr}");
-    assert!(!ws.state().join("runs/glm5-nvfp4-sm120/logs").exists(), "no step ran");
+    assert!(
+        !ws.state().join("runs/glm5-nvfp4-sm120/logs").exists(),
+        "no step ran"
+    );
 }
