@@ -37,6 +37,9 @@ pub enum Command {
     Image(ImageArgs),
     /// Inspect and move kiln's caches
     Cache(CacheArgs),
+    /// (internal) End the process groups a killed kiln left behind
+    #[command(name = "__watchdog", hide = true)]
+    Watchdog { parent: u32, dir: PathBuf },
 }
 
 #[derive(Debug, Args)]

@@ -33,6 +33,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Verify(args) => verify::run(&settings, &args),
         Command::Image(args) => image::run(&settings, &args),
         Command::Cache(args) => cache::run(&settings, &args),
+        Command::Watchdog { parent, dir } => crate::process::watchdog::watch(parent, &dir),
     }
 }
 

@@ -29,6 +29,7 @@ pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
         return Ok(0);
     }
     let _lock = state.lock()?;
+    let _watchdog = crate::process::watchdog::start(&settings.state_dir.join("running"))?;
     let memo = HashMemo::load(&state.memo_path());
     let plan = engine::plan(&recipe, &state, &settings.facts, &selection, &memo)?;
     let reporter = super::reporter(args.json);

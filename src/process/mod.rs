@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::redact::Redactor;
 
+pub mod watchdog;
+
 /// How many trailing output lines an error shows.
 pub const TAIL_LINES: usize = 40;
 
@@ -120,6 +122,9 @@ pub fn run_logged(
         .map_err(|e| spawn_error(spec, e))?;
     drop(writer);
     let pgid = handle.pids().first().copied();
+    if let Some(g) = pgid {
+        watchdog::register(g);
+    }
 
     let (tx, rx) = mpsc::channel::<String>();
     let pump = std::thread::spawn(move || {
@@ -172,6 +177,9 @@ pub fn run_logged(
     let output = handle
         .wait()
         .map_err(|e| Error::io(format!("waiting for `{}` failed", spec.program), e))?;
+    if let Some(g) = pgid {
+        watchdog::unregister(g);
+    }
     drop(pump);
     use std::os::unix::process::ExitStatusExt;
     Ok(Finished {
