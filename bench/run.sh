@@ -168,5 +168,5 @@ cat <<EOF
 |---|---|---|---|---|---|---|
 $(printf '%s\n' "${rows[@]}")
 
-$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), load average at the end: $(cut -d' ' -f1-3 /proc/loadavg); full run of the $large-step DAG (writes every receipt): $(python3 -c "print('%.0f s' % $full)").
+$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)$(want plan && python3 -c "print('; full run of the %s-step DAG (writes every receipt): %.0f s' % ('$large', $full))").
 EOF

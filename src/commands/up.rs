@@ -29,7 +29,6 @@ pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
         return Ok(0);
     }
     let _lock = state.lock()?;
-    let _watchdog = crate::process::watchdog::start(&settings.state_dir.join("running"))?;
     let memo = HashMemo::load(&state.memo_path());
     let plan = engine::plan(&recipe, &state, &settings.facts, &selection, &memo)?;
     let reporter = super::reporter(args.json);
@@ -40,6 +39,13 @@ pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
     if gpu_stack && !args.no_doctor && plan.count("stale") > 0 {
         super::preflight::run(settings, &recipe, reporter.as_ref())?;
     }
+    // Only runs that start processes need the watchdog (a no-op re-run stays a few stats).
+    let _watchdog = match plan.count("stale") {
+        0 => None,
+        _ => Some(crate::process::watchdog::start(
+            &settings.state_dir.join("running"),
+        )?),
+    };
     let jobs = args
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));

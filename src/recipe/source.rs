@@ -86,7 +86,11 @@ impl Sources {
         let f = &self.files[file];
         toml::from_str(&f.text).map_err(|e| {
             let span = e.span().unwrap_or(0..0);
-            let (message, hint) = explain(e.message());
+            let (mut message, hint) = explain(e.message());
+            if message == "duplicate key" {
+                let key = f.text.get(span.clone()).unwrap_or_default().trim();
+                message = format!("duplicate key `{key}`");
+            }
             Diagnostic::at(&f.path, &f.text, span, message).with_hint_opt(hint)
         })
     }
