@@ -42,6 +42,8 @@ pub fn fetch(
     // On any failure the temp file is removed by its guard; nothing reaches `dir`.
     drop(tmp);
     result?;
+    // The download was hashed while streaming: a later run needs no second pass over the file.
+    memo.record(path, sha256)?;
     let _ = writeln!(log, "verified sha256 {sha256}\nstored {}", path.display());
     Ok(())
 }
