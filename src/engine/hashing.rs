@@ -109,7 +109,8 @@ impl HashMemo {
 
     /// Record a hash computed elsewhere (a download hashed while streaming) for `path` as it is now.
     pub fn record(&self, path: &Path, sha256: &str) -> Result<()> {
-        let meta = std::fs::metadata(path).map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        let meta = std::fs::metadata(path)
+            .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
         let stamp = Stamp {
             len: meta.len(),
             mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
@@ -117,7 +118,10 @@ impl HashMemo {
             ino: meta.ino(),
             sha256: sha256.to_string(),
         };
-        self.entries.lock().expect("memo lock").insert(path.to_path_buf(), stamp);
+        self.entries
+            .lock()
+            .expect("memo lock")
+            .insert(path.to_path_buf(), stamp);
         *self.dirty.lock().expect("memo lock") = true;
         Ok(())
     }

@@ -1,0 +1,635 @@
+//! `[[step]]` tables → domain steps: per-kind keys, paths, commands, conditions, downloads.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use toml::Spanned;
+
+use super::super::interp::Quoting;
+use super::super::source::Loc;
+use super::super::{
+    units, when, wire, Check, Cmd, CudaStep, PythonStep, SitePackages, Step, StepKind, When,
+};
+use super::vars::Resolver;
+use crate::diagnostic::did_you_mean;
+use crate::error::{Error, Result};
+use crate::host::FACT_KEYS;
+
+pub(super) fn output_path(
+    r: &mut Resolver,
+    file: usize,
+    s: &wire::Step,
+    work_dir: &Path,
+) -> Result<Option<PathBuf>> {
+    match s.kind.get_ref().as_str() {
+        "fetch" => download_path(r, file, s),
+        "extract" => match &s.dest {
+            Some(d) => {
+                let cwd = step_cwd(r, file, s, work_dir)?;
+                Ok(Some(r.path(file, d, &cwd)?))
+            }
+            None => Ok(None),
+        },
+        _ => Ok(None),
+    }
+}
+
+/// Where a downloaded file lands: `<cache>/downloads/<sha256>/<filename>`.
+pub(super) fn download_path(
+    r: &mut Resolver,
+    file: usize,
+    s: &wire::Step,
+) -> Result<Option<PathBuf>> {
+    let (Some(url), Some(sha)) = (&s.url, &s.sha256) else {
+        return Ok(None);
+    };
+    let sha = r.expand(file, sha)?;
+    if sha.len() != 64 || !sha.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(r
+            .diag(
+                file,
+                s.sha256.as_ref().expect("checked").span(),
+                "`sha256` must be 64 hex digits",
+            )
+            .with_hint("compute it with `sha256sum FILE`")
+            .into());
+    }
+    let filename = match &s.filename {
+        Some(f) => r.expand(file, f)?,
+        None => {
+            let u = r.expand(file, url)?;
+            u.rsplit('/')
+                .next()
+                .unwrap_or_default()
+                .split(['?', '#'])
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        }
+    };
+    if filename.is_empty() || filename == ".." || filename.contains('/') {
+        let span = s.filename.as_ref().map_or(url.span(), |f| f.span());
+        return Err(r
+            .diag(
+                file,
+                span,
+                format!("cannot use `{filename}` as a file name"),
+            )
+            .with_hint("set `filename = \"name.tar.gz\"` (no `/`)")
+            .into());
+    }
+    let dir = r.opts.cache_dir.join("downloads").join(sha.to_lowercase());
+    Ok(Some(dir.join(filename)))
+}
+
+pub(super) fn step_cwd(
+    r: &mut Resolver,
+    file: usize,
+    s: &wire::Step,
+    work_dir: &Path,
+) -> Result<PathBuf> {
+    match &s.cwd {
+        Some(c) => r.path(file, c, work_dir),
+        None => Ok(work_dir.to_path_buf()),
+    }
+}
+
+pub(super) fn step(
+    r: &mut Resolver,
+    file: usize,
+    s: &wire::Step,
+    recipe_env: &BTreeMap<String, String>,
+    work_dir: &Path,
+    recipe_dir: &Path,
+    ids: &BTreeMap<&str, Loc>,
+) -> Result<Step> {
+    let kind_name = s.kind.get_ref().as_str();
+    let Some((_, extra_keys)) = wire::STEP_KINDS.iter().find(|(k, _)| *k == kind_name) else {
+        let kinds: Vec<&str> = wire::STEP_KINDS.iter().map(|(k, _)| *k).collect();
+        let hint = did_you_mean(kind_name, kinds.iter().copied())
+            .map_or(format!("step kinds: {}", kinds.join(", ")), |b| {
+                format!("did you mean `{b}`?")
+            });
+        return Err(r
+            .diag(
+                file,
+                s.kind.span(),
+                format!("unknown step kind `{kind_name}`"),
+            )
+            .with_hint(hint)
+            .into());
+    };
+    for (key, span) in kind_specific_keys(s) {
+        if !extra_keys.contains(&key) {
+            let owner = wire::STEP_KINDS
+                .iter()
+                .find(|(_, ks)| ks.contains(&key))
+                .map_or("another", |(k, _)| *k);
+            return Err(r
+                .diag(
+                    file,
+                    span,
+                    format!("`{key}` does not apply to a `{kind_name}` step"),
+                )
+                .with_hint(format!(
+                    "`{key}` belongs to `{owner}` steps; keys for `{kind_name}`: {}",
+                    extra_keys.join(", ")
+                ))
+                .into());
+        }
+    }
+    let missing = |r: &Resolver, key: &str, example: &str| -> Error {
+        let _ = &r;
+        let article = if kind_name.starts_with(['a', 'e', 'i', 'o', 'u']) {
+            "an"
+        } else {
+            "a"
+        };
+        r.diag(
+            file,
+            s.kind.span(),
+            format!("{article} `{kind_name}` step needs `{key}`"),
+        )
+        .with_hint(format!("add `{key} = {example}`"))
+        .into()
+    };
+    let cwd = step_cwd(r, file, s, work_dir)?;
+    let shell = s.shell.as_ref().is_some_and(|b| *b.get_ref());
+    let mut needs: Vec<String> = Vec::new();
+    for n in &s.needs {
+        if !ids.contains_key(n.get_ref().as_str()) {
+            let hint = did_you_mean(n.get_ref(), ids.keys().copied()).map_or_else(
+                || {
+                    format!(
+                        "`needs` names other steps: {}",
+                        ids.keys().copied().collect::<Vec<_>>().join(", ")
+                    )
+                },
+                |b| format!("did you mean `{b}`?"),
+            );
+            return Err(r
+                .diag(
+                    file,
+                    n.span(),
+                    format!("unknown step `{}` in `needs`", n.get_ref()),
+                )
+                .with_hint(hint)
+                .into());
+        }
+        if n.get_ref() == s.id.get_ref() {
+            return Err(r
+                .diag(file, n.span(), "a step cannot need itself")
+                .with_hint("remove it from `needs`")
+                .into());
+        }
+        needs.push(n.get_ref().clone());
+    }
+
+    let kind = match kind_name {
+        "run" => {
+            let cmd = s
+                .cmd
+                .as_ref()
+                .ok_or_else(|| missing(r, "cmd", "[\"program\", \"arg\"]"))?;
+            StepKind::Run {
+                cmd: command(r, file, cmd, shell)?,
+            }
+        }
+        "fetch" => {
+            let (url, sha256, path) = download(r, file, s, &missing)?;
+            StepKind::Fetch { url, sha256, path }
+        }
+        "python" => StepKind::Python(python_step(r, file, s, &cwd, &missing)?),
+        "patch" => {
+            let set = s
+                .set
+                .as_ref()
+                .ok_or_else(|| missing(r, "set", "\"sglang-0.5.9-sm120\""))?;
+            let name = r.expand(file, set)?;
+            let text = if Path::new(&name).is_file() {
+                std::fs::read_to_string(&name).ok()
+            } else {
+                crate::patch::shipped::get(&name).map(str::to_string)
+            };
+            let Some(text) = text else {
+                let names = crate::patch::shipped::names();
+                let hint = did_you_mean(&name, names.iter().copied()).map_or(
+                    format!("shipped patch sets: {}; or give a path", names.join(", ")),
+                    |b| format!("did you mean `{b}`?"),
+                );
+                return Err(r
+                    .diag(file, set.span(), format!("no patch set `{name}`"))
+                    .with_hint(hint)
+                    .into());
+            };
+            let site_packages = match (&s.venv, &s.site_packages) {
+                (Some(v), None) => SitePackages::Venv(r.path(file, v, &cwd)?),
+                (None, Some(d)) => SitePackages::Dir(r.path(file, d, &cwd)?),
+                (Some(v), Some(_)) => {
+                    return Err(r
+                        .diag(
+                            file,
+                            v.span(),
+                            "give either `venv` or `site_packages`, not both",
+                        )
+                        .with_hint("`venv` finds site-packages through its python")
+                        .into())
+                }
+                (None, None) => {
+                    return Err(missing(
+                        r,
+                        "venv",
+                        "\"${venv}\" (or `site_packages = \"...\"`)",
+                    ))
+                }
+            };
+            StepKind::Patch {
+                set: name,
+                set_sha256: crate::engine::hashing::sha256_bytes(text.as_bytes()),
+                site_packages,
+            }
+        }
+        "cuda" => {
+            let (url, sha256, runfile) = download(r, file, s, &missing)?;
+            let required =
+                |r: &mut Resolver, v: &Option<Spanned<String>>, key: &str, ex: &str| match v {
+                    Some(v) => r.expand(file, v),
+                    None => Err(missing(r, key, ex)),
+                };
+            StepKind::Cuda(CudaStep {
+                url,
+                sha256,
+                runfile,
+                version: required(r, &s.version, "version", "\"13.0.1\"")?,
+                install_path: PathBuf::from(required(
+                    r,
+                    &s.install_path,
+                    "install_path",
+                    "\"/usr/local/cuda-13.0\"",
+                )?),
+                link: match &s.link {
+                    Some(l) => r.path(file, l, &cwd)?,
+                    None => PathBuf::from("/usr/local/cuda"),
+                },
+                driver_floor: required(r, &s.driver_floor, "driver_floor", "\"580.82.07\"")?,
+            })
+        }
+        _ => {
+            let dest = s
+                .dest
+                .as_ref()
+                .ok_or_else(|| missing(r, "dest", "\"dir\""))?;
+            let archive = match (&s.from, &s.archive) {
+                (Some(from), None) => {
+                    let id = from.get_ref();
+                    let Some(p) = r
+                        .step_paths
+                        .get(id)
+                        .filter(|_| ids.contains_key(id.as_str()))
+                    else {
+                        let hint = did_you_mean(id, ids.keys().copied())
+                            .map_or("`from` names a fetch step".to_string(), |b| {
+                                format!("did you mean `{b}`?")
+                            });
+                        return Err(r
+                            .diag(
+                                file,
+                                from.span(),
+                                format!("`from` names no fetch step `{id}`"),
+                            )
+                            .with_hint(hint)
+                            .into());
+                    };
+                    let p = PathBuf::from(p);
+                    if !needs.contains(id) {
+                        needs.push(id.clone());
+                    }
+                    p
+                }
+                (None, Some(a)) => r.path(file, a, &cwd)?,
+                (Some(f), Some(_)) => {
+                    return Err(r
+                        .diag(file, f.span(), "give either `from` or `archive`, not both")
+                        .with_hint("`from` names a fetch step; `archive` is a path")
+                        .into())
+                }
+                (None, None) => {
+                    return Err(missing(
+                        r,
+                        "from",
+                        "\"<fetch step id>\" (or `archive = \"path\"`)",
+                    ))
+                }
+            };
+            StepKind::Extract {
+                archive,
+                dest: r.path(file, dest, &cwd)?,
+                strip_components: s.strip_components.as_ref().map_or(0, |n| *n.get_ref()),
+            }
+        }
+    };
+
+    let mut env = recipe_env.clone();
+    for (k, v) in &s.env {
+        env.insert(k.get_ref().clone(), r.expand(file, v)?);
+    }
+    let mut inputs = Vec::new();
+    for i in &s.inputs {
+        inputs.push(r.path(file, i, recipe_dir)?.display().to_string());
+    }
+    let check = match &s.check {
+        None => None,
+        Some(c) => Some(match c.get_ref() {
+            wire::Check::Paths(p) => Check::Paths(
+                p.iter()
+                    .map(|x| r.path(file, x, &cwd))
+                    .collect::<Result<_>>()?,
+            ),
+            wire::Check::Command(cmd) => Check::Cmd(command(
+                r,
+                file,
+                &Spanned::new(c.span(), cmd.clone()),
+                shell,
+            )?),
+        }),
+    };
+    let when = match &s.when {
+        None => None,
+        Some(w) => Some(condition(r, file, w)?),
+    };
+    let timeout = match &s.timeout {
+        None => None,
+        Some(t) => Some(units::parse_duration(t.get_ref()).map_err(|m| {
+            r.diag(file, t.span(), m)
+                .with_hint("e.g. `timeout = \"30m\"`")
+        })?),
+    };
+    let mem_per_job = match &s.mem_per_job {
+        None => None,
+        Some(m) => Some(units::parse_size(m.get_ref()).map_err(|e| {
+            r.diag(file, m.span(), e)
+                .with_hint("e.g. `mem_per_job = \"9GiB\"`")
+        })?),
+    };
+    Ok(Step {
+        id: s.id.get_ref().clone(),
+        description: s.description.clone(),
+        kind,
+        needs,
+        env,
+        cwd,
+        inputs,
+        check,
+        when,
+        timeout,
+        retries: s.retries.as_ref().map_or(0, |n| *n.get_ref()),
+        mem_per_job,
+    })
+}
+
+/// The url, sha256 and cache path of a step that downloads (fetch, cuda).
+pub(super) fn download(
+    r: &mut Resolver,
+    file: usize,
+    s: &wire::Step,
+    missing: &dyn Fn(&Resolver, &str, &str) -> Error,
+) -> Result<(String, String, PathBuf)> {
+    let url = s
+        .url
+        .as_ref()
+        .ok_or_else(|| missing(r, "url", "\"https://...\""))?;
+    s.sha256
+        .as_ref()
+        .ok_or_else(|| missing(r, "sha256", "\"<64 hex digits>\""))?;
+    let url_text = r.expand(file, url)?;
+    if !["http://", "https://", "file://"]
+        .iter()
+        .any(|p| url_text.starts_with(p))
+    {
+        return Err(r
+            .diag(file, url.span(), format!("unsupported URL `{url_text}`"))
+            .with_hint("use an http://, https:// or file:// URL")
+            .into());
+    }
+    let path = download_path(r, file, s)?.expect("url and sha256 are present");
+    let sha = path
+        .parent()
+        .and_then(|p| p.file_name())
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Ok((url_text, sha, path))
+}
+
+pub(super) fn python_step(
+    r: &mut Resolver,
+    file: usize,
+    s: &wire::Step,
+    cwd: &Path,
+    missing: &dyn Fn(&Resolver, &str, &str) -> Error,
+) -> Result<PythonStep> {
+    let venv = s
+        .venv
+        .as_ref()
+        .ok_or_else(|| missing(r, "venv", "\"${prefix}/venv\""))?;
+    let list =
+        |r: &mut Resolver, v: &Option<Spanned<Vec<Spanned<String>>>>| -> Result<Vec<String>> {
+            v.as_ref().map_or(Ok(Vec::new()), |l| {
+                l.get_ref().iter().map(|x| r.expand(file, x)).collect()
+            })
+        };
+    let install = list(r, &s.install)?;
+    let build = list(r, &s.build)?;
+    if let Some(b) = &s.build {
+        for (item, spanned) in build.iter().zip(b.get_ref()) {
+            if !install.contains(item) {
+                return Err(r
+                    .diag(file, spanned.span(), format!("`{item}` is in `build` but not in `install`"))
+                    .with_hint("`build` names requirements from `install` that are compiled from source and cached")
+                    .into());
+            }
+        }
+    }
+    Ok(PythonStep {
+        venv: r.path(file, venv, cwd)?,
+        python: match &s.python {
+            Some(p) => r.expand(file, p)?,
+            None => "python3".into(),
+        },
+        install,
+        index_url: s
+            .index_url
+            .as_ref()
+            .map(|u| r.expand(file, u))
+            .transpose()?,
+        extra_index_urls: list(r, &s.extra_index_urls)?,
+        build,
+        build_isolation: s.build_isolation.as_ref().is_none_or(|b| *b.get_ref()),
+        system_site_packages: s
+            .system_site_packages
+            .as_ref()
+            .is_some_and(|b| *b.get_ref()),
+        verify: s
+            .verify
+            .as_ref()
+            .map(|v| r.expand_as(file, v, Quoting::Python))
+            .transpose()?,
+        sass: match &s.sass {
+            Some(x) => {
+                let x = x.get_ref();
+                Some((r.expand(file, &x.module)?, r.expand(file, &x.arch)?))
+            }
+            None => None,
+        },
+    })
+}
+
+pub(super) fn command(
+    r: &mut Resolver,
+    file: usize,
+    c: &Spanned<wire::Command>,
+    shell: bool,
+) -> Result<Cmd> {
+    match (c.get_ref(), shell) {
+        (wire::Command::Argv(argv), false) => {
+            if argv.is_empty() {
+                return Err(r.diag(file, c.span(), "empty command").with_hint("name a program: `[\"make\", \"-j4\"]`").into());
+            }
+            Ok(Cmd::Argv(argv.iter().map(|a| r.expand(file, a)).collect::<Result<_>>()?))
+        }
+        (wire::Command::Script(s), true) => Ok(Cmd::Shell(r.expand_as(file, &Spanned::new(c.span(), s.clone()), Quoting::Shell)?)),
+        (wire::Command::Script(_), false) => Err(r
+            .diag(file, c.span(), "a command string needs `shell = true`")
+            .with_hint("write an argv list `[\"program\", \"arg\"]`, or add `shell = true` to run it with `sh -c`")
+            .into()),
+        (wire::Command::Argv(_), true) => Err(r
+            .diag(file, c.span(), "with `shell = true` the command is one script string")
+            .with_hint("write `cmd = \"make -j4 && make install\"`, or drop `shell = true`")
+            .into()),
+    }
+}
+
+pub(super) fn condition(r: &mut Resolver, file: usize, w: &Spanned<String>) -> Result<When> {
+    let loc = r.sources.loc(file, w.span());
+    let at = |offset: usize, len: usize| Loc {
+        file,
+        start: r.sources.string_offset(loc, offset),
+        end: r.sources.string_offset(loc, offset + len.max(1)),
+    };
+    let expr = when::parse(w.get_ref()).map_err(|e| {
+        r.sources
+            .diag(
+                at(e.offset, 1),
+                format!("invalid `when` condition: {}", e.message),
+            )
+            .with_hint("e.g. `when = \"gpu.cc >= 12.0 and os == 'linux'\"`")
+    })?;
+    for ident in expr.idents() {
+        let ok = match ident.name.strip_prefix("var.") {
+            Some(v) => r.defs.contains_key(v),
+            None => FACT_KEYS.contains(&ident.name.as_str()),
+        };
+        if !ok {
+            let mut names: Vec<String> = FACT_KEYS.iter().map(|s| s.to_string()).collect();
+            names.extend(r.defs.keys().map(|k| format!("var.{k}")));
+            let hint = did_you_mean(&ident.name, names.iter().map(String::as_str)).map_or(
+                format!(
+                    "conditions use host facts ({}) or `var.NAME`",
+                    FACT_KEYS.join(", ")
+                ),
+                |b| format!("did you mean `{b}`?"),
+            );
+            return Err(r
+                .sources
+                .diag(
+                    at(ident.offset, ident.name.len()),
+                    format!("unknown fact `{}` in `when`", ident.name),
+                )
+                .with_hint(hint)
+                .into());
+        }
+    }
+    Ok(When {
+        text: w.get_ref().clone(),
+        expr,
+    })
+}
+
+pub(super) fn kind_specific_keys(s: &wire::Step) -> Vec<(&'static str, std::ops::Range<usize>)> {
+    let mut v = Vec::new();
+    if let Some(x) = &s.cmd {
+        v.push(("cmd", x.span()))
+    }
+    if let Some(x) = &s.shell {
+        v.push(("shell", x.span()))
+    }
+    if let Some(x) = &s.url {
+        v.push(("url", x.span()))
+    }
+    if let Some(x) = &s.sha256 {
+        v.push(("sha256", x.span()))
+    }
+    if let Some(x) = &s.filename {
+        v.push(("filename", x.span()))
+    }
+    if let Some(x) = &s.from {
+        v.push(("from", x.span()))
+    }
+    if let Some(x) = &s.archive {
+        v.push(("archive", x.span()))
+    }
+    if let Some(x) = &s.dest {
+        v.push(("dest", x.span()))
+    }
+    if let Some(x) = &s.strip_components {
+        v.push(("strip_components", x.span()))
+    }
+    if let Some(x) = &s.venv {
+        v.push(("venv", x.span()))
+    }
+    if let Some(x) = &s.python {
+        v.push(("python", x.span()))
+    }
+    if let Some(x) = &s.install {
+        v.push(("install", x.span()))
+    }
+    if let Some(x) = &s.index_url {
+        v.push(("index_url", x.span()))
+    }
+    if let Some(x) = &s.extra_index_urls {
+        v.push(("extra_index_urls", x.span()))
+    }
+    if let Some(x) = &s.build {
+        v.push(("build", x.span()))
+    }
+    if let Some(x) = &s.build_isolation {
+        v.push(("build_isolation", x.span()))
+    }
+    if let Some(x) = &s.system_site_packages {
+        v.push(("system_site_packages", x.span()))
+    }
+    if let Some(x) = &s.verify {
+        v.push(("verify", x.span()))
+    }
+    if let Some(x) = &s.sass {
+        v.push(("sass", x.span()))
+    }
+    if let Some(x) = &s.version {
+        v.push(("version", x.span()))
+    }
+    if let Some(x) = &s.set {
+        v.push(("set", x.span()))
+    }
+    if let Some(x) = &s.site_packages {
+        v.push(("site_packages", x.span()))
+    }
+    if let Some(x) = &s.install_path {
+        v.push(("install_path", x.span()))
+    }
+    if let Some(x) = &s.link {
+        v.push(("link", x.span()))
+    }
+    if let Some(x) = &s.driver_floor {
+        v.push(("driver_floor", x.span()))
+    }
+    v
+}
