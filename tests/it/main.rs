@@ -13,3 +13,4 @@ mod python_step;
 mod recipes;
 mod serve;
 mod shipped;
+mod up_e2e;

@@ -1,0 +1,79 @@
+//! `kiln up` end to end on the CPU demo stack: steps (already built: fresh) → serve the `tuned`
+//! profile → verdicts → greedy A/B against `baseline` → smoke bench → report.json / report.md.
+
+use std::process::Command;
+
+use crate::bench::tiny_cpu;
+use crate::common::test_cache;
+use crate::serve::free_port;
+
+#[test]
+fn kiln_up_serves_proves_benches_and_reports_on_the_cpu_demo() {
+    let prefix = tiny_cpu();
+    let root = test_cache();
+    // The build's state dir holds the step receipts; serialize with other users of it.
+    let lock = std::fs::File::create(root.join(".tiny-cpu.lock")).unwrap();
+    lock.lock().unwrap();
+    let state = root.join("tiny-cpu-state");
+    let recipe = format!("{}/recipes/tiny-cpu.toml", env!("CARGO_MANIFEST_DIR"));
+    let port = free_port();
+    let sets = [
+        format!("prefix={}", prefix.display()),
+        format!("port={port}"),
+    ];
+    let kiln = |args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_kiln"));
+        c.args(args)
+            .arg(&recipe)
+            .arg("--state-dir")
+            .arg(&state)
+            .env("KILN_NO_PROGRESS", "1");
+        for s in &sets {
+            c.arg("--set").arg(s);
+        }
+        c
+    };
+    let out = kiln(&["up"]).output().unwrap();
+    let stop = kiln(&["serve", "--stop"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // 0, or 1 for warnings (the bench's CV on a busy 2-core box); never a failure.
+    assert!(
+        out.status.code().is_some_and(|c| c <= 1),
+        "exit {:?}\n{stderr}\n{stdout}",
+        out.status.code()
+    );
+    assert!(
+        stop.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stop.stderr)
+    );
+    assert!(
+        stderr.contains("0 of 5 steps to run"),
+        "the built steps are fresh: {stderr}"
+    );
+    assert!(stderr.contains("serving profile `tuned`"), "{stderr}");
+
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.join("reports/tiny-cpu/report.json")).unwrap())
+            .unwrap();
+    assert_eq!(report["profile"], "tuned");
+    let verdicts = report["verdicts"].as_array().unwrap();
+    assert!(!verdicts.is_empty(), "{report}");
+    assert!(
+        verdicts.iter().all(|v| v["status"] != "crashed"),
+        "{report}"
+    );
+    assert!(
+        report["ab"].is_object(),
+        "the A/B against baseline ran: {report}"
+    );
+    assert!(report["bench"].is_object(), "the bench ran: {report}");
+    let md = std::fs::read_to_string(state.join("reports/tiny-cpu/report.md")).unwrap();
+    assert!(
+        md.contains("## Tuning verdicts")
+            && md.contains("## Greedy A/B")
+            && md.contains("## Benchmark"),
+        "{md}"
+    );
+}
