@@ -331,13 +331,6 @@ pub struct PatchTarget {
     pub skip_experimental: bool,
 }
 
-/// Arguments of a command this build does not provide yet.
-#[derive(Debug, Args)]
-pub struct Pending {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    pub args: Vec<String>,
-}
-
 #[derive(Debug, Args)]
 pub struct CacheArgs {
     #[command(subcommand)]

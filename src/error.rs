@@ -63,9 +63,6 @@ pub enum Error {
         why: &'static str,
     },
 
-    #[error("`kiln {0}` is not yet available in this version of kiln")]
-    NotYetAvailable(&'static str),
-
     #[error("{message}")]
     Usage {
         message: String,
@@ -104,10 +101,7 @@ impl Error {
     /// The process exit code this error maps to.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Error::NotYetAvailable(_)
-            | Error::Usage { .. }
-            | Error::Source(_)
-            | Error::RecipeNotFound { .. } => 2,
+            Error::Usage { .. } | Error::Source(_) | Error::RecipeNotFound { .. } => 2,
             _ => 1,
         }
     }
@@ -146,9 +140,6 @@ impl Error {
             Error::UnsafeArchive { .. } => Some(
                 "the archive tries to write outside its destination; nothing was extracted".into(),
             ),
-            Error::NotYetAvailable(_) => {
-                Some("see `kiln --help` for what this build can do".into())
-            }
             Error::Usage { hint, .. } | Error::Other { hint, .. } => hint.clone(),
             Error::Io { .. } | Error::RunFailed { .. } => None,
         }
