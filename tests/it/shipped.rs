@@ -120,3 +120,32 @@ fn up_of_the_gpu_stack_stops_at_the_doctor_preflight_without_a_driver() {
         "no step ran"
     );
 }
+
+#[test]
+fn without_a_gpu_kiln_up_picks_the_cpu_demo_and_says_so_first() {
+    let ws = Workspace::new();
+    let out = ws
+        .kiln()
+        .args(["up", "--dry-run"])
+        .env("PATH", "/usr/bin:/bin")
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.lines().next(),
+        Some("kiln: no NVIDIA GPU found: using the CPU demo recipe `tiny-cpu` (name a recipe to choose another)")
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("recipe tiny-cpu "));
+    // With a GPU (pinned), the default is the seed's stack.
+    let out = ws
+        .kiln()
+        .args(["plan"])
+        .env("KILN_FACT_GPU_COUNT", "8")
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("recipe glm5-nvfp4-sm120 "));
+}
