@@ -136,3 +136,9 @@ pub fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+/// Run `cmd`, require exit `code`, and return its stderr.
+pub fn stderr_of(cmd: &mut assert_cmd::Command, code: i32) -> String {
+    let out = cmd.assert().code(code).get_output().clone();
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}

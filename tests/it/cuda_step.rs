@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::common::Workspace;
+use crate::common::{stderr_of, Workspace};
 
 /// A stand-in for NVIDIA's runfile: installs a fake toolkit whose nvcc reports `$FAKE_RELEASE`,
 /// or fails midway when `$FAKE_FAIL` is set.
@@ -95,17 +95,14 @@ fn installs_side_by_side_and_switches_the_link() {
 #[test]
 fn a_failing_installer_leaves_the_old_link() {
     let ws = setup();
-    let out = ws
-        .kiln()
-        .args(["up", "cuda.toml"])
-        .env("KILN_FACT_GPU_DRIVER", "580.95.05")
-        .env("FAKE_RELEASE", "13.0")
-        .env("FAKE_FAIL", "1")
-        .assert()
-        .code(1)
-        .get_output()
-        .clone();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr_of(
+        ws.kiln()
+            .args(["up", "cuda.toml"])
+            .env("KILN_FACT_GPU_DRIVER", "580.95.05")
+            .env("FAKE_RELEASE", "13.0")
+            .env("FAKE_FAIL", "1"),
+        1,
+    );
     assert!(
         stderr.contains("exited with status 3") && stderr.contains("installer: disk full"),
         "{stderr}"
@@ -120,16 +117,13 @@ fn a_failing_installer_leaves_the_old_link() {
 #[test]
 fn a_wrong_version_switches_the_link_back() {
     let ws = setup();
-    let out = ws
-        .kiln()
-        .args(["up", "cuda.toml"])
-        .env("KILN_FACT_GPU_DRIVER", "580.95.05")
-        .env("FAKE_RELEASE", "12.9")
-        .assert()
-        .code(1)
-        .get_output()
-        .clone();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr_of(
+        ws.kiln()
+            .args(["up", "cuda.toml"])
+            .env("KILN_FACT_GPU_DRIVER", "580.95.05")
+            .env("FAKE_RELEASE", "12.9"),
+        1,
+    );
     assert!(
         stderr.contains(
             "nvcc reports release 12.9 instead of release 13.0; the link was switched back"
@@ -162,15 +156,12 @@ fn an_installed_toolkit_is_detected_and_the_installer_skipped() {
 #[test]
 fn an_old_driver_stops_before_anything_is_installed() {
     let ws = setup();
-    let out = ws
-        .kiln()
-        .args(["up", "cuda.toml"])
-        .env("KILN_FACT_GPU_DRIVER", "570.124.06")
-        .assert()
-        .code(1)
-        .get_output()
-        .clone();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr_of(
+        ws.kiln()
+            .args(["up", "cuda.toml"])
+            .env("KILN_FACT_GPU_DRIVER", "570.124.06"),
+        1,
+    );
     assert!(
         stderr.contains("driver 570.124.06 is older than 580.82.07, the floor of CUDA 13.0.1"),
         "{stderr}"

@@ -1,7 +1,7 @@
 //! The `patch` step kind: `kiln up` applies the SM120 patch sets to real sglang 0.5.9 and
 //! flashinfer-python 0.6.3 wheels, and a re-run changes nothing.
 
-use crate::common::{copy_tree, wheel_site, Workspace};
+use crate::common::{copy_tree, stderr_of, wheel_site, Workspace};
 
 #[test]
 fn kiln_up_applies_the_sm120_patch_sets_once() {
@@ -66,15 +66,7 @@ fn an_unknown_patch_set_is_a_located_error() {
         "bad.toml",
         "[[step]]\nid = \"p\"\nkind = \"patch\"\nset = \"sglang-0.5.9-sm12\"\nsite_packages = \"/nonexistent\"\n",
     );
-    let out = ws
-        .kiln()
-        .args(["plan", "bad.toml"])
-        .assert()
-        .code(2)
-        .get_output()
-        .stderr
-        .clone();
-    let text = String::from_utf8_lossy(&out);
+    let text = stderr_of(ws.kiln().args(["plan", "bad.toml"]), 2);
     assert!(text.contains("no patch set `sglang-0.5.9-sm12`"), "{text}");
     assert!(text.contains("bad.toml:4:7"), "{text}");
     assert!(

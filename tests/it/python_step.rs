@@ -1,7 +1,7 @@
 //! The `python` step kind against the real package registry: a uv venv, pinned packages, and a
 //! C extension built from its sdist once, then reused from the wheel cache with no compiler.
 
-use crate::common::Workspace;
+use crate::common::{stderr_of, Workspace};
 
 const RECIPE: &str = r#"[recipe]
 name = "py"
@@ -139,16 +139,13 @@ fn builds_once_then_installs_the_cached_wheel_without_a_compiler() {
     let tampered = ws.path().join("tampered.tar");
     std::fs::write(&tampered, bytes).unwrap();
     let third = ws.path().join("third-cache");
-    let out = ws
-        .kiln()
-        .args(["cache", "import"])
-        .arg(&tampered)
-        .env("KILN_CACHE_DIR", &third)
-        .assert()
-        .code(1)
-        .get_output()
-        .clone();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr_of(
+        ws.kiln()
+            .args(["cache", "import"])
+            .arg(&tampered)
+            .env("KILN_CACHE_DIR", &third),
+        1,
+    );
     assert!(stderr.contains("the manifest says"), "{stderr}");
     assert!(
         listed(&third).is_empty(),
@@ -171,14 +168,7 @@ install = ["six==1.16.0"]
 verify = "import six; assert six.__version__ == '0.0', 'six is ' + six.__version__"
 "#,
     );
-    let out = ws
-        .kiln()
-        .args(["up", "py.toml"])
-        .assert()
-        .code(1)
-        .get_output()
-        .clone();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr_of(ws.kiln().args(["up", "py.toml"]), 1);
     assert!(
         stderr.contains("post-install verification failed"),
         "{stderr}"

@@ -1,7 +1,7 @@
 //! Every shipped recipe and toolchain loads, and `kiln plan` of the default GPU stack works on a
 //! machine without a GPU.
 
-use crate::common::Workspace;
+use crate::common::{stderr_of, Workspace};
 
 #[test]
 fn every_shipped_recipe_plans() {
@@ -98,18 +98,15 @@ fn arch_follows_the_gpu_and_set_overrides_it() {
 fn up_of_the_gpu_stack_stops_at_the_doctor_preflight_without_a_driver() {
     let ws = Workspace::new();
     let opt = ws.path().join("opt");
-    let out = ws
-        .kiln()
-        .args(["up", "glm5-nvfp4-sm120", "--set"])
-        .arg(format!("prefix={}", opt.display()))
-        .arg("--set")
-        .arg(format!("cuda_link={}", ws.path().join("cuda").display()))
-        .env("PATH", "/usr/bin:/bin")
-        .assert()
-        .code(1)
-        .get_output()
-        .clone();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = stderr_of(
+        ws.kiln()
+            .args(["up", "glm5-nvfp4-sm120", "--set"])
+            .arg(format!("prefix={}", opt.display()))
+            .arg("--set")
+            .arg(format!("cuda_link={}", ws.path().join("cuda").display()))
+            .env("PATH", "/usr/bin:/bin"),
+        1,
+    );
     assert!(
         stderr.contains("doctor preflight failed: nvidia.driver"),
         "{stderr}"
