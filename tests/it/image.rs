@@ -270,7 +270,7 @@ fn docker_buildkit() -> Command {
 }
 
 /// The base image, made once per machine: a minimal Debian with a C compiler (for the demo).
-fn base_image() -> &'static str {
+pub fn base_image() -> &'static str {
     let cache = test_cache().join("image");
     std::fs::create_dir_all(&cache).unwrap();
     let lock = std::fs::File::create(cache.join(".lock")).unwrap();

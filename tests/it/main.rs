@@ -6,6 +6,7 @@ mod cuda_step;
 mod doctor;
 mod engine;
 mod fetch_extract;
+mod fleet;
 mod image;
 mod patch;
 mod patch_step;
