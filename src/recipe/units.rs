@@ -24,7 +24,10 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         let n: u64 = num
             .parse()
             .map_err(|_| "a unit needs a number before it".to_string())?;
-        total += n * unit;
+        total = n
+            .checked_mul(unit)
+            .and_then(|x| total.checked_add(x))
+            .ok_or_else(|| "that duration is too long".to_string())?;
         num.clear();
     }
     if !num.is_empty() || total == 0 {
@@ -78,6 +81,7 @@ mod tests {
         assert_eq!(parse_duration("45").unwrap(), Duration::from_secs(45));
         assert!(parse_duration("10x").is_err());
         assert!(parse_duration("m").is_err());
+        assert!(parse_duration("99999999999999999d").is_err());
     }
 
     #[test]
