@@ -60,17 +60,7 @@ impl CommandSpec {
             .unchecked()
             .before_spawn(|cmd| {
                 cmd.process_group(0);
-                let parent = std::process::id() as libc::pid_t;
-                // SAFETY: prctl and getppid are async-signal-safe; nothing else runs here.
-                unsafe {
-                    cmd.pre_exec(move || {
-                        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                        if libc::getppid() != parent {
-                            libc::_exit(1);
-                        }
-                        Ok(())
-                    });
-                }
+                die_with_parent(cmd);
                 Ok(())
             });
         for (k, v) in &self.env {
@@ -80,6 +70,22 @@ impl CommandSpec {
             expr = expr.dir(dir);
         }
         Ok(expr)
+    }
+}
+
+/// The child gets SIGTERM when kiln's spawning thread dies (and exits at once if kiln is
+/// already gone).
+fn die_with_parent(cmd: &mut std::process::Command) {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: prctl and getppid are async-signal-safe; nothing else runs here.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
     }
 }
 
@@ -357,17 +363,7 @@ pub fn spawn_detached(
         cmd.current_dir(dir);
     }
     if tie_to_parent {
-        let parent = std::process::id() as libc::pid_t;
-        // SAFETY: prctl and getppid are async-signal-safe; nothing else runs here.
-        unsafe {
-            cmd.pre_exec(move || {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                if libc::getppid() != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
+        die_with_parent(&mut cmd);
     }
     let child = cmd.spawn().map_err(|e| spawn_error(spec, e))?;
     Ok(Detached {

@@ -142,3 +142,18 @@ pub fn stderr_of(cmd: &mut assert_cmd::Command, code: i32) -> String {
     let out = cmd.assert().code(code).get_output().clone();
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// Run `cmd`, require success, and return its stdout (the command and both streams on failure).
+pub fn run_ok(cmd: &mut std::process::Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::common::{test_cache, Workspace};
+use crate::common::{run_ok, test_cache, Workspace};
 
 /// The `ansible` release the test installs (ansible-core 2.19; runs on Python 3.11).
 const ANSIBLE: &str = "ansible==12.3.0";
@@ -14,23 +14,6 @@ const ANSIBLE: &str = "ansible==12.3.0";
 /// The hosts' image: the test base image plus what the `python` step needs (python3 with venv,
 /// pip and headers; gcc is in the base) and uv. Made once per machine.
 const FLEET_IMAGE: &str = "kiln-test-fleet:bookworm";
-
-/// The recipe every host provisions: one `python` step that builds bitarray from its sdist
-/// through the wheel cache (as in python_step.rs).
-const RECIPE: &str = r#"[recipe]
-name = "py"
-[vars]
-venv = "${kiln.work_dir}/venv"
-[[step]]
-id = "env"
-kind = "python"
-venv = "${venv}"
-install = ["six==1.16.0", "bitarray==2.9.2"]
-build = ["bitarray==2.9.2"]
-env = { CFLAGS = "-O1" }
-mem_per_job = "512MiB"
-verify = "import bitarray, six; assert bitarray.__version__ == '2.9.2', bitarray.__version__"
-"#;
 
 /// `docker run` options that let a container trust what this machine trusts: its CA bundle
 /// (a TLS-intercepting proxy's CA, say) mounted read-only, and pip, uv and Python pointed at it.
@@ -46,20 +29,6 @@ fn trust_args() -> Vec<String> {
         args.extend(["-e".to_string(), format!("{var}={inside}")]);
     }
     args
-}
-
-fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// `ansible-playbook` from PyPI in a venv under the test cache, installed once.
@@ -161,7 +130,7 @@ fn the_fleet_playbook_compiles_once_and_the_second_host_pulls_the_wheel() {
     let image = fleet_image();
     let registry = crate::image::LocalRegistry::start();
     let ws = Workspace::new();
-    ws.write("recipe.toml", RECIPE);
+    ws.write("recipe.toml", crate::python_step::RECIPE);
 
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

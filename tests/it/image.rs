@@ -4,24 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::common::{test_cache, wheel_site, Workspace};
+use crate::common::{run_ok, test_cache, wheel_site, Workspace};
 
 /// The locally made base image for `docker build` (debootstrap + `docker import`, made once).
 const BASE_IMAGE: &str = "kiln-test-base:bookworm";
-
-fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn sha256_file(path: &Path) -> String {
     kiln::engine::hashing::sha256_reader(std::fs::File::open(path).unwrap())

@@ -3,7 +3,8 @@
 
 use crate::common::{stderr_of, Workspace};
 
-const RECIPE: &str = r#"[recipe]
+/// Also the recipe tests/it/fleet.rs provisions on every host.
+pub const RECIPE: &str = r#"[recipe]
 name = "py"
 [vars]
 venv = "${kiln.work_dir}/venv"
