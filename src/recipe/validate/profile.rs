@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use toml::Spanned;
+
 use super::super::{units, wire, Profile};
 use super::vars::Resolver;
 use crate::diagnostic::did_you_mean;
@@ -18,20 +20,7 @@ pub(super) fn profile(
     let mut out = match &p.extends {
         None => Profile::default(),
         Some(base) => {
-            if !all.contains_key(base.get_ref()) {
-                let hint = did_you_mean(base.get_ref(), all.keys().map(String::as_str))
-                    .map_or("`extends` names another [profile.NAME]".into(), |b| {
-                        format!("did you mean `{b}`?")
-                    });
-                return Err(r
-                    .diag(
-                        file,
-                        base.span(),
-                        format!("unknown profile `{}`", base.get_ref()),
-                    )
-                    .with_hint(hint)
-                    .into());
-            }
+            known_profile(r, all, file, base, "extends")?;
             if stack.iter().any(|s| s == base.get_ref()) || base.get_ref() == name {
                 return Err(r
                     .diag(file, base.span(), "profile `extends` cycle")
@@ -106,20 +95,7 @@ pub(super) fn profile(
         out.signatures = Some(r.expand(file, sig)?);
     }
     if let Some(base) = &p.baseline {
-        if !all.contains_key(base.get_ref()) {
-            let hint = did_you_mean(base.get_ref(), all.keys().map(String::as_str))
-                .map_or("`baseline` names another [profile.NAME]".into(), |b| {
-                    format!("did you mean `{b}`?")
-                });
-            return Err(r
-                .diag(
-                    file,
-                    base.span(),
-                    format!("unknown profile `{}`", base.get_ref()),
-                )
-                .with_hint(hint)
-                .into());
-        }
+        known_profile(r, all, file, base, "baseline")?;
         out.baseline = Some(base.get_ref().clone());
     }
     if let Some(t) = &p.timeout {
@@ -131,4 +107,29 @@ pub(super) fn profile(
     }
     out.dir = PathBuf::from(&r.builtins["recipe.dir"]);
     Ok(out)
+}
+
+/// `key = "NAME"` must name another profile.
+fn known_profile(
+    r: &Resolver,
+    all: &BTreeMap<String, (usize, &wire::Profile)>,
+    file: usize,
+    name: &Spanned<String>,
+    key: &str,
+) -> Result<()> {
+    if all.contains_key(name.get_ref()) {
+        return Ok(());
+    }
+    let hint = did_you_mean(name.get_ref(), all.keys().map(String::as_str))
+        .map_or(format!("`{key}` names another [profile.NAME]"), |b| {
+            format!("did you mean `{b}`?")
+        });
+    Err(r
+        .diag(
+            file,
+            name.span(),
+            format!("unknown profile `{}`", name.get_ref()),
+        )
+        .with_hint(hint)
+        .into())
 }
