@@ -11,6 +11,28 @@ use crate::serve::signatures::Signatures;
 use crate::serve::verdict::{self, Status, Verdict};
 use crate::serve::{self, Launch, Running};
 
+/// Start `profile` of `recipe`, narrating its milestones on stderr.
+pub(super) fn launch(
+    settings: &Settings,
+    recipe: &Recipe,
+    name: &str,
+    profile: &Profile,
+    sigs: &Signatures,
+    detach: bool,
+    timeout: Duration,
+) -> Result<Running> {
+    let launch = Launch {
+        recipe: &recipe.name,
+        profile_name: name,
+        profile,
+        sigs,
+        state_dir: &settings.state_dir,
+        detach,
+        timeout,
+    };
+    serve::start(&launch, &mut |s: &str| eprintln!("kiln: {s}"))
+}
+
 pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
     let recipe = settings.load_recipe(&args.recipe)?;
     if args.stop {
@@ -45,8 +67,7 @@ pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
         detach: args.detach,
         timeout,
     };
-    let mut say = |s: &str| eprintln!("kiln: {s}");
-    let mut running = serve::start(&launch, &mut say)?;
+    let mut running = serve::start(&launch, &mut |s: &str| eprintln!("kiln: {s}"))?;
     let verdicts = judge(&sigs, profile, &running);
     print_verdicts(&name, &running, &verdicts, args.json);
     let code = verdict_code(&verdicts);
@@ -234,17 +255,8 @@ pub(super) fn up_pipeline(
         print!("{}", c.render(base, &name));
     }
     let sigs = signatures_for(p)?;
-    let launch = Launch {
-        recipe: &recipe.name,
-        profile_name: &name,
-        profile: p,
-        sigs: &sigs,
-        state_dir: &settings.state_dir,
-        detach: true,
-        timeout: p.timeout.unwrap_or(serve::DEFAULT_TIMEOUT),
-    };
-    let mut say = |s: &str| eprintln!("kiln: {s}");
-    let running = serve::start(&launch, &mut say)?;
+    let timeout = p.timeout.unwrap_or(serve::DEFAULT_TIMEOUT);
+    let running = launch(settings, recipe, &name, p, &sigs, true, timeout)?;
     let verdicts = judge(&sigs, p, &running);
     print_verdicts(&name, &running, &verdicts, false);
     let bench = match running.record.url.clone() {

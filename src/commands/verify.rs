@@ -2,13 +2,13 @@
 
 use std::time::Duration;
 
-use super::serve::{pick_profile, signatures_for};
+use super::serve::{launch, pick_profile, signatures_for};
 use super::Settings;
 use crate::bench::ab;
 use crate::cli::VerifyArgs;
 use crate::error::{Error, Result};
 use crate::recipe::Recipe;
-use crate::serve::{self, Launch};
+use crate::serve;
 
 pub fn run(settings: &Settings, args: &VerifyArgs) -> Result<u8> {
     let recipe = settings.load_recipe(&args.recipe)?;
@@ -55,17 +55,8 @@ pub(super) fn compare(
     for name in [against, candidate] {
         let (name, profile) = pick_profile(recipe, Some(name))?;
         let sigs = signatures_for(profile)?;
-        let launch = Launch {
-            recipe: &recipe.name,
-            profile_name: &name,
-            profile,
-            sigs: &sigs,
-            state_dir: &settings.state_dir,
-            detach: false,
-            timeout: profile.timeout.unwrap_or(serve::DEFAULT_TIMEOUT),
-        };
-        let mut say = |s: &str| eprintln!("kiln: {s}");
-        let running = serve::start(&launch, &mut say)?;
+        let timeout = profile.timeout.unwrap_or(serve::DEFAULT_TIMEOUT);
+        let running = launch(settings, recipe, &name, profile, &sigs, false, timeout)?;
         let Some(url) = running.record.url.clone() else {
             running.stop(&settings.state_dir);
             return Err(Error::usage(

@@ -46,6 +46,15 @@ impl Sources {
         Diagnostic::at(&f.path, &f.text, loc.start..loc.end, message)
     }
 
+    /// The location of bytes `offset..offset + len` of a string value's (unescaped) text.
+    pub fn within(&self, loc: Loc, offset: usize, len: usize) -> Loc {
+        Loc {
+            file: loc.file,
+            start: self.string_offset(loc, offset),
+            end: self.string_offset(loc, offset + len),
+        }
+    }
+
     /// The source offset of byte `offset` of a string value's (unescaped) text.
     pub fn string_offset(&self, loc: Loc, offset: usize) -> usize {
         let text = &self.files[loc.file].text[loc.start..loc.end.max(loc.start)];

@@ -510,11 +510,7 @@ pub(super) fn command(
 
 pub(super) fn condition(r: &mut Resolver, file: usize, w: &Spanned<String>) -> Result<When> {
     let loc = r.sources.loc(file, w.span());
-    let at = |offset: usize, len: usize| Loc {
-        file,
-        start: r.sources.string_offset(loc, offset),
-        end: r.sources.string_offset(loc, offset + len.max(1)),
-    };
+    let at = |offset: usize, len: usize| r.sources.within(loc, offset, len.max(1));
     let expr = when::parse(w.get_ref()).map_err(|e| {
         r.sources
             .diag(

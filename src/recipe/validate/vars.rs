@@ -123,17 +123,8 @@ pub(super) fn var_def(
 
 pub(super) fn parse_template(sources: &Sources, loc: Loc, text: &str) -> Result<Template> {
     Template::parse(text).map_err(|e| {
-        let start = sources.string_offset(loc, e.offset);
-        let end = sources.string_offset(loc, e.offset + e.len);
         sources
-            .diag(
-                Loc {
-                    file: loc.file,
-                    start,
-                    end,
-                },
-                e.message,
-            )
+            .diag(sources.within(loc, e.offset, e.len), e.message)
             .with_hint(e.hint)
             .into()
     })
@@ -174,21 +165,10 @@ impl Resolver<'_> {
     pub(super) fn lookup(&mut self, v: &VarRef, at: Option<Loc>) -> Result<String> {
         let fail = |sources: &Sources, msg: String, hint: String| -> Error {
             match at {
-                Some(loc) => {
-                    let start = sources.string_offset(loc, v.offset);
-                    let end = sources.string_offset(loc, v.offset + v.len);
-                    sources
-                        .diag(
-                            Loc {
-                                file: loc.file,
-                                start,
-                                end,
-                            },
-                            msg,
-                        )
-                        .with_hint(hint)
-                        .into()
-                }
+                Some(loc) => sources
+                    .diag(sources.within(loc, v.offset, v.len), msg)
+                    .with_hint(hint)
+                    .into(),
                 None => Error::usage(msg, Some(hint)),
             }
         };
