@@ -19,3 +19,4 @@ pub mod redact;
 pub mod report;
 pub mod serve;
 pub mod steps;
+pub mod tune;

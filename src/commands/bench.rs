@@ -59,20 +59,7 @@ pub(super) fn measure(
     json: bool,
     baseline: Option<(&bench::Report, &std::path::Path)>,
 ) -> Result<bench::Report> {
-    let (server, model, server_args) = bench::server_fingerprint(opts.url, opts.api);
-    let fp = Fingerprint {
-        gpu: settings
-            .facts
-            .get("gpu.name")
-            .unwrap_or_else(|| "no GPU".into()),
-        driver: settings
-            .facts
-            .get("gpu.driver")
-            .unwrap_or_else(|| "-".into()),
-        server,
-        model,
-        server_args,
-    };
+    let fp = fingerprint(settings, opts.url, opts.api);
     eprintln!(
         "Benchmarking {} max_tokens={}, num_runs={}, warmup={}",
         opts.url, opts.max_tokens, opts.runs, opts.warmup
@@ -98,4 +85,22 @@ pub(super) fn measure(
     }
     eprintln!("kiln: appended to {}", history.display());
     Ok(report)
+}
+
+/// What was measured on what: GPU and driver, server version, model and arguments.
+pub(super) fn fingerprint(settings: &Settings, url: &str, api: Api) -> Fingerprint {
+    let (server, model, server_args) = bench::server_fingerprint(url, api);
+    Fingerprint {
+        gpu: settings
+            .facts
+            .get("gpu.name")
+            .unwrap_or_else(|| "no GPU".into()),
+        driver: settings
+            .facts
+            .get("gpu.driver")
+            .unwrap_or_else(|| "-".into()),
+        server,
+        model,
+        server_args,
+    }
 }

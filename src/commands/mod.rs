@@ -8,6 +8,7 @@ mod patch;
 mod plan;
 mod preflight;
 mod serve;
+mod tune;
 mod up;
 mod verify;
 
@@ -31,6 +32,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Serve(args) => serve::run(&settings, &args),
         Command::Bench(args) => bench::run(&settings, &args),
         Command::Verify(args) => verify::run(&settings, &args),
+        Command::Tune(args) => tune::run(&settings, &args),
         Command::Image(args) => image::run(&settings, &args),
         Command::Cache(args) => cache::run(&settings, &args),
         Command::Watchdog { parent, dir } => crate::process::watchdog::watch(parent, &dir),

@@ -50,9 +50,19 @@ pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
             }
         };
     }
-    crate::process::catch_interrupts();
     let (name, profile) = pick_profile(&recipe, args.profile.as_deref())?;
     let sigs = signatures_for(profile)?;
+    if let Some(log) = &args.log {
+        return judge_captured(
+            &sigs,
+            &name,
+            profile,
+            log,
+            args.metrics.as_deref(),
+            args.json,
+        );
+    }
+    crate::process::catch_interrupts();
     let timeout = args
         .timeout
         .map(Duration::from_secs)
@@ -106,6 +116,49 @@ pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Verdicts from a log captured earlier (and its metrics page): nothing is launched; the server is
+/// taken to have answered requests.
+fn judge_captured(
+    sigs: &Signatures,
+    name: &str,
+    profile: &Profile,
+    log: &std::path::Path,
+    metrics: Option<&std::path::Path>,
+    json: bool,
+) -> Result<u8> {
+    let read = |p: &std::path::Path| {
+        std::fs::read(p)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .map_err(|e| Error::io(format!("cannot read {}", p.display()), e))
+    };
+    let text = read(log)?;
+    let all: Vec<String> = text.lines().map(String::from).collect();
+    let lines = match all.iter().rposition(|l| l.starts_with("=== kiln serve")) {
+        Some(start) => all[start..].to_vec(),
+        None => all,
+    };
+    let metrics = metrics.map(read).transpose()?;
+    let ev = verdict::Evidence {
+        log: &lines,
+        metrics: metrics.as_deref(),
+        after_traffic: true,
+    };
+    let verdicts = verdict::judge(sigs, profile, &ev);
+    if json {
+        let v = serde_json::json!({ "profile": name, "log": log, "verdicts": verdicts });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).expect("verdicts serialize")
+        );
+    } else {
+        println!("profile `{name}` judged from {}", log.display());
+        for v in &verdicts {
+            println!("{}", v.line());
+        }
+    }
+    Ok(verdict_code(&verdicts))
 }
 
 fn read_lines(p: &std::path::Path) -> Vec<String> {
@@ -221,7 +274,9 @@ pub(super) fn judge(
 /// `=== kiln serve` header per launch).
 fn current_run(path: &std::path::Path) -> Option<Vec<String>> {
     let lines = read_lines(path);
-    let start = lines.iter().rposition(|l| l.starts_with("=== kiln serve"))?;
+    let start = lines
+        .iter()
+        .rposition(|l| l.starts_with("=== kiln serve"))?;
     Some(lines[start..].to_vec())
 }
 

@@ -95,6 +95,9 @@ struct WireRatio {
     metrics: Option<[String; 2]>,
     min: f64,
     what: String,
+    /// Judge every matching line on its own (one per loaded model) instead of summing them.
+    #[serde(default)]
+    each: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -153,6 +156,8 @@ pub struct Ratio {
     pub min: f64,
     /// What is counted ("layers on the GPU", "draft tokens accepted").
     pub what: String,
+    /// Every matching line must reach `min` on its own; the worst one is reported.
+    pub each: bool,
 }
 
 impl Signatures {
@@ -225,7 +230,11 @@ impl Signatures {
                     .iter()
                     .map(|e| Ok((re(&e.pattern)?, e.reason.clone())))
                     .collect::<Result<_>>()?,
-                ratio: f.ratio.as_ref().map(|r| ratio(r, &f.id, origin)).transpose()?,
+                ratio: f
+                    .ratio
+                    .as_ref()
+                    .map(|r| ratio(r, &f.id, origin))
+                    .transpose()?,
                 needs_traffic: f.needs_traffic,
                 absent: f.absent.clone(),
                 absent_reason: f.absent_reason.clone(),
@@ -301,16 +310,22 @@ fn ratio(r: &WireRatio, feature: &str, origin: &str) -> Result<Ratio> {
     };
     let pattern = Regex::new(&r.pattern).map_err(|e| bad(format!("invalid ratio pattern: {e}")))?;
     if pattern.captures_len() != 3 {
-        return Err(bad("the ratio pattern needs exactly two capture groups (part, whole)".into()));
+        return Err(bad(
+            "the ratio pattern needs exactly two capture groups (part, whole)".into(),
+        ));
     }
     if !(0.0..=1.0).contains(&r.min) {
-        return Err(bad(format!("ratio `min` must be within 0..=1, got {}", r.min)));
+        return Err(bad(format!(
+            "ratio `min` must be within 0..=1, got {}",
+            r.min
+        )));
     }
     Ok(Ratio {
         pattern,
         metrics: r.metrics.clone(),
         min: r.min,
         what: r.what.clone(),
+        each: r.each,
     })
 }
 

@@ -186,8 +186,19 @@ fn judge_ratio(f: &Feature, r: &Ratio, ev: &Evidence) -> Option<Verdict> {
             let (Ok(part), Ok(whole)) = (c[1].parse::<f64>(), c[2].parse::<f64>()) else {
                 continue;
             };
-            let (p, w, _) = found.take().unwrap_or_default();
-            found = Some((p + part, w + whole, line.trim().to_string()));
+            let line = line.trim().to_string();
+            found = Some(match found.take() {
+                // Each line on its own: keep the worst share.
+                Some((p, w, l)) if r.each => {
+                    if whole > 0.0 && (w <= 0.0 || part / whole < p / w) {
+                        (part, whole, line)
+                    } else {
+                        (p, w, l)
+                    }
+                }
+                Some((p, w, _)) => (p + part, w + whole, line),
+                None => (part, whole, line),
+            });
         }
     }
     if let (None, Some([part, whole]), Some(text)) = (&found, &r.metrics, ev.metrics) {
@@ -231,7 +242,11 @@ pub fn counter(text: &str, name: &str) -> Option<f64> {
         if !rest.starts_with([' ', '\t']) {
             continue;
         }
-        if let Some(v) = rest.split_whitespace().next().and_then(|v| v.parse::<f64>().ok()) {
+        if let Some(v) = rest
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+        {
             total = Some(total.unwrap_or(0.0) + v);
         }
     }
@@ -257,7 +272,10 @@ mod tests {
     #[test]
     fn prometheus_counters() {
         let text = "# HELP x\nllamacpp:spec_decode_num_accepted_tokens_total 12\nllamacpp:spec_decode_num_accepted_tokens_totalx 5\nreqs{a=\"1\"} 2\nreqs{a=\"2\"} 3\n";
-        assert_eq!(counter(text, "llamacpp:spec_decode_num_accepted_tokens_total"), Some(12.0));
+        assert_eq!(
+            counter(text, "llamacpp:spec_decode_num_accepted_tokens_total"),
+            Some(12.0)
+        );
         assert_eq!(counter(text, "reqs"), Some(5.0));
         assert_eq!(counter(text, "missing"), None);
     }

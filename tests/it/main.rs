@@ -7,6 +7,7 @@ mod doctor;
 mod engine;
 mod fetch_extract;
 mod fleet;
+mod gpu_replay;
 mod image;
 mod patch;
 mod patch_step;
