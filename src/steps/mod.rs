@@ -41,7 +41,17 @@ pub fn execute(
             archive,
             dest,
             strip_components,
-        } => extract::extract(archive, dest, *strip_components, log),
+            max_size,
+            keep_setid,
+        } => {
+            let opts = extract::Options {
+                strip: *strip_components,
+                max_size: max_size.unwrap_or(extract::DEFAULT_MAX_SIZE),
+                max_entries: extract::MAX_ENTRIES,
+                keep_setid: *keep_setid,
+            };
+            extract::extract(archive, dest, opts, log)
+        }
         StepKind::Python(p) => python::run(step, p, ctx, log, on_line),
         StepKind::Cuda(c) => cuda::run(step, c, ctx, log, on_line),
         StepKind::Patch {
