@@ -16,6 +16,8 @@ pub struct Diagnostic {
     /// Caret width, at least 1.
     pub width: usize,
     pub hint: Option<String>,
+    /// Why the line is not shown (the file is not a recipe: its lines may be secrets).
+    pub hidden: Option<&'static str>,
 }
 
 impl Diagnostic {
@@ -40,7 +42,15 @@ impl Diagnostic {
                 .to_string(),
             width,
             hint: None,
+            hidden: None,
         }
+    }
+
+    /// Keep the location but never print the line (`why` is shown in its place).
+    pub fn hide_line(mut self, why: &'static str) -> Self {
+        self.line_text.clear();
+        self.hidden = Some(why);
+        self
     }
 
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
@@ -67,6 +77,13 @@ impl fmt::Display for Diagnostic {
             self.col
         )?;
         writeln!(f, "{pad} |")?;
+        if let Some(why) = self.hidden {
+            write!(f, "{pad} = line not shown: {why}")?;
+            if let Some(hint) = &self.hint {
+                write!(f, "\nhint: {hint}")?;
+            }
+            return Ok(());
+        }
         writeln!(f, "{} | {}", self.line, self.line_text)?;
         let lead: String = self
             .line_text
@@ -134,6 +151,19 @@ mod tests {
         assert_eq!(
             d.to_string(),
             "bad key\n --> r.toml:2:1\n  |\n2 | bb = 2\n  | ^^"
+        );
+    }
+
+    #[test]
+    fn a_hidden_line_is_never_printed() {
+        let src = "root:$6$secret:19000::::::\n";
+        let d = Diagnostic::at(Path::new("/etc/shadow"), src, 4..5, "expected `=`")
+            .hide_line("the file is not a .toml file");
+        let shown = d.to_string();
+        assert!(!shown.contains("secret"), "{shown}");
+        assert_eq!(
+            shown,
+            "expected `=`\n --> /etc/shadow:1:5\n  |\n  = line not shown: the file is not a .toml file"
         );
     }
 

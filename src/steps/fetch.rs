@@ -25,6 +25,7 @@ pub fn fetch(
     let dir = path.parent().expect("cache paths have a parent");
     let downloads = dir.parent().expect("cache paths have a grandparent");
     create_dir(downloads)?;
+    remove_stale_partials(downloads);
     let tmp = tempfile_in(downloads)?;
     let _ = writeln!(log, "fetching {url}");
     let result = download(url, tmp.path()).and_then(|(actual, _)| {
@@ -60,6 +61,26 @@ impl TempFile {
 impl Drop for TempFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Remove `.partial-PID-*` downloads whose process is gone (SIGKILL, a crash). The cache may be
+/// shared by runs with other state directories, so a live PID's file is left alone.
+pub fn remove_stale_partials(downloads: &Path) {
+    let Ok(entries) = std::fs::read_dir(downloads) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix(".partial-")
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if pid != std::process::id() && !crate::engine::state::pid_alive(pid) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
     }
 }
 

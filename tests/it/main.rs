@@ -1,5 +1,6 @@
 //! One integration-test binary: every test runs the real `kiln` executable in a temp dir.
 
+mod archive_safety;
 mod bench;
 mod common;
 mod cuda_step;
@@ -8,6 +9,7 @@ mod engine;
 mod fetch_extract;
 mod fleet;
 mod image;
+mod input_limits;
 mod patch;
 mod patch_step;
 mod python_step;
