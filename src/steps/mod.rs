@@ -36,7 +36,9 @@ pub fn execute(
     crate::engine::state::create_dir(&step.cwd)?;
     match &step.kind {
         StepKind::Run { cmd } => run::run(step, cmd, log, on_line),
-        StepKind::Fetch { url, sha256, path } => fetch::fetch(url, sha256, path, log, ctx.memo),
+        StepKind::Fetch { url, sha256, path } => {
+            fetch::fetch(url, sha256, path, step.timeout, log, ctx.memo)
+        }
         StepKind::Extract {
             archive,
             dest,

@@ -10,6 +10,7 @@ mod fetch_extract;
 mod fleet;
 mod image;
 mod input_limits;
+mod net_deadlines;
 mod patch;
 mod patch_step;
 mod python_step;
