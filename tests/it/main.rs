@@ -6,6 +6,7 @@ mod common;
 mod cuda_step;
 mod doctor;
 mod engine;
+mod faults;
 mod fetch_extract;
 mod fleet;
 mod image;
