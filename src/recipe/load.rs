@@ -201,7 +201,7 @@ fn read_tree(
         if is_toml(&loaded.sources.files[id].path) {
             d
         } else {
-            d.hide_line("the file is not a .toml file")
+            d.hide_line()
         }
     })?;
     stack.push(identity.clone());
@@ -326,7 +326,7 @@ fn utf8_diag(path: &Path, e: &std::string::FromUtf8Error) -> Diagnostic {
     if is_toml(path) && !binary {
         d
     } else {
-        d.hide_line("the file is not a UTF-8 .toml file")
+        d.hide_line()
     }
 }
 

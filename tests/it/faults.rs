@@ -2,7 +2,7 @@
 //! leftovers of killed runs (receipt temp files, partial downloads, extract staging) are removed at
 //! the next run, under the state lock.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use crate::common::{scrub, Workspace};
@@ -70,7 +70,7 @@ fn leftovers_of_killed_runs_are_removed_at_the_next_run() {
 }
 
 /// A tmpfs of `size` mounted on a fresh directory, unmounted on drop (needs root; None without).
-struct Tmpfs(PathBuf, tempfile::TempDir);
+struct Tmpfs(tempfile::TempDir);
 
 impl Tmpfs {
     fn mount(size: &str) -> Option<Tmpfs> {
@@ -81,16 +81,18 @@ impl Tmpfs {
             .stderr(std::process::Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
-        ok.then(|| Tmpfs(dir.path().to_path_buf(), dir))
+        ok.then_some(Tmpfs(dir))
     }
     fn path(&self) -> &Path {
-        &self.0
+        self.0.path()
     }
 }
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        let _ = std::process::Command::new("umount")
+            .arg(self.0.path())
+            .status();
     }
 }
 

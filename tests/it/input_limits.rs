@@ -174,7 +174,7 @@ fn imports_stay_inside_the_recipe_tree_and_secrets_are_never_echoed() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--> outside/shadow:1:"), "{err}");
     assert!(
-        err.contains("= line not shown: the file is not a .toml file"),
+        err.contains("= line not shown: the file is not a .toml text file"),
         "{err}"
     );
     assert!(!err.contains("s3cr3t"), "{err}");

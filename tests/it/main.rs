@@ -9,6 +9,7 @@ mod engine;
 mod faults;
 mod fetch_extract;
 mod fleet;
+mod fuzz;
 mod image;
 mod input_limits;
 mod net_deadlines;
