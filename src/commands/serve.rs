@@ -68,7 +68,7 @@ pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
         timeout,
     };
     let mut running = serve::start(&launch, &mut |s: &str| eprintln!("kiln: {s}"))?;
-    let verdicts = judge(&sigs, profile, &running);
+    let verdicts = judge(&sigs, profile, &running, false);
     print_verdicts(&name, &running, &verdicts, args.json);
     let code = verdict_code(&verdicts);
     let Some(url) = running.record.url.clone() else {
@@ -161,14 +161,38 @@ pub(super) fn signatures_for(p: &Profile) -> Result<Signatures> {
     }
 }
 
-/// Verdicts from the log, with the server's own settings endpoint as extra evidence.
-pub(super) fn judge(sigs: &Signatures, profile: &Profile, running: &Running) -> Vec<Verdict> {
-    let mut verdicts = verdict::judge(sigs, profile, &running.log);
-    let info = running
-        .record
-        .url
-        .as_deref()
-        .and_then(|u| serve::server_info(sigs, u));
+/// Verdicts from the log, the server's metrics and its own settings endpoint. A feature whose
+/// evidence shows only under traffic gets one short greedy request first, unless `served` says
+/// the server has answered requests already (after a benchmark).
+pub(super) fn judge(
+    sigs: &Signatures,
+    profile: &Profile,
+    running: &Running,
+    served: bool,
+) -> Vec<Verdict> {
+    let url = running.record.url.as_deref();
+    let mut after_traffic = served;
+    if let (false, true, Some(url)) = (served, sigs.needs_traffic(), url) {
+        let req = crate::bench::client::Request {
+            prompt: crate::bench::ab::PROMPTS[0],
+            max_tokens: 32,
+            greedy: true,
+            ignore_eos: true,
+            timeout: Duration::from_secs(120),
+        };
+        after_traffic = crate::bench::client::generate(url, running.api, &req).is_ok();
+    }
+    let log = current_run(&running.record.log).unwrap_or_else(|| running.log.clone());
+    let metrics = url
+        .zip(sigs.metrics.as_deref())
+        .and_then(|(u, path)| serve::fetch_text(&format!("{}{path}", u.trim_end_matches('/'))));
+    let ev = verdict::Evidence {
+        log: &log,
+        metrics: metrics.as_deref(),
+        after_traffic,
+    };
+    let mut verdicts = verdict::judge(sigs, profile, &ev);
+    let info = url.and_then(|u| serve::server_info(sigs, u));
     if let Some(info) = info {
         for v in &mut verdicts {
             let key = v.feature.replace('-', "_");
@@ -191,6 +215,14 @@ pub(super) fn judge(sigs: &Signatures, profile: &Profile, running: &Running) -> 
         }
     }
     verdicts
+}
+
+/// The lines of the server log written by the latest launch (the log is appended to, one
+/// `=== kiln serve` header per launch).
+fn current_run(path: &std::path::Path) -> Option<Vec<String>> {
+    let lines = read_lines(path);
+    let start = lines.iter().rposition(|l| l.starts_with("=== kiln serve"))?;
+    Some(lines[start..].to_vec())
 }
 
 pub(super) fn print_verdicts(name: &str, running: &Running, verdicts: &[Verdict], json: bool) {
@@ -257,7 +289,7 @@ pub(super) fn up_pipeline(
     let sigs = signatures_for(p)?;
     let timeout = p.timeout.unwrap_or(serve::DEFAULT_TIMEOUT);
     let running = launch(settings, recipe, &name, p, &sigs, true, timeout)?;
-    let verdicts = judge(&sigs, p, &running);
+    let verdicts = judge(&sigs, p, &running, false);
     print_verdicts(&name, &running, &verdicts, false);
     let bench = match running.record.url.clone() {
         Some(url) => {
@@ -273,6 +305,19 @@ pub(super) fn up_pipeline(
             Some(super::bench::measure(settings, &opts, false, None)?)
         }
         None => None,
+    };
+    // Judged again once the benchmark has driven the server: counters such as draft acceptance
+    // cover every request by now.
+    let verdicts = if bench.is_some() {
+        let after = judge(&sigs, p, &running, true);
+        for (b, a) in verdicts.iter().zip(&after) {
+            if (b.status, &b.reason) != (a.status, &a.reason) {
+                eprintln!("kiln: after the benchmark: {}", a.line());
+            }
+        }
+        after
+    } else {
+        verdicts
     };
     let code = [
         verdict_code(&verdicts),
