@@ -168,6 +168,10 @@ pub struct BenchArgs {
     /// Write per-run tok/s against the baseline as an SVG
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+
+    /// Give up on one request after this many seconds [default: 120 + 0.2 per max token]
+    #[arg(long, value_name = "SECS")]
+    pub request_timeout: Option<u64>,
 }
 
 #[derive(Debug, Args)]

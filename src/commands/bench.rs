@@ -26,7 +26,10 @@ pub fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
         runs: args.runs,
         warmup: args.warmup,
         prompt: &prompt,
-        timeout: Duration::from_secs(1800),
+        timeout: args.request_timeout.map_or_else(
+            || bench::client::default_deadline(args.max_tokens),
+            Duration::from_secs,
+        ),
     };
     let report = measure(
         settings,
