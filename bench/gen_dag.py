@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Generate the same step DAG as a kiln recipe and as a Makefile with stamp files.
 
-Usage: bench/gen_dag.py N OUT_DIR
+Usage: bench/gen_dag.py [--true] N OUT_DIR
 
 Shape: chains of 10 steps (each step needs the one before it); the first step of every chain
 after the first fans in the tails of the two previous chains. Every step touches its stamp
 file `sNNNNN` in the work directory; kiln's `check` names the stamp, so both tools stat the
 same files on a no-op re-run.
+
+With --true every step runs `true` instead (no stamp, no check): the full-run benchmark of
+the scheduler, where both tools run every step.
 
 Writes OUT_DIR/recipe.toml (work dir OUT_DIR/work) and OUT_DIR/Makefile (run with -C OUT_DIR/make).
 """
@@ -29,9 +32,13 @@ def name(i):
 
 
 def main():
-    if len(sys.argv) != 3:
+    args = sys.argv[1:]
+    true = args[:1] == ["--true"]
+    if true:
+        args = args[1:]
+    if len(args) != 2:
         sys.exit(__doc__)
-    n, out = int(sys.argv[1]), sys.argv[2]
+    n, out = int(args[0]), args[1]
     work = os.path.join(out, "work")
     os.makedirs(work, exist_ok=True)
     os.makedirs(os.path.join(out, "make"), exist_ok=True)
@@ -51,10 +58,15 @@ def main():
             'kind = "run"',
             f"needs = [{deps}]",
             f'cwd = "{work}"',
-            f'cmd = ["touch", "{name(i)}"]',
-            f'check = {{ paths = ["{name(i)}"] }}',
-            "",
         ]
+        if true:
+            recipe += ['cmd = ["true"]', ""]
+        else:
+            recipe += [
+                f'cmd = ["touch", "{name(i)}"]',
+                f'check = {{ paths = ["{name(i)}"] }}',
+                "",
+            ]
     with open(os.path.join(out, "recipe.toml"), "w") as f:
         f.write("\n".join(recipe))
 
@@ -63,7 +75,7 @@ def main():
     make.append(".PHONY: all")
     for i in range(n):
         make.append(f"{name(i)}: " + " ".join(name(d) for d in needs(i)))
-        make.append(f"\ttouch {name(i)}")
+        make.append("\ttrue" if true else f"\ttouch {name(i)}")
     with open(os.path.join(out, "Makefile"), "w") as f:
         f.write("\n".join(make) + "\n")
 

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::fingerprint::{self, explain_change};
 use super::plan::{Plan, Status};
+use super::schedule::{Scheduler, State};
 use super::state::{create_dir, Receipt, StateDir};
 use crate::error::{Error, Result};
 use crate::recipe::{Recipe, Step};
@@ -36,16 +37,6 @@ impl RunSummary {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum State {
-    Pending,
-    Running,
-    Done,
-    Failed,
-    /// Left out by `--only` and never completed: fatal only to selected steps that need it.
-    Missing,
-}
-
 struct Finished {
     index: usize,
     result: Result<Outcome>,
@@ -68,22 +59,21 @@ pub fn execute(
     crate::steps::fetch::remove_stale_partials(&ctx.cache_dir.join("downloads"));
     let n = recipe.steps.len();
     let mut states = vec![State::Done; n];
-    let mut digests: BTreeMap<String, String> = BTreeMap::new();
+    // Fingerprint digests by step index, as dependencies see them.
+    let mut digests: Vec<Option<String>> = vec![None; n];
     let mut summary = RunSummary::default();
     for (i, p) in plan.steps.iter().enumerate() {
         match &p.status {
             Status::Stale(_) => states[i] = State::Pending,
             Status::Skipped(why) => {
-                digests.insert(p.id.clone(), "skipped".into());
+                digests[i] = Some("skipped".into());
                 summary
                     .outcomes
                     .push((p.id.clone(), Outcome::Skipped(why.clone())));
             }
             Status::Fresh | Status::NotSelected => {
-                if let Some(fp) = &p.fingerprint {
-                    digests.insert(p.id.clone(), fp.digest.clone());
-                }
-                if p.status == Status::NotSelected && state.receipt(&p.id).is_none() {
+                digests[i] = p.fingerprint.as_ref().map(|fp| fp.digest.clone());
+                if p.status == Status::NotSelected && !state.has_receipt(&p.id) {
                     // A dependency --only leaves out must have completed before.
                     states[i] = State::Missing;
                 }
@@ -95,83 +85,50 @@ pub fn execute(
     for (id, outcome) in &summary.outcomes {
         reporter.step_finished(id, outcome, Duration::ZERO);
     }
+    let missing: Vec<usize> = (0..n).filter(|&i| states[i] == State::Missing).collect();
+    let mut queue = Scheduler::new(&recipe.steps, states);
+    let not_run = queue.fail(&missing);
+    report_not_run(recipe, plan, &not_run, reporter, &mut summary);
+    if to_run > 0 {
+        // Receipts are about to change: the index no longer vouches for them.
+        state.invalidate_index();
+    }
 
-    let index: BTreeMap<&str, usize> = recipe
-        .steps
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (s.id.as_str(), i))
-        .collect();
     let mut first_error: Option<Error> = None;
     let (tx, rx) = mpsc::channel::<Finished>();
     std::thread::scope(|scope| {
         let mut running = 0usize;
         let mut mem_in_use = 0u64;
         loop {
-            // Steps whose dependencies failed will never run.
-            for i in 0..n {
-                if states[i] != State::Pending {
-                    continue;
-                }
-                if let Some(dep) = recipe.steps[i]
-                    .needs
+            while first_error.is_none() && running < opts.jobs.max(1) {
+                let fits = |i: usize| {
+                    running == 0
+                        || mem_in_use + recipe.steps[i].mem_per_job.unwrap_or(0) <= opts.mem_budget
+                };
+                let Some(i) = queue.next(fits) else { break };
+                let step = &recipe.steps[i];
+                running += 1;
+                mem_in_use += step.mem_per_job.unwrap_or(0);
+                let deps: BTreeMap<String, String> = queue
+                    .deps(i)
                     .iter()
-                    .find(|d| matches!(states[index[d.as_str()]], State::Failed | State::Missing))
-                {
-                    states[i] = State::Failed;
-                    let why = if plan.steps[index[dep.as_str()]].status == Status::NotSelected {
-                        format!(
-                            "dependency `{dep}` has never completed; run it first (drop --only)"
-                        )
-                    } else {
-                        format!("dependency `{dep}` failed")
-                    };
-                    reporter.step_finished(
-                        &recipe.steps[i].id,
-                        &Outcome::NotRun(why.clone()),
-                        Duration::ZERO,
-                    );
-                    summary
-                        .outcomes
-                        .push((recipe.steps[i].id.clone(), Outcome::NotRun(why)));
-                }
-            }
-            if first_error.is_none() {
-                for i in 0..n {
-                    if running >= opts.jobs.max(1) {
-                        break;
-                    }
-                    let step = &recipe.steps[i];
-                    let ready = states[i] == State::Pending
-                        && step
-                            .needs
-                            .iter()
-                            .all(|d| states[index[d.as_str()]] == State::Done);
-                    let mem = step.mem_per_job.unwrap_or(0);
-                    if !ready || (running > 0 && mem_in_use + mem > opts.mem_budget) {
-                        continue;
-                    }
-                    states[i] = State::Running;
-                    running += 1;
-                    mem_in_use += mem;
-                    let deps: BTreeMap<String, String> = step
-                        .needs
-                        .iter()
-                        .map(|d| (d.clone(), digests.get(d).cloned().unwrap_or_default()))
-                        .collect();
-                    let tx = tx.clone();
-                    let forced = plan.steps[i].forced;
-                    scope.spawn(move || {
-                        let t = Instant::now();
-                        let (result, digest) = run_one(step, deps, forced, state, ctx, reporter);
-                        let _ = tx.send(Finished {
-                            index: i,
-                            result,
-                            digest,
-                            elapsed: t.elapsed(),
-                        });
+                    .map(|&d| {
+                        let digest = digests[d].clone().unwrap_or_default();
+                        (recipe.steps[d].id.clone(), digest)
+                    })
+                    .collect();
+                let tx = tx.clone();
+                let forced = plan.steps[i].forced;
+                scope.spawn(move || {
+                    let t = Instant::now();
+                    let (result, digest) = run_one(step, deps, forced, state, ctx, reporter);
+                    let _ = tx.send(Finished {
+                        index: i,
+                        result,
+                        digest,
+                        elapsed: t.elapsed(),
                     });
-                }
+                });
             }
             if running == 0 {
                 break;
@@ -182,26 +139,33 @@ pub fn execute(
             mem_in_use -= step.mem_per_job.unwrap_or(0);
             match done.result {
                 Ok(outcome) => {
-                    states[done.index] = State::Done;
+                    queue.done(done.index);
                     if let Some(d) = done.digest {
-                        digests.insert(step.id.clone(), d);
+                        digests[done.index] = Some(d);
                     }
                     reporter.step_finished(&step.id, &outcome, done.elapsed);
                     summary.outcomes.push((step.id.clone(), outcome));
                 }
                 Err(e) => {
-                    states[done.index] = State::Failed;
                     let outcome = Outcome::Failed(e.to_string());
                     reporter.step_finished(&step.id, &outcome, done.elapsed);
                     summary.outcomes.push((step.id.clone(), outcome));
                     first_error.get_or_insert(e);
+                    let not_run = queue.fail(&[done.index]);
+                    report_not_run(recipe, plan, &not_run, reporter, &mut summary);
                 }
             }
         }
     });
     summary.elapsed = started.elapsed();
     let _ = memo.save();
-    let failed = states.contains(&State::Failed);
+    if to_run > 0 {
+        if let Err(e) = state.sync_receipts() {
+            first_error.get_or_insert(e);
+        }
+        state.save_index(recipe.steps.iter().map(|s| s.id.as_str()));
+    }
+    let failed = queue.any_failed();
     reporter.run_finished(!failed, summary.elapsed);
     match first_error {
         Some(e) => Err(e),
@@ -210,6 +174,27 @@ pub fn execute(
             Some("run `kiln up` without --only first".to_string()),
         )),
         None => Ok(summary),
+    }
+}
+
+/// Report steps that will never run, each with the dependency that failed or never completed.
+fn report_not_run(
+    recipe: &Recipe,
+    plan: &Plan,
+    not_run: &[(usize, usize)],
+    reporter: &dyn Reporter,
+    summary: &mut RunSummary,
+) {
+    for &(i, dep) in not_run {
+        let dep_id = &recipe.steps[dep].id;
+        let why = if plan.steps[dep].status == Status::NotSelected {
+            format!("dependency `{dep_id}` has never completed; run it first (drop --only)")
+        } else {
+            format!("dependency `{dep_id}` failed")
+        };
+        let id = &recipe.steps[i].id;
+        reporter.step_finished(id, &Outcome::NotRun(why.clone()), Duration::ZERO);
+        summary.outcomes.push((id.clone(), Outcome::NotRun(why)));
     }
 }
 

@@ -2,8 +2,11 @@
 
 pub mod exec;
 pub mod fingerprint;
+mod flush;
 pub mod hashing;
+mod index;
 pub mod plan;
+mod schedule;
 pub mod state;
 
 pub use exec::{execute, ExecOptions, RunSummary};

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::fingerprint::{self, explain_change, Fingerprint};
 use super::hashing::HashMemo;
-use super::state::StateDir;
+use super::state::{Indexed, StateDir};
 use crate::diagnostic::did_you_mean;
 use crate::error::{Error, Result};
 use crate::host::Facts;
@@ -156,6 +156,7 @@ pub fn plan(
         planned.fingerprint = Some(fp);
         out.push(planned);
     }
+    state.refresh_index(recipe.steps.iter().map(|s| s.id.as_str()));
     Ok(Plan {
         recipe: recipe.name.clone(),
         steps: out,
@@ -178,11 +179,17 @@ fn staleness(
         };
         return Status::Stale(format!("forced by {why}"));
     }
-    let Some(receipt) = state.receipt(id) else {
-        return Status::Stale("never completed".into());
-    };
-    if let Some(why) = explain_change(&receipt.fingerprint, fp) {
-        return Status::Stale(why);
+    match state.indexed(id, &fp.digest) {
+        Some(Indexed::Matches) => {}
+        Some(Indexed::NoReceipt) => return Status::Stale("never completed".into()),
+        None => {
+            let Some(receipt) = state.receipt(id) else {
+                return Status::Stale("never completed".into());
+            };
+            if let Some(why) = explain_change(&receipt.fingerprint, fp) {
+                return Status::Stale(why);
+            }
+        }
     }
     if let Some(Check::Paths(paths)) = check {
         if let Some(p) = paths.iter().find(|p| !p.exists()) {

@@ -3,10 +3,14 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 
 use super::fingerprint::Fingerprint;
+use super::flush::Flusher;
+use super::index::{self, Entry, Known, Summary};
 use crate::error::{Error, Result};
 
 /// Proof that a step succeeded and its check passed, for one fingerprint.
@@ -19,11 +23,25 @@ pub struct Receipt {
     pub kiln_version: String,
 }
 
-/// Paths inside the state directory for one recipe.
+/// Paths inside the state directory for one recipe, and what this process knows of its receipts
+/// (see [`index`]).
 #[derive(Debug, Clone)]
 pub struct StateDir {
     pub root: PathBuf,
     pub recipe: String,
+    known: Arc<Mutex<Known>>,
+    flusher: Arc<Flusher>,
+    /// This process holds the run lock: no other kiln changes the receipts.
+    exclusive: Arc<AtomicBool>,
+}
+
+/// What the receipts index says about a step whose fingerprint digest is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Indexed {
+    /// Its receipt has this digest.
+    Matches,
+    /// It has no receipt.
+    NoReceipt,
 }
 
 impl StateDir {
@@ -31,7 +49,107 @@ impl StateDir {
         StateDir {
             root: root.to_path_buf(),
             recipe: recipe.to_string(),
+            known: Arc::default(),
+            flusher: Arc::default(),
+            exclusive: Arc::default(),
         }
+    }
+
+    fn receipts_dir(&self) -> PathBuf {
+        self.run_dir().join("receipts")
+    }
+
+    fn index_path(&self) -> PathBuf {
+        self.run_dir().join("receipts.idx")
+    }
+
+    /// What is known of the receipts, the index loaded on first use.
+    fn known(&self) -> MutexGuard<'_, Known> {
+        let mut k = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        k.load(&self.index_path(), &self.receipts_dir());
+        k
+    }
+
+    /// The index's answer for `step` at fingerprint `digest`, or `None`: read the receipt.
+    pub fn indexed(&self, step: &str, digest: &str) -> Option<Indexed> {
+        match self.known().get(step)? {
+            Entry::Present(s) if s.digest == digest => Some(Indexed::Matches),
+            Entry::Absent => Some(Indexed::NoReceipt),
+            _ => None,
+        }
+    }
+
+    /// Whether `step` has a (readable) receipt.
+    pub fn has_receipt(&self, step: &str) -> bool {
+        let indexed = match self.known().get(step) {
+            Some(Entry::Present(_)) => Some(true),
+            Some(Entry::Absent) => Some(false),
+            _ => None,
+        };
+        indexed.unwrap_or_else(|| self.receipt(step).is_some())
+    }
+
+    /// Make the receipts written so far durable (see [`Flusher`]).
+    pub fn sync_receipts(&self) -> Result<()> {
+        let dir = self.receipts_dir();
+        self.flusher
+            .finish(&dir)
+            .map_err(|e| Error::io(format!("cannot sync {}", dir.display()), e))
+    }
+
+    /// Delete the index before receipts change (a kill then leaves no index to trust).
+    pub fn invalidate_index(&self) {
+        let _ = std::fs::remove_file(self.index_path());
+    }
+
+    /// After a plan: write the index if the one on disk could not be used (missing or stale).
+    pub fn refresh_index<'a>(&self, steps: impl Iterator<Item = &'a str>) {
+        let complete = self.known().complete;
+        if !complete {
+            self.save_index(steps);
+        }
+    }
+
+    /// Write the index for the receipts of `steps` (the recipe's steps), if it can be trusted
+    /// (see [`Known::stamp_for_save`]); best effort: without it the next plan reads receipts.
+    pub fn save_index<'a>(&self, steps: impl Iterator<Item = &'a str>) {
+        let dir = self.receipts_dir();
+        let exclusive = self.exclusive.load(Ordering::Relaxed);
+        let mut names: Vec<String> = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd
+                .flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().into_string().ok()?;
+                    let id = name.strip_suffix(".json")?;
+                    (!id.starts_with('.')).then(|| id.to_string())
+                })
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        names.sort_unstable();
+        let Some(stamp) = self.known().stamp_for_save(&dir, exclusive) else {
+            return;
+        };
+        let wanted: std::collections::HashSet<&str> = steps.collect();
+        let mut entries = Vec::with_capacity(names.len());
+        for id in &names {
+            let known = self.known().entries.get(id.as_str()).cloned();
+            let entry = match known {
+                Some(e @ Entry::Present(_)) => e,
+                _ if wanted.contains(id.as_str()) => match self.receipt(id) {
+                    Some(r) => summary_entry(&r),
+                    None => Entry::Unknown,
+                },
+                _ => Entry::Unknown,
+            };
+            entries.push((id.as_str(), entry));
+        }
+        // Receipts that changed while reading make this index useless, never wrong.
+        if !exclusive && index::dir_stamp(&dir) != stamp {
+            return;
+        }
+        let bytes = index::render(stamp, entries.iter().map(|(id, e)| (*id, e)));
+        let _ = index::replace(&self.index_path(), &bytes);
     }
 
     fn run_dir(&self) -> PathBuf {
@@ -55,26 +173,37 @@ impl StateDir {
         // Through `take`: `File::read_to_end` asks for a size hint (statx + lseek per file), which
         // was half the syscalls of a no-op plan; receipts are small.
         let mut bytes = Vec::with_capacity(4096);
-        File::open(self.receipt_path(step))
-            .ok()?
-            .take(1 << 20)
-            .read_to_end(&mut bytes)
-            .ok()?;
-        serde_json::from_slice(&bytes).ok()
+        let receipt: Option<Receipt> = File::open(self.receipt_path(step))
+            .ok()
+            .and_then(|f| f.take(1 << 20).read_to_end(&mut bytes).ok())
+            .and_then(|_| serde_json::from_slice(&bytes).ok());
+        let entry = receipt.as_ref().map_or(Entry::Absent, summary_entry);
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        known.entries.insert(step.to_string(), entry);
+        receipt
     }
 
     pub fn write_receipt(&self, r: &Receipt) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(r).expect("receipts serialize");
-        write_atomic(&self.receipt_path(&r.step), &bytes)
+        let path = self.receipt_path(&r.step);
+        self.flusher
+            .write(&path, &bytes)
+            .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        known.entries.insert(r.step.clone(), summary_entry(r));
+        Ok(())
     }
 
     pub fn remove_receipt(&self, step: &str) -> Result<()> {
-        match std::fs::remove_file(self.receipt_path(step)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(Error::io("cannot remove a receipt", e))
-            }
+        let removed = match std::fs::remove_file(self.receipt_path(step)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
-        }
+        };
+        // After a failed removal, whether the receipt is still there is unknown.
+        let entry = removed.as_ref().map_or(Entry::Unknown, |_| Entry::Absent);
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        known.entries.insert(step.to_string(), entry);
+        removed.map_err(|e| Error::io("cannot remove a receipt", e))
     }
 
     /// Take the state directory's lock for the duration of a run.
@@ -108,6 +237,7 @@ impl StateDir {
         file.set_len(0)
             .and_then(|_| write!(file, "{}", std::process::id()))
             .map_err(|e| Error::io("cannot write the lock file", e))?;
+        self.exclusive.store(true, Ordering::Relaxed);
         self.remove_leftovers();
         Ok(RunLock { _file: file })
     }
@@ -118,7 +248,11 @@ impl StateDir {
     fn remove_leftovers(&self) {
         let mut dirs = vec![self.root.clone()];
         if let Ok(runs) = std::fs::read_dir(self.root.join("runs")) {
-            dirs.extend(runs.flatten().map(|r| r.path().join("receipts")));
+            // Receipts, and the receipts index next to them.
+            dirs.extend(
+                runs.flatten()
+                    .flat_map(|r| [r.path().join("receipts"), r.path()]),
+            );
         }
         for dir in dirs {
             let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -134,6 +268,14 @@ impl StateDir {
             }
         }
     }
+}
+
+fn summary_entry(r: &Receipt) -> Entry {
+    Entry::Present(Summary {
+        digest: r.fingerprint.digest.clone(),
+        finished_unix: r.finished_unix,
+        duration_ms: r.duration_ms,
+    })
 }
 
 /// The PID in a [`write_atomic`] temp name (`.NAME.tmp-PID`).

@@ -1,14 +1,27 @@
 //! The step DAG: dependency order, cycles, and the sets `--from` / `--only` select.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Order nodes so that every node comes after its needs, keeping declaration order otherwise.
 /// On a cycle, returns the ids along it (first id repeated at the end).
+///
+/// A depth-first search with an explicit stack: a chain of any length needs no call depth.
 pub fn topo_order(
     ids: &[&str],
     needs: &BTreeMap<&str, Vec<&str>>,
 ) -> Result<Vec<usize>, Vec<String>> {
-    let index: BTreeMap<&str, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+    let index: HashMap<&str, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+    let deps: Vec<Vec<usize>> = ids
+        .iter()
+        .map(|id| {
+            needs
+                .get(id)
+                .into_iter()
+                .flatten()
+                .filter_map(|d| index.get(d).copied())
+                .collect()
+        })
+        .collect();
     #[derive(Clone, Copy, PartialEq)]
     enum Mark {
         New,
@@ -17,43 +30,40 @@ pub fn topo_order(
     }
     let mut marks = vec![Mark::New; ids.len()];
     let mut order = Vec::with_capacity(ids.len());
-    let mut path: Vec<usize> = Vec::new();
-
-    fn visit(
-        n: usize,
-        ids: &[&str],
-        index: &BTreeMap<&str, usize>,
-        needs: &BTreeMap<&str, Vec<&str>>,
-        marks: &mut [Mark],
-        path: &mut Vec<usize>,
-        order: &mut Vec<usize>,
-    ) -> Result<(), Vec<String>> {
-        match marks[n] {
-            Mark::Done => return Ok(()),
-            Mark::Active => {
-                let from = path.iter().position(|&p| p == n).unwrap_or(0);
-                let mut cycle: Vec<String> =
-                    path[from..].iter().map(|&p| ids[p].to_string()).collect();
-                cycle.push(ids[n].to_string());
-                return Err(cycle);
-            }
-            Mark::New => {}
+    // The current path: a node and how many of its needs were visited.
+    let mut path: Vec<(usize, usize)> = Vec::new();
+    for root in 0..ids.len() {
+        if marks[root] != Mark::New {
+            continue;
         }
-        marks[n] = Mark::Active;
-        path.push(n);
-        for dep in needs.get(ids[n]).into_iter().flatten() {
-            if let Some(&d) = index.get(dep) {
-                visit(d, ids, index, needs, marks, path, order)?;
+        marks[root] = Mark::Active;
+        path.push((root, 0));
+        while let Some(top) = path.last_mut() {
+            let (n, next) = *top;
+            let Some(&d) = deps[n].get(next) else {
+                marks[n] = Mark::Done;
+                order.push(n);
+                path.pop();
+                continue;
+            };
+            top.1 += 1;
+            match marks[d] {
+                Mark::Done => {}
+                Mark::Active => {
+                    let from = path.iter().position(|&(p, _)| p == d).unwrap_or(0);
+                    let mut cycle: Vec<String> = path[from..]
+                        .iter()
+                        .map(|&(p, _)| ids[p].to_string())
+                        .collect();
+                    cycle.push(ids[d].to_string());
+                    return Err(cycle);
+                }
+                Mark::New => {
+                    marks[d] = Mark::Active;
+                    path.push((d, 0));
+                }
             }
         }
-        path.pop();
-        marks[n] = Mark::Done;
-        order.push(n);
-        Ok(())
-    }
-
-    for n in 0..ids.len() {
-        visit(n, ids, &index, needs, &mut marks, &mut path, &mut order)?;
     }
     Ok(order)
 }
@@ -63,18 +73,22 @@ pub fn downstream<'a>(
     start: &'a str,
     needs: &BTreeMap<&'a str, Vec<&'a str>>,
 ) -> BTreeSet<&'a str> {
-    let mut set = BTreeSet::from([start]);
-    loop {
-        let before = set.len();
-        for (id, deps) in needs {
-            if deps.iter().any(|d| set.contains(d)) {
-                set.insert(id);
-            }
-        }
-        if set.len() == before {
-            return set;
+    let mut dependents: HashMap<&str, Vec<&str>> = HashMap::new();
+    for (id, deps) in needs {
+        for d in deps {
+            dependents.entry(d).or_default().push(id);
         }
     }
+    let mut set = BTreeSet::from([start]);
+    let mut stack = vec![start];
+    while let Some(n) = stack.pop() {
+        for &d in dependents.get(n).into_iter().flatten() {
+            if set.insert(d) {
+                stack.push(d);
+            }
+        }
+    }
+    set
 }
 
 #[cfg(test)]
@@ -99,5 +113,26 @@ mod tests {
         let ids = ["a", "b"];
         let needs = BTreeMap::from([("a", vec!["b"]), ("b", vec!["a"])]);
         assert_eq!(topo_order(&ids, &needs).unwrap_err(), ["a", "b", "a"]);
+    }
+
+    #[test]
+    fn a_chain_of_200_000_steps_needs_no_call_depth() {
+        let names: Vec<String> = (0..200_000).map(|i| format!("s{i}")).collect();
+        // Declared last-first: the search walks the whole chain from the first root.
+        let ids: Vec<&str> = names.iter().rev().map(String::as_str).collect();
+        let needs: BTreeMap<&str, Vec<&str>> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                (
+                    n.as_str(),
+                    names[..i].last().map(String::as_str).into_iter().collect(),
+                )
+            })
+            .collect();
+        let order = topo_order(&ids, &needs).unwrap();
+        assert_eq!(ids[order[0]], "s0");
+        assert_eq!(ids[order[199_999]], "s199999");
+        assert_eq!(downstream("s199998", &needs).len(), 2);
     }
 }

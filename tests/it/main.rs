@@ -17,6 +17,7 @@ mod net_deadlines;
 mod patch;
 mod patch_step;
 mod python_step;
+mod receipts_index;
 mod recipes;
 mod serve;
 mod shipped;

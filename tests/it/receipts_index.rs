@@ -1,0 +1,112 @@
+//! The receipts index (`runs/<recipe>/receipts.idx`): a cache of the receipt files that a no-op
+//! plan reads instead of one receipt per step, and that is never trusted over the receipts.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::common::Workspace;
+
+const RECIPE: &str = r#"
+[recipe]
+name = "idx"
+
+[[step]]
+id = "a"
+kind = "run"
+cmd = ["sh", "-c", "echo run >> \"$1\"", "sh", "${recipe.dir}/counts-a"]
+
+[[step]]
+id = "b"
+kind = "run"
+needs = ["a"]
+cmd = ["sh", "-c", "echo run >> \"$1\"", "sh", "${recipe.dir}/counts-b"]
+"#;
+
+fn run_dir(ws: &Workspace) -> PathBuf {
+    ws.state().join("runs").join("idx")
+}
+
+fn kiln_ok(ws: &Workspace, args: &[&str]) -> String {
+    let out = ws
+        .kiln()
+        .args(args)
+        .timeout(Duration::from_secs(60))
+        .output()
+        .expect("kiln runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kiln {args:?} failed:\n{stderr}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn status_of(plan: &str, id: &str) -> String {
+    plan.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|w| w.get(1) == Some(&id))
+        .map(|w| w.join(" "))
+        .unwrap_or_else(|| panic!("no step {id} in:\n{plan}"))
+}
+
+fn runs(ws: &Workspace, id: &str) -> usize {
+    std::fs::read_to_string(ws.path().join(format!("counts-{id}"))).map_or(0, |t| t.lines().count())
+}
+
+/// A run, then a plan once the receipts are older than the racy window: the index exists.
+fn indexed_workspace() -> Workspace {
+    let ws = Workspace::new();
+    ws.write("r.toml", RECIPE);
+    kiln_ok(&ws, &["up", "r.toml"]);
+    std::thread::sleep(Duration::from_millis(120));
+    let plan = kiln_ok(&ws, &["plan", "r.toml"]);
+    assert!(status_of(&plan, "b").starts_with("fresh"), "{plan}");
+    let index = std::fs::read_to_string(run_dir(&ws).join("receipts.idx")).expect("an index");
+    assert!(index.starts_with("kiln-receipts-index 1 "), "{index}");
+    assert!(index.ends_with("end 2\n"), "{index}");
+    ws
+}
+
+#[test]
+fn a_receipt_removed_by_hand_is_seen_although_the_index_lists_it() {
+    let ws = indexed_workspace();
+    std::fs::remove_file(run_dir(&ws).join("receipts").join("b.json")).unwrap();
+    let plan = kiln_ok(&ws, &["plan", "r.toml"]);
+    assert_eq!(status_of(&plan, "a"), "fresh a run");
+    assert_eq!(status_of(&plan, "b"), "stale b run never completed");
+    kiln_ok(&ws, &["up", "r.toml"]);
+    assert_eq!((runs(&ws, "a"), runs(&ws, "b")), (1, 2));
+}
+
+#[test]
+fn a_garbled_or_cut_index_falls_back_to_the_receipts_and_is_rewritten() {
+    let ws = indexed_workspace();
+    let path = run_dir(&ws).join("receipts.idx");
+    let good = std::fs::read_to_string(&path).unwrap();
+    for bad in [
+        "garbage".to_string(),
+        good.replace("end 2\n", ""),
+        good.replace(" 1 ", " 1 0 "),
+    ] {
+        std::fs::write(&path, &bad).unwrap();
+        let plan = kiln_ok(&ws, &["plan", "r.toml"]);
+        assert!(status_of(&plan, "a").starts_with("fresh"), "{plan}");
+        assert!(status_of(&plan, "b").starts_with("fresh"), "{plan}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), good);
+    }
+    kiln_ok(&ws, &["up", "r.toml"]);
+    assert_eq!((runs(&ws, "a"), runs(&ws, "b")), (1, 1));
+}
+
+#[test]
+fn a_run_that_changes_receipts_deletes_the_index_first() {
+    let ws = indexed_workspace();
+    let path = run_dir(&ws).join("receipts.idx");
+    let before = std::fs::read_to_string(&path).unwrap();
+    kiln_ok(&ws, &["up", "r.toml", "--force", "a"]);
+    // The run just wrote receipts: its index, if any, is not the old one.
+    let after = std::fs::read_to_string(&path).unwrap_or_default();
+    assert_ne!(after, before);
+    // Even an old index put back is not trusted: the receipts directory changed since.
+    std::fs::write(&path, &before).unwrap();
+    std::fs::remove_file(run_dir(&ws).join("receipts").join("a.json")).unwrap();
+    let plan = kiln_ok(&ws, &["plan", "r.toml"]);
+    assert_eq!(status_of(&plan, "a"), "stale a run never completed");
+}
