@@ -72,6 +72,10 @@ pub(super) struct Known {
 const RACY: Duration = Duration::from_millis(50);
 
 impl Known {
+    pub fn is_loaded(&self) -> bool {
+        self.loaded
+    }
+
     /// Load the index once; trust it only while `receipts_dir` has the mtime it records.
     pub fn load(&mut self, index: &Path, receipts_dir: &Path) {
         if self.loaded {

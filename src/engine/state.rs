@@ -66,7 +66,9 @@ impl StateDir {
     /// What is known of the receipts, the index loaded on first use.
     fn known(&self) -> MutexGuard<'_, Known> {
         let mut k = self.known.lock().unwrap_or_else(|e| e.into_inner());
-        k.load(&self.index_path(), &self.receipts_dir());
+        if !k.is_loaded() {
+            k.load(&self.index_path(), &self.receipts_dir());
+        }
         k
     }
 

@@ -17,7 +17,8 @@ use std::time::Instant;
 use serde_json::{json, Value};
 
 use super::layer::{self, LayerSummary};
-use super::{human_bytes, HashingWriter};
+use super::human_bytes;
+use super::stream::HashingStream;
 use crate::error::{Error, Result};
 
 pub const MEDIA_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -333,14 +334,16 @@ impl Outer {
     /// Stream a blob produced by `produce` behind a placeholder header; returns (hex, size).
     fn blob_stream(
         &mut self,
-        produce: impl FnOnce(&mut HashingWriter<&mut BufWriter<File>>) -> Result<()>,
+        produce: impl FnOnce(&mut HashingStream) -> Result<()>,
     ) -> Result<(String, u64)> {
         let seek_err = |e| Error::io("cannot seek in the archive", e);
         let start = self.out.stream_position().map_err(seek_err)?;
         self.write(&[0u8; 512])?;
-        let mut hashing = HashingWriter::new(&mut self.out);
+        let mut hashing = HashingStream::new(&mut self.out);
         produce(&mut hashing)?;
-        let (_, digest, size) = hashing.finish();
+        let (digest, size) = hashing
+            .finish()
+            .map_err(|e| Error::io("cannot write the archive", e))?;
         self.pad(size)?;
         let end = self.out.stream_position().map_err(seek_err)?;
         let header = self.header(

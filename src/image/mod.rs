@@ -5,6 +5,7 @@
 pub mod archive;
 pub mod dockerfile;
 pub mod layer;
+mod stream;
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};

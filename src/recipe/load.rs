@@ -8,7 +8,7 @@ use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
 use super::source::{SourceFile, Sources};
-use super::{shipped, validate, wire, Recipe};
+use super::{cache, shipped, validate, wire, Recipe};
 use crate::diagnostic::Diagnostic;
 use crate::error::{Error, Result};
 use crate::host::Facts;
@@ -47,6 +47,10 @@ pub fn load(spec: Option<&str>, opts: &LoadOptions) -> Result<Recipe> {
     if matches!(origin, Origin::Embedded(_)) {
         shipped::materialize(&shipped_root)?;
     }
+    let slot = cache::slot(spec, opts);
+    if let Some(recipe) = slot.as_ref().and_then(|s| cache::lookup(s, opts)) {
+        return Ok(recipe);
+    }
     let mut loaded = Loaded {
         sources: Sources::default(),
         files: Vec::new(),
@@ -68,7 +72,11 @@ pub fn load(spec: Option<&str>, opts: &LoadOptions) -> Result<Recipe> {
         &mut seen,
         &roots,
     )?;
-    validate::build(loaded, opts)
+    let recipe = validate::build(&loaded, opts)?;
+    if let Some(slot) = slot {
+        cache::store(&slot, &loaded.sources, opts, &recipe);
+    }
+    Ok(recipe)
 }
 
 fn resolve(spec: Option<&str>) -> Result<Origin> {

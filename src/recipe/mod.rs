@@ -1,6 +1,7 @@
 //! Recipes: the wire format (TOML), validation with located diagnostics, and the domain types the
 //! engine runs.
 
+mod cache;
 pub mod graph;
 pub mod interp;
 mod load;
@@ -18,7 +19,7 @@ use std::time::Duration;
 pub use load::{load, LoadOptions};
 
 /// A validated recipe: variables resolved, steps in dependency order.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Recipe {
     pub name: String,
     pub description: String,
@@ -38,21 +39,21 @@ impl Recipe {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Cmd {
     Argv(Vec<String>),
     Shell(String),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Check {
     Cmd(Cmd),
     Paths(Vec<PathBuf>),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum StepKind {
     Run {
@@ -69,10 +70,10 @@ pub enum StepKind {
         dest: PathBuf,
         strip_components: u32,
         /// Uncompressed bytes the archive may unpack to (`max_size`; default 64 GiB).
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         max_size: Option<u64>,
         /// Keep setuid/setgid bits (`keep_setid = true`); dropped by default.
-        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         keep_setid: bool,
     },
     Python(PythonStep),
@@ -87,7 +88,7 @@ pub enum StepKind {
 }
 
 /// Where a patch step finds the package: a venv (its python tells) or a site-packages directory.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SitePackages {
     Venv(PathBuf),
@@ -95,7 +96,7 @@ pub enum SitePackages {
 }
 
 /// `kind = "python"`: a venv (made with uv, pip as fallback) and pinned requirements.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PythonStep {
     pub venv: PathBuf,
     /// The interpreter the venv is created from.
@@ -116,7 +117,7 @@ pub struct PythonStep {
 }
 
 /// `kind = "cuda"`: a CUDA toolkit installed side by side and the `link` switched to it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CudaStep {
     pub url: String,
     pub sha256: String,
@@ -141,31 +142,44 @@ impl StepKind {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Step {
     pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     pub kind: StepKind,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub needs: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
     pub cwd: PathBuf,
     /// Input files (glob patterns resolved to absolute patterns).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inputs: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check: Option<Check>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub when: Option<When>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Duration>,
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub retries: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_per_job: Option<u64>,
 }
 
-#[derive(Debug, Clone)]
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct When {
     pub text: String,
     pub expr: when::Expr,
 }
 
 /// A server launch profile, resolved through `extends`.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Profile {
     pub description: Option<String>,
     pub cmd: Vec<String>,

@@ -11,7 +11,7 @@ pub const MAX_DEPTH: usize = 64;
 /// How many tokens one condition may hold.
 pub const MAX_TOKENS: usize = 4096;
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Expr {
     Or(Box<Expr>, Box<Expr>),
     And(Box<Expr>, Box<Expr>),
@@ -21,13 +21,13 @@ pub enum Expr {
     Cmp(Ident, Op, String),
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Ident {
     pub name: String,
     pub offset: usize,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Op {
     Eq,
     Ne,

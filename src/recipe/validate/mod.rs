@@ -18,7 +18,7 @@ use profile::profile;
 use steps::{output_path, step};
 use vars::{var_def, Resolver, VarDef};
 
-pub(super) fn build(loaded: Loaded, opts: &LoadOptions) -> Result<Recipe> {
+pub(super) fn build(loaded: &Loaded, opts: &LoadOptions) -> Result<Recipe> {
     let sources = &loaded.sources;
     let (root_id, root) = loaded.files.last().expect("the root file is always loaded");
     let meta = root.recipe.as_ref();

@@ -1,0 +1,188 @@
+//! The parsed-recipe cache: a validated [`Recipe`] kept in `<state>/recipe-cache/`, reused while
+//! everything that went into it is the same, so a re-run skips parsing and validation.
+//!
+//! An entry is found by what the command line gives (the recipe argument, the working directory,
+//! `--set` overrides, the state and cache directories, the kiln executable) and trusted only if
+//! what the recipe itself pulled in still matches: the sha256 of the recipe and every import, the
+//! value of every host fact the texts name (`host.KEY`), and the sha256 of every patch-set file a
+//! `patch` step read. Anything else, or an unreadable or torn entry, is a miss: the recipe is
+//! loaded as usual and the entry replaced. Invalid recipes are never cached, so errors and their
+//! locations always come from a real load. `KILN_NO_RECIPE_CACHE=1` turns the cache off.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::source::Sources;
+use super::{shipped, LoadOptions, Recipe, StepKind};
+use crate::host::FACT_KEYS;
+
+/// Bumped when the entry format or the meaning of a cached recipe changes.
+const FORMAT: &str = "kiln-recipe-cache 1";
+/// Where embedded (shipped) files are named in `SourceFile::path`.
+const EMBEDDED: &str = "<kiln>/";
+
+/// Where the entry for one invocation lives.
+pub(super) struct Slot {
+    path: PathBuf,
+}
+
+/// What the cached recipe was built from, checked before it is used.
+#[derive(Serialize, Deserialize, PartialEq, Debug)]
+struct Inputs {
+    format: String,
+    /// (path as loaded, sha256 of its text), the root and every import.
+    files: Vec<(String, String)>,
+    /// (fact, value) of every host fact the texts name.
+    facts: Vec<(String, Option<String>)>,
+    /// (patch set as named, sha256 of the file, or `None` when it named a shipped set).
+    patch_sets: Vec<(String, Option<String>)>,
+}
+
+fn hex_sha256(bytes: &[u8]) -> String {
+    crate::engine::hashing::hex(&Sha256::digest(bytes))
+}
+
+/// The slot for loading `spec` with `opts`, or `None` when the cache is off.
+pub(super) fn slot(spec: Option<&str>, opts: &LoadOptions) -> Option<Slot> {
+    if std::env::var_os("KILN_NO_RECIPE_CACHE").is_some_and(|v| !v.is_empty() && v != "0") {
+        return None;
+    }
+    let mut h = Sha256::new();
+    let mut part = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    part(FORMAT.as_bytes());
+    part(env!("CARGO_PKG_VERSION").as_bytes());
+    // A rebuilt kiln may validate differently: the executable's identity is part of the key.
+    let exe = std::env::current_exe().ok()?;
+    let meta = std::fs::metadata(&exe).ok()?;
+    {
+        use std::os::unix::fs::MetadataExt;
+        part(exe.as_os_str().as_encoded_bytes());
+        part(&meta.len().to_le_bytes());
+        part(&meta.mtime().to_le_bytes());
+        part(&meta.mtime_nsec().to_le_bytes());
+        part(&meta.ino().to_le_bytes());
+    }
+    part(spec.unwrap_or("").as_bytes());
+    if let Some(spec) = spec {
+        let canonical = std::fs::canonicalize(spec).unwrap_or_default();
+        part(canonical.as_os_str().as_encoded_bytes());
+    }
+    let cwd = std::env::current_dir().unwrap_or_default();
+    part(cwd.as_os_str().as_encoded_bytes());
+    for (k, v) in opts.overrides {
+        part(k.as_bytes());
+        part(v.as_bytes());
+    }
+    part(opts.state_dir.as_os_str().as_encoded_bytes());
+    part(opts.cache_dir.as_os_str().as_encoded_bytes());
+    let key = crate::engine::hashing::hex(&h.finalize());
+    Some(Slot {
+        path: opts
+            .state_dir
+            .join("recipe-cache")
+            .join(format!("{}.json", &key[..32])),
+    })
+}
+
+/// The cached recipe, if its inputs are unchanged.
+pub(super) fn lookup(slot: &Slot, opts: &LoadOptions) -> Option<Recipe> {
+    let bytes = std::fs::read(&slot.path).ok()?;
+    let newline = bytes.iter().position(|&b| b == b'\n')?;
+    let stored: Inputs = serde_json::from_slice(&bytes[..newline]).ok()?;
+    if stored.format != FORMAT {
+        return None;
+    }
+    for (path, sha) in &stored.files {
+        if file_sha256(path)? != *sha {
+            return None;
+        }
+    }
+    for (fact, value) in &stored.facts {
+        if opts.facts.get(fact) != *value {
+            return None;
+        }
+    }
+    for (set, sha) in &stored.patch_sets {
+        if patch_set_sha256(set) != *sha {
+            return None;
+        }
+    }
+    serde_json::from_slice(&bytes[newline + 1..]).ok()
+}
+
+/// Keep `recipe`, loaded from `sources`, for the next load with the same slot (best effort).
+pub(super) fn store(slot: &Slot, sources: &Sources, opts: &LoadOptions, recipe: &Recipe) {
+    let files = sources
+        .files
+        .iter()
+        .map(|f| (f.path.display().to_string(), hex_sha256(f.text.as_bytes())))
+        .collect();
+    let facts = FACT_KEYS
+        .iter()
+        .filter(|key| {
+            let named = format!("host.{key}");
+            sources.files.iter().any(|f| f.text.contains(&named))
+                || opts.overrides.iter().any(|(_, v)| v.contains(&named))
+        })
+        .map(|key| (key.to_string(), opts.facts.get(key)))
+        .collect();
+    let patch_sets = recipe
+        .steps
+        .iter()
+        .filter_map(|s| match &s.kind {
+            StepKind::Patch { set, .. } => Some((set.clone(), patch_set_sha256(set))),
+            _ => None,
+        })
+        .collect();
+    let inputs = Inputs {
+        format: FORMAT.to_string(),
+        files,
+        facts,
+        patch_sets,
+    };
+    let mut bytes = serde_json::to_vec(&inputs).expect("cache inputs serialize");
+    bytes.push(b'\n');
+    if serde_json::to_writer(&mut bytes, recipe).is_err() {
+        return;
+    }
+    let _ = replace(&slot.path, &bytes);
+}
+
+/// sha256 of a loaded file's text now: a recipe file on disk or a shipped one.
+fn file_sha256(path: &str) -> Option<String> {
+    match path.strip_prefix(EMBEDDED) {
+        Some(key) => shipped::get(key).map(|t| hex_sha256(t.as_bytes())),
+        None => std::fs::read(path).ok().map(|b| hex_sha256(&b)),
+    }
+}
+
+/// What validation read for a patch set: the file's sha256 if the name is a file, else `None`
+/// (a shipped set, which is part of the executable).
+fn patch_set_sha256(set: &str) -> Option<String> {
+    let path = Path::new(set);
+    if !path.is_file() {
+        return None;
+    }
+    std::fs::read(path).ok().map(|b| hex_sha256(&b))
+}
+
+/// Replace `path` by rename, without fsync: a lost or torn entry is a miss, never wrong.
+fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        std::process::id()
+    ));
+    let written = std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
