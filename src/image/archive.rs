@@ -16,8 +16,8 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use super::layer::{self, LayerSummary};
 use super::human_bytes;
+use super::layer::{self, LayerSummary};
 use super::stream::HashingStream;
 use crate::error::{Error, Result};
 

@@ -128,7 +128,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out");
         let mut out = BufWriter::new(File::create(&path).unwrap());
-        let data: Vec<u8> = (0..(3 * CHUNK + 12345)).map(|i| (i * 7 % 251) as u8).collect();
+        let data: Vec<u8> = (0..(3 * CHUNK + 12345))
+            .map(|i| (i * 7 % 251) as u8)
+            .collect();
         let mut s = HashingStream::new(&mut out);
         for piece in data.chunks(100_003) {
             s.write_all(piece).unwrap();
