@@ -1,14 +1,19 @@
 //! kiln: provision a GPU LLM-serving stack from declarative recipes, start the tuned server, and
 //! prove that it works.
 
+#[cfg(test)]
+mod architecture;
 pub mod bench;
 pub mod cache;
 pub mod cli;
 pub mod commands;
 pub mod diagnostic;
 pub mod doctor;
+pub mod embedded;
 pub mod engine;
 pub mod error;
+pub mod fs;
+pub mod hash;
 pub mod host;
 pub mod image;
 pub mod oci;
@@ -18,4 +23,7 @@ pub mod recipe;
 pub mod redact;
 pub mod report;
 pub mod serve;
+pub mod shell;
+pub mod source;
 pub mod steps;
+pub mod units;

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::hashing::sha256_bytes;
 use crate::error::{Error, Result};
+use crate::hash::sha256_bytes;
 use client::{Api, Generation, Request};
 use stats::Summary;
 
@@ -403,7 +403,7 @@ impl Report {
 pub fn append_history(state_dir: &Path, report: &Report) -> Result<std::path::PathBuf> {
     use std::io::Write;
     let dir = state_dir.join("bench");
-    crate::engine::state::create_dir(&dir)?;
+    crate::fs::create_dir(&dir)?;
     let path = dir.join("history.jsonl");
     let mut f = std::fs::OpenOptions::new()
         .create(true)

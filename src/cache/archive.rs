@@ -8,8 +8,8 @@ use std::path::{Component, Path};
 use serde::{Deserialize, Serialize};
 
 use super::wheels::{Entry, WheelCache};
-use crate::engine::hashing::sha256_reader;
 use crate::error::{Error, Result};
+use crate::hash::sha256_reader;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Manifest {
@@ -116,9 +116,7 @@ pub fn import(cache: &WheelCache, archive: &Path) -> Result<usize> {
                 return Err(bad(format!("`{name}` is not in the manifest")));
             };
             let target = staging.join(&path);
-            crate::engine::state::create_dir(
-                target.parent().expect("archive paths have a parent"),
-            )?;
+            crate::fs::create_dir(target.parent().expect("archive paths have a parent"))?;
             entry.unpack(&target).map_err(|e| bad(e.to_string()))?;
             let (sha, _) = sha256_reader(File::open(&target).map_err(|e| bad(e.to_string()))?)
                 .map_err(|e| bad(e.to_string()))?;
@@ -164,9 +162,9 @@ pub fn import(cache: &WheelCache, archive: &Path) -> Result<usize> {
 }
 
 fn tempdir_near(root: &Path) -> Result<std::path::PathBuf> {
-    crate::engine::state::create_dir(root)?;
+    crate::fs::create_dir(root)?;
     let dir = root.join(format!(".import-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    crate::engine::state::create_dir(&dir)?;
+    crate::fs::create_dir(&dir)?;
     Ok(dir)
 }

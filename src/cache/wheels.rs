@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::hashing::{sha256_bytes, sha256_reader};
-use crate::engine::state::{create_dir, write_atomic};
 use crate::error::{Error, Result};
+use crate::fs::{create_dir, write_atomic};
+use crate::hash::{sha256_bytes, sha256_reader};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WheelKey {

@@ -46,7 +46,7 @@ pub fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
             &values,
             report.gate.as_ref().map(|g| g.baseline_median),
         );
-        crate::engine::state::write_atomic(plot, svg.as_bytes())?;
+        crate::fs::write_atomic(plot, svg.as_bytes())?;
         eprintln!("kiln: plot written to {}", plot.display());
     }
     Ok(report.exit_code())

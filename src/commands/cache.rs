@@ -5,7 +5,7 @@ use crate::cache::{archive, wheels::WheelCache};
 use crate::cli::{CacheArgs, CacheCommand};
 use crate::error::{Error, Result};
 use crate::oci::{self, reference::Reference};
-use crate::recipe::units::{format_size, parse_duration};
+use crate::units::{format_size, parse_duration};
 
 pub fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
     let cache = WheelCache::new(&settings.cache_dir);

@@ -37,7 +37,7 @@ fn run_dockerfile(settings: &Settings, args: &ImageDockerfileArgs) -> Result<u8>
         Some(path) => {
             let cwd = std::env::current_dir()
                 .map_err(|e| Error::io("cannot read the current directory", e))?;
-            crate::engine::state::write_atomic(&cwd.join(path), text.as_bytes())?
+            crate::fs::write_atomic(&cwd.join(path), text.as_bytes())?
         }
         None => print!("{text}"),
     }
@@ -136,7 +136,7 @@ fn run_export(settings: &Settings, args: &ImageExportArgs) -> Result<u8> {
     reporter.note(&format!(
         "wrote {} ({}, {} layer(s))",
         args.output.display(),
-        crate::image::human_bytes(exported.archive_size as f64),
+        crate::units::human_bytes(exported.archive_size as f64),
         exported.layers.len()
     ));
     println!("sha256:{}", exported.manifest_digest);

@@ -4,8 +4,9 @@ use std::fmt::Write;
 
 use super::Settings;
 use crate::cli::PlanArgs;
-use crate::engine::{self, hashing::HashMemo, state::StateDir, Plan, Selection, Status};
+use crate::engine::{self, state::StateDir, Plan, Selection, Status};
 use crate::error::Result;
+use crate::hash::HashMemo;
 
 pub fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
     let recipe = settings.load_recipe(&args.recipe)?;

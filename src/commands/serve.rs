@@ -294,8 +294,8 @@ pub(super) fn up_pipeline(
         "exit_code": code,
     });
     let dir = settings.state_dir.join("reports").join(&recipe.name);
-    crate::engine::state::create_dir(&dir)?;
-    crate::engine::state::write_atomic(
+    crate::fs::create_dir(&dir)?;
+    crate::fs::write_atomic(
         &dir.join("report.json"),
         serde_json::to_string_pretty(&report)
             .expect("reports serialize")
@@ -320,7 +320,7 @@ pub(super) fn up_pipeline(
     if let Some(b) = &bench {
         md.push_str(&format!("\n## Benchmark\n\n```\n{}```\n", b.render()));
     }
-    crate::engine::state::write_atomic(&dir.join("report.md"), md.as_bytes())?;
+    crate::fs::write_atomic(&dir.join("report.md"), md.as_bytes())?;
     eprintln!("kiln: report: {}", dir.join("report.md").display());
     if let Some(url) = &running.record.url {
         eprintln!(

@@ -2,8 +2,9 @@
 
 use super::Settings;
 use crate::cli::UpArgs;
-use crate::engine::{self, hashing::HashMemo, state::StateDir, ExecOptions, Selection};
+use crate::engine::{self, state::StateDir, ExecOptions, Selection};
 use crate::error::Result;
+use crate::hash::HashMemo;
 use crate::steps::StepContext;
 
 pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {

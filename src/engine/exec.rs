@@ -8,8 +8,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::fingerprint::{self, explain_change};
 use super::plan::{Plan, Status};
-use super::state::{create_dir, Receipt, StateDir};
+use super::state::{Receipt, StateDir};
 use crate::error::{Error, Result};
+use crate::fs::create_dir;
 use crate::recipe::{Recipe, Step};
 use crate::report::{Outcome, Reporter};
 use crate::steps::StepContext;

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::hashing::{hex, sha256_bytes, HashMemo};
 use crate::error::Result;
+use crate::hash::{hex, sha256_bytes, HashMemo};
 use crate::recipe::Step;
 
 /// What an input pattern stands for when it matches nothing (yet).

@@ -2,7 +2,6 @@
 
 pub mod exec;
 pub mod fingerprint;
-pub mod hashing;
 pub mod plan;
 pub mod state;
 

@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::fingerprint::{self, explain_change, Fingerprint};
-use super::hashing::HashMemo;
 use super::state::StateDir;
 use crate::diagnostic::did_you_mean;
 use crate::error::{Error, Result};
+use crate::hash::HashMemo;
 use crate::host::Facts;
 use crate::recipe::{graph, Check, Recipe};
 

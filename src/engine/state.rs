@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::fingerprint::Fingerprint;
 use crate::error::{Error, Result};
+use crate::fs::{create_dir, write_atomic};
 
 /// Proof that a step succeeded and its check passed, for one fingerprint.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -125,25 +126,4 @@ impl StateDir {
 #[derive(Debug)]
 pub struct RunLock {
     _file: File,
-}
-
-pub fn create_dir(path: &Path) -> Result<()> {
-    std::fs::create_dir_all(path)
-        .map_err(|e| Error::io(format!("cannot create {}", path.display()), e))
-}
-
-/// Write `bytes` to `path` so readers see the old content or the new, never a mix.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    create_dir(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id()
-    ));
-    let ctx = |e| Error::io(format!("cannot write {}", path.display()), e);
-    let mut f = File::create(&tmp).map_err(ctx)?;
-    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(ctx)?;
-    std::fs::rename(&tmp, path).map_err(ctx)?;
-    File::open(dir).and_then(|d| d.sync_all()).map_err(ctx)
 }

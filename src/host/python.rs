@@ -68,7 +68,7 @@ fn cache_key(python: &str, purelib: Option<&Path>) -> CacheKey {
         python: python.to_string(),
         python_mtime_ns: mtime_ns(&exe),
         purelib_mtime_ns: purelib.map_or(0, mtime_ns),
-        script: crate::engine::hashing::sha256_bytes(SCRIPT.as_bytes()),
+        script: crate::hash::sha256_bytes(SCRIPT.as_bytes()),
         visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
     }
 }
@@ -76,7 +76,7 @@ fn cache_key(python: &str, purelib: Option<&Path>) -> CacheKey {
 /// Like [`collect`], but reuses the facts stored under `cache_dir` while the interpreter and its
 /// site-packages are unchanged (importing torch takes seconds; the check takes microseconds).
 pub fn collect_cached(python: &str, cache_dir: &Path) -> Result<PythonFacts, String> {
-    let name = crate::engine::hashing::sha256_bytes(python.as_bytes());
+    let name = crate::hash::sha256_bytes(python.as_bytes());
     let path = cache_dir
         .join("python-facts")
         .join(format!("{}.json", &name[..16]));
@@ -98,7 +98,7 @@ pub fn collect_cached(python: &str, cache_dir: &Path) -> Result<PythonFacts, Str
     };
     if let Ok(bytes) = serde_json::to_vec(&entry) {
         // A cache that cannot be written only costs time on the next run.
-        let _ = crate::engine::state::write_atomic(&path, &bytes);
+        let _ = crate::fs::write_atomic(&path, &bytes);
     }
     Ok(entry.facts)
 }

@@ -17,8 +17,9 @@ use std::time::Instant;
 use serde_json::{json, Value};
 
 use super::layer::{self, LayerSummary};
-use super::{human_bytes, HashingWriter};
 use crate::error::{Error, Result};
+use crate::hash::HashingWriter;
+use crate::units::human_bytes;
 
 pub const MEDIA_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const MEDIA_INDEX: &str = "application/vnd.oci.image.index.v1+json";
@@ -325,7 +326,7 @@ impl Outer {
     }
 
     fn blob_bytes(&mut self, bytes: &[u8]) -> Result<String> {
-        let digest = crate::engine::hashing::sha256_bytes(bytes);
+        let digest = crate::hash::sha256_bytes(bytes);
         self.entry(&format!("blobs/sha256/{digest}"), bytes)?;
         Ok(digest)
     }

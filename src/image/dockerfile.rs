@@ -5,8 +5,8 @@
 use std::fmt::Write;
 
 use crate::error::{Error, Result};
-use crate::recipe::interp::shell_quote;
 use crate::recipe::Recipe;
+use crate::shell::quote as shell_quote;
 
 /// Default base of the provisioning stage.
 pub const DEFAULT_BASE: &str = "nvidia/cuda:13.0.1-devel-ubuntu24.04";

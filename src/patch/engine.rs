@@ -9,8 +9,8 @@ use super::set::{self, Patch, PatchSet, Requirement};
 use super::store::{self, FileRecord, Record, Store};
 use super::syntax;
 use super::{Action, Options, PatchReport, Report, Status};
-use crate::engine::hashing::sha256_bytes;
 use crate::error::{Error, Result};
+use crate::hash::sha256_bytes;
 
 /// A file's text before the set and after every patch of it that can be applied.
 struct Working {

@@ -8,7 +8,6 @@ pub mod ops;
 pub mod package;
 mod render;
 pub mod set;
-pub mod shipped;
 pub mod store;
 pub mod syntax;
 pub mod version;

@@ -9,12 +9,12 @@ use toml::Spanned;
 
 use super::diff::UnifiedDiff;
 use super::ops::{DictValue, Edit};
-use super::shipped;
 use super::syntax;
 use super::version::{Range, Version};
 use crate::diagnostic::{did_you_mean, Diagnostic};
+use crate::embedded;
 use crate::error::{Error, Result};
-use crate::recipe::source::{SourceFile, Sources};
+use crate::source::{SourceFile, Sources};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -137,14 +137,14 @@ pub fn load(spec: &str) -> Result<PatchSet> {
             text,
             dir: Some(path.parent().map(Path::to_path_buf).unwrap_or_default()),
         }
-    } else if let Some(text) = shipped::get(spec) {
+    } else if let Some(text) = embedded::named(embedded::PATCH_SETS, spec) {
         SourceFile {
             path: PathBuf::from(format!("<embedded>/recipes/patches/{spec}.toml")),
             text: text.to_string(),
             dir: None,
         }
     } else {
-        let names = shipped::names();
+        let names = embedded::names_in(embedded::PATCH_SETS);
         let close = did_you_mean(spec, names.iter().copied())
             .map(|n| format!("did you mean `{n}`? "))
             .unwrap_or_default();

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::hashing::sha256_bytes;
-use crate::engine::state::write_atomic;
 use crate::error::{Error, Result};
+use crate::fs::write_atomic;
+use crate::hash::sha256_bytes;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Record {

@@ -41,7 +41,7 @@ impl CommandSpec {
     pub fn display(&self) -> String {
         std::iter::once(&self.program)
             .chain(&self.args)
-            .map(|a| crate::recipe::interp::shell_quote(a))
+            .map(|a| crate::shell::quote(a))
             .collect::<Vec<_>>()
             .join(" ")
     }

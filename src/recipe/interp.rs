@@ -3,6 +3,8 @@
 //! `$$` is a literal `$` (so `$${x}` is the text `${x}`); a `$` not followed by `{` is literal. A value is substituted as data: in an argv element it stays inside that
 //! one argument; in shell text it is single-quoted, so `$(...)` in a value is never executed.
 
+use crate::shell::quote as shell_quote;
+
 /// A parsed template: literal text and variable references with their byte offsets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Template {
@@ -191,17 +193,6 @@ pub enum Quoting {
 /// `s` as a Python string literal (JSON strings are valid Python literals).
 pub fn python_quote(s: &str) -> String {
     serde_json::to_string(s).expect("strings serialize")
-}
-
-/// Quote `s` as one POSIX shell word.
-pub fn shell_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
-    {
-        return s.to_string();
-    }
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 #[cfg(test)]

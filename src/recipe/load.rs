@@ -2,10 +2,10 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use super::source::{SourceFile, Sources};
 use super::{shipped, validate, wire, Recipe};
 use crate::error::{Error, Result};
 use crate::host::Facts;
+use crate::source::{SourceFile, Sources};
 
 pub struct LoadOptions<'a> {
     /// `--set key=value`, in order.

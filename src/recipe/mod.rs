@@ -5,8 +5,6 @@ pub mod graph;
 pub mod interp;
 mod load;
 pub mod shipped;
-pub mod source;
-pub mod units;
 mod validate;
 pub mod when;
 mod wire;

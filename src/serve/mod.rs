@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::bench::client::{self, Api, Request};
-use crate::engine::state::{create_dir, write_atomic};
 use crate::error::{Error, Result};
+use crate::fs::{create_dir, write_atomic};
 use crate::process::{self, CommandSpec, Detached};
 use crate::recipe::Profile;
 use logtail::LogTail;

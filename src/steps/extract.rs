@@ -5,8 +5,8 @@ use std::fs::File;
 use std::io::{BufReader, Read, Write};
 use std::path::{Component, Path, PathBuf};
 
-use crate::engine::state::create_dir;
 use crate::error::{Error, Result};
+use crate::fs::create_dir;
 
 pub fn extract(archive: &Path, dest: &Path, strip: u32, log: &mut dyn Write) -> Result<()> {
     let parent = dest.parent().unwrap_or(Path::new("."));

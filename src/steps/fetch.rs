@@ -7,9 +7,9 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
-use crate::engine::hashing::{hex, HashMemo};
-use crate::engine::state::create_dir;
 use crate::error::{Error, Result};
+use crate::fs::create_dir;
+use crate::hash::{hex, HashMemo};
 
 pub fn fetch(
     url: &str,

@@ -11,8 +11,8 @@ use std::io::Write;
 
 use std::path::PathBuf;
 
-use crate::engine::hashing::HashMemo;
 use crate::error::{Error, Result};
+use crate::hash::HashMemo;
 use crate::host::Facts;
 use crate::recipe::{Check, Step, StepKind};
 
@@ -33,7 +33,7 @@ pub fn execute(
     log: &mut dyn Write,
     on_line: &mut dyn FnMut(&str),
 ) -> Result<()> {
-    crate::engine::state::create_dir(&step.cwd)?;
+    crate::fs::create_dir(&step.cwd)?;
     match &step.kind {
         StepKind::Run { cmd } => run::run(step, cmd, log, on_line),
         StepKind::Fetch { url, sha256, path } => fetch::fetch(url, sha256, path, log, ctx.memo),

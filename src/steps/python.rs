@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use super::{run::run_spec, StepContext};
 use crate::cache::wheels::{WheelCache, WheelKey, PARALLELISM_VARS};
-use crate::engine::hashing::sha256_reader;
 use crate::error::{Error, Result};
+use crate::hash::sha256_reader;
 use crate::process::{self, CommandSpec};
 use crate::recipe::{PythonStep, Step};
 
@@ -238,7 +238,7 @@ fn build_or_reuse(
         .join("build")
         .join(format!("{package}-{version}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
-    crate::engine::state::create_dir(&work)?;
+    crate::fs::create_dir(&work)?;
     let result = (|| {
         let (sdist, source_sha256) = match &local {
             Some(dir) => (dir.clone(), tree_sha256(dir)?),
@@ -430,7 +430,7 @@ fn tree_sha256(dir: &Path) -> Result<String> {
             f.strip_prefix(dir).unwrap_or(f).display()
         ));
     }
-    Ok(crate::engine::hashing::sha256_bytes(listing.as_bytes()))
+    Ok(crate::hash::sha256_bytes(listing.as_bytes()))
 }
 
 fn python_output(vpy: &Path, code: &str) -> Option<String> {

@@ -10,7 +10,7 @@ use crate::common::{run_ok, test_cache, wheel_site, Workspace};
 const BASE_IMAGE: &str = "kiln-test-base:bookworm";
 
 fn sha256_file(path: &Path) -> String {
-    kiln::engine::hashing::sha256_reader(std::fs::File::open(path).unwrap())
+    kiln::hash::sha256_reader(std::fs::File::open(path).unwrap())
         .unwrap()
         .0
 }
@@ -417,7 +417,7 @@ fn add_entry(wheels_dir: &Path, spec: &str) -> String {
     let name = wheel.file_name().unwrap().to_string_lossy().into_owned();
     let key =
         serde_json::json!({"requirement": spec, "python": "cp311", "platform": "linux_x86_64"});
-    let id = kiln::engine::hashing::sha256_bytes(serde_json::to_string(&key).unwrap().as_bytes());
+    let id = kiln::hash::sha256_bytes(serde_json::to_string(&key).unwrap().as_bytes());
     let dir = wheels_dir.join(&id);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(&wheel, dir.join(&name)).unwrap();

@@ -24,7 +24,7 @@ fn site(ws: &Workspace, specs: &[&str]) -> PathBuf {
 }
 
 fn sha256(path: &Path) -> String {
-    kiln::engine::hashing::sha256_bytes(
+    kiln::hash::sha256_bytes(
         &std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
     )
 }

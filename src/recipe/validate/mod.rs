@@ -10,10 +10,10 @@ use std::path::PathBuf;
 
 use super::interp::Template;
 use super::load::{LoadOptions, Loaded};
-use super::source::{Loc, Sources};
 use super::{graph, wire, Recipe, Step};
 use crate::diagnostic::did_you_mean;
 use crate::error::{Error, Result};
+use crate::source::{Loc, Sources};
 use profile::profile;
 use steps::{output_path, step};
 use vars::{var_def, Resolver, VarDef};

@@ -5,10 +5,11 @@ use std::path::PathBuf;
 
 use toml::Spanned;
 
-use super::super::{units, wire, Profile};
+use super::super::{wire, Profile};
 use super::vars::Resolver;
 use crate::diagnostic::did_you_mean;
 use crate::error::Result;
+use crate::units;
 
 pub(super) fn profile(
     r: &mut Resolver,

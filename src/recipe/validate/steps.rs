@@ -6,14 +6,15 @@ use std::path::{Path, PathBuf};
 use toml::Spanned;
 
 use super::super::interp::Quoting;
-use super::super::source::Loc;
 use super::super::{
-    units, when, wire, Check, Cmd, CudaStep, PythonStep, SitePackages, Step, StepKind, When,
+    when, wire, Check, Cmd, CudaStep, PythonStep, SitePackages, Step, StepKind, When,
 };
 use super::vars::Resolver;
 use crate::diagnostic::did_you_mean;
 use crate::error::{Error, Result};
 use crate::host::FACT_KEYS;
+use crate::source::Loc;
+use crate::units;
 
 pub(super) fn output_path(
     r: &mut Resolver,
@@ -209,10 +210,10 @@ pub(super) fn step(
             let text = if Path::new(&name).is_file() {
                 std::fs::read_to_string(&name).ok()
             } else {
-                crate::patch::shipped::get(&name).map(str::to_string)
+                crate::embedded::named(crate::embedded::PATCH_SETS, &name).map(str::to_string)
             };
             let Some(text) = text else {
-                let names = crate::patch::shipped::names();
+                let names = crate::embedded::names_in(crate::embedded::PATCH_SETS);
                 let hint = did_you_mean(&name, names.iter().copied()).map_or(
                     format!("shipped patch sets: {}; or give a path", names.join(", ")),
                     |b| format!("did you mean `{b}`?"),
@@ -245,7 +246,7 @@ pub(super) fn step(
             };
             StepKind::Patch {
                 set: name,
-                set_sha256: crate::engine::hashing::sha256_bytes(text.as_bytes()),
+                set_sha256: crate::hash::sha256_bytes(text.as_bytes()),
                 site_packages,
             }
         }

@@ -1,4 +1,5 @@
-//! Loaded source files and locations inside them, so every later check can point at file:line:col.
+//! Loaded TOML source files (recipes, patch sets) and locations inside them, so every later check
+//! can point at file:line:col.
 
 use std::ops::Range;
 use std::path::PathBuf;
