@@ -23,6 +23,7 @@ const LAYERS: &[&[&str]] = &[
         "source",
         "units",
         "embedded",
+        "paths",
     ],
 ];
 

@@ -18,6 +18,7 @@ pub mod host;
 pub mod image;
 pub mod oci;
 pub mod patch;
+pub mod paths;
 pub mod process;
 pub mod recipe;
 pub mod redact;

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::hash::sha256_bytes;
+use crate::paths::StatePaths;
 use client::{Api, Generation, Request};
 use stats::Summary;
 
@@ -400,9 +401,9 @@ impl Report {
 }
 
 /// Append a report to `<state>/bench/history.jsonl`.
-pub fn append_history(state_dir: &Path, report: &Report) -> Result<std::path::PathBuf> {
+pub fn append_history(paths: &StatePaths, report: &Report) -> Result<std::path::PathBuf> {
     use std::io::Write;
-    let dir = state_dir.join("bench");
+    let dir = paths.bench();
     crate::fs::create_dir(&dir)?;
     let path = dir.join("history.jsonl");
     let mut f = std::fs::OpenOptions::new()

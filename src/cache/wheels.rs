@@ -56,9 +56,10 @@ pub struct WheelCache {
 }
 
 impl WheelCache {
-    pub fn new(cache_dir: &Path) -> Self {
+    /// The cache rooted at `root` (`StatePaths::wheels`).
+    pub fn new(root: &Path) -> Self {
         WheelCache {
-            root: cache_dir.join("wheels"),
+            root: root.to_path_buf(),
         }
     }
 

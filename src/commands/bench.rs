@@ -87,7 +87,7 @@ pub(super) fn measure(
     if let Some((base, path)) = baseline {
         report.gate_against(base, path)?;
     }
-    let history = bench::append_history(&settings.state_dir, &report)?;
+    let history = bench::append_history(&settings.paths, &report)?;
     if json {
         println!(
             "{}",

@@ -8,7 +8,7 @@ use crate::oci::{self, reference::Reference};
 use crate::units::{format_size, parse_duration};
 
 pub fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
-    let cache = WheelCache::new(&settings.cache_dir);
+    let cache = WheelCache::new(&settings.paths.wheels());
     match &args.command {
         CacheCommand::Ls { json } => {
             let entries = cache.list();

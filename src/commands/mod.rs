@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use crate::cli::{Cli, Command, RecipeArgs};
 use crate::error::{Error, Result};
 use crate::host::Facts;
+use crate::paths::StatePaths;
 use crate::recipe::{self, Recipe};
 use crate::report::{JsonReporter, PlainReporter, ProgressReporter, Reporter};
 
@@ -39,9 +40,8 @@ pub fn run(cli: Cli) -> Result<u8> {
 
 /// Settings every command shares, resolved once from flags and the environment.
 pub struct Settings {
-    pub state_dir: PathBuf,
-    /// Downloads and compiled wheels: `$KILN_CACHE_DIR`, else `<state_dir>/cache`.
-    pub cache_dir: PathBuf,
+    /// The state directory's layout; its cache is `$KILN_CACHE_DIR`, else `<state_dir>/cache`.
+    pub paths: StatePaths,
     pub facts: Facts,
 }
 
@@ -60,10 +60,9 @@ impl Settings {
         };
         let cache_dir = std::env::var_os("KILN_CACHE_DIR")
             .filter(|v| !v.is_empty())
-            .map_or_else(|| state_dir.join("cache"), PathBuf::from);
+            .map(PathBuf::from);
         Ok(Settings {
-            state_dir,
-            cache_dir,
+            paths: StatePaths::new(state_dir, cache_dir),
             facts: Facts::from_env(),
         })
     }
@@ -105,8 +104,7 @@ impl Settings {
             &recipe::LoadOptions {
                 overrides: &overrides,
                 facts: &self.facts,
-                state_dir: &self.state_dir,
-                cache_dir: &self.cache_dir,
+                paths: &self.paths,
             },
         )
     }

@@ -27,9 +27,9 @@ pub fn run(settings: &Settings, args: &PatchArgs) -> Result<u8> {
         ));
     }
     let report = match action {
-        "apply" => patch::apply(&set, &site, &settings.state_dir, &opts)?,
+        "apply" => patch::apply(&set, &site, &settings.paths, &opts)?,
         "check" => patch::check(&set, &site, &opts)?,
-        _ => patch::revert(&set, &site, &settings.state_dir, &opts)?,
+        _ => patch::revert(&set, &site, &settings.paths, &opts)?,
     };
     if target.json {
         println!(

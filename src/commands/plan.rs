@@ -10,7 +10,7 @@ use crate::hash::HashMemo;
 
 pub fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
     let recipe = settings.load_recipe(&args.recipe)?;
-    let state = StateDir::new(&settings.state_dir, &recipe.name);
+    let state = StateDir::new(&settings.paths, &recipe.name);
     let memo = HashMemo::load(&state.memo_path());
     let plan = engine::plan(
         &recipe,

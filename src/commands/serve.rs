@@ -26,7 +26,7 @@ pub(super) fn launch(
         profile_name: name,
         profile,
         sigs,
-        state_dir: &settings.state_dir,
+        paths: &settings.paths,
         detach,
         timeout,
     };
@@ -36,7 +36,7 @@ pub(super) fn launch(
 pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
     let recipe = settings.load_recipe(&args.recipe)?;
     if args.stop {
-        return match serve::stop_recorded(&settings.state_dir, &recipe.name)? {
+        return match serve::stop_recorded(&settings.paths, &recipe.name)? {
             Some(r) => {
                 eprintln!(
                     "kiln: stopped profile `{}` of {} (process group {})",
@@ -63,7 +63,7 @@ pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
         profile_name: &name,
         profile,
         sigs: &sigs,
-        state_dir: &settings.state_dir,
+        paths: &settings.paths,
         detach: args.detach,
         timeout,
     };
@@ -88,7 +88,7 @@ pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
     );
     loop {
         if crate::process::interrupted() {
-            running.stop(&settings.state_dir);
+            running.stop(&settings.paths);
             eprintln!("kiln: stopped");
             return Ok(code);
         }
@@ -101,7 +101,7 @@ pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
                 running.ready_after,
                 &running.record.log,
             );
-            running.stop(&settings.state_dir);
+            running.stop(&settings.paths);
             return Err(err);
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -293,7 +293,7 @@ pub(super) fn up_pipeline(
         "bench": bench,
         "exit_code": code,
     });
-    let dir = settings.state_dir.join("reports").join(&recipe.name);
+    let dir = settings.paths.reports(&recipe.name);
     crate::fs::create_dir(&dir)?;
     crate::fs::write_atomic(
         &dir.join("report.json"),

@@ -9,7 +9,7 @@ use crate::steps::StepContext;
 
 pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
     let recipe = settings.load_recipe(&args.recipe)?;
-    let state = StateDir::new(&settings.state_dir, &recipe.name);
+    let state = StateDir::new(&settings.paths, &recipe.name);
     let selection = Selection {
         only: args.only.clone(),
         from: args.from.clone(),
@@ -43,9 +43,7 @@ pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
     // Only runs that start processes need the watchdog (a no-op re-run stays a few stats).
     let _watchdog = match plan.count("stale") {
         0 => None,
-        _ => Some(crate::process::watchdog::start(
-            &settings.state_dir.join("running"),
-        )?),
+        _ => Some(crate::process::watchdog::start(&settings.paths.running())?),
     };
     let jobs = args
         .jobs
@@ -54,8 +52,7 @@ pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
     let ctx = StepContext {
         memo: &memo,
         facts: &settings.facts,
-        cache_dir: settings.cache_dir.clone(),
-        state_dir: settings.state_dir.clone(),
+        paths: &settings.paths,
     };
     engine::execute(
         &recipe,

@@ -58,14 +58,14 @@ pub(super) fn compare(
         let timeout = profile.timeout.unwrap_or(serve::DEFAULT_TIMEOUT);
         let running = launch(settings, recipe, &name, profile, &sigs, false, timeout)?;
         let Some(url) = running.record.url.clone() else {
-            running.stop(&settings.state_dir);
+            running.stop(&settings.paths);
             return Err(Error::usage(
                 format!("profile `{name}` has no port or url to query"),
                 None,
             ));
         };
         let got = ab::collect(&url, running.api, max_tokens);
-        running.stop(&settings.state_dir);
+        running.stop(&settings.paths);
         outputs.push(got?);
         std::thread::sleep(Duration::from_millis(200));
     }

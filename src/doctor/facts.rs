@@ -35,8 +35,9 @@ pub struct Inputs {
     pub site_packages: Option<PathBuf>,
     pub deep: bool,
     pub state_dir: PathBuf,
-    /// Where interpreter facts are cached; None collects them afresh every time.
-    pub cache_dir: Option<PathBuf>,
+    /// Where interpreter facts are cached (`StatePaths::python_facts`); None collects them
+    /// afresh every time.
+    pub python_facts: Option<PathBuf>,
     /// Install prefix (from a recipe) whose free space matters too.
     pub prefix: Option<PathBuf>,
     /// A pinned compute capability (`KILN_FACT_GPU_CC`) used when no GPU can be queried.
@@ -147,7 +148,7 @@ pub fn collect(inputs: &Inputs) -> DoctorFacts {
         let cuda_facts = s.spawn(|| cuda::collect(Path::new("/usr/local")));
         let python_state = s.spawn(|| match &python_cmd {
             None => PythonState::NotFound,
-            Some(cmd) => match inputs.cache_dir.as_deref().map_or_else(
+            Some(cmd) => match inputs.python_facts.as_deref().map_or_else(
                 || python::collect(cmd),
                 |dir| python::collect_cached(cmd, dir),
             ) {

@@ -2,13 +2,14 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
 use super::fingerprint::Fingerprint;
 use crate::error::{Error, Result};
 use crate::fs::{create_dir, write_atomic};
+use crate::paths::StatePaths;
 
 /// Proof that a step succeeded and its check passed, for one fingerprint.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -20,35 +21,31 @@ pub struct Receipt {
     pub kiln_version: String,
 }
 
-/// Paths inside the state directory for one recipe.
+/// One recipe's run state: receipts, logs, the memo and the lock (paths from [`StatePaths`]).
 #[derive(Debug, Clone)]
 pub struct StateDir {
-    pub root: PathBuf,
+    pub paths: StatePaths,
     pub recipe: String,
 }
 
 impl StateDir {
-    pub fn new(root: &Path, recipe: &str) -> Self {
+    pub fn new(paths: &StatePaths, recipe: &str) -> Self {
         StateDir {
-            root: root.to_path_buf(),
+            paths: paths.clone(),
             recipe: recipe.to_string(),
         }
     }
 
-    fn run_dir(&self) -> PathBuf {
-        self.root.join("runs").join(&self.recipe)
-    }
-
     pub fn receipt_path(&self, step: &str) -> PathBuf {
-        self.run_dir().join("receipts").join(format!("{step}.json"))
+        self.paths.receipt(&self.recipe, step)
     }
 
     pub fn log_path(&self, step: &str) -> PathBuf {
-        self.run_dir().join("logs").join(format!("{step}.log"))
+        self.paths.step_log(&self.recipe, step)
     }
 
     pub fn memo_path(&self) -> PathBuf {
-        self.root.join("hashmemo.json")
+        self.paths.hash_memo()
     }
 
     /// The receipt of `step`, if one exists and is readable.
@@ -80,8 +77,8 @@ impl StateDir {
 
     /// Take the state directory's lock for the duration of a run.
     pub fn lock(&self) -> Result<RunLock> {
-        create_dir(&self.root)?;
-        let path = self.root.join("lock");
+        create_dir(self.paths.root())?;
+        let path = self.paths.lock();
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -98,7 +95,7 @@ impl StateDir {
                     .filter(|s| !s.is_empty())
                     .map_or(String::new(), |pid| format!(" (pid {pid})"));
                 return Err(Error::Locked {
-                    path: self.root.clone(),
+                    path: self.paths.root().to_path_buf(),
                     holder,
                 });
             }
@@ -110,7 +107,7 @@ impl StateDir {
             .and_then(|_| write!(file, "{}", std::process::id()))
             .map_err(|e| Error::io("cannot write the lock file", e))?;
         // A run killed inside `write_atomic` leaves its temp file; no writer is alive now.
-        if let Ok(entries) = std::fs::read_dir(self.run_dir().join("receipts")) {
+        if let Ok(entries) = std::fs::read_dir(self.paths.receipts(&self.recipe)) {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
                 if name.starts_with('.') && name.contains(".tmp-") {

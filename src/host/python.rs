@@ -73,13 +73,12 @@ fn cache_key(python: &str, purelib: Option<&Path>) -> CacheKey {
     }
 }
 
-/// Like [`collect`], but reuses the facts stored under `cache_dir` while the interpreter and its
-/// site-packages are unchanged (importing torch takes seconds; the check takes microseconds).
-pub fn collect_cached(python: &str, cache_dir: &Path) -> Result<PythonFacts, String> {
+/// Like [`collect`], but reuses the facts stored in `dir` (`StatePaths::python_facts`) while the
+/// interpreter and its site-packages are unchanged (importing torch takes seconds; the check
+/// takes microseconds).
+pub fn collect_cached(python: &str, dir: &Path) -> Result<PythonFacts, String> {
     let name = crate::hash::sha256_bytes(python.as_bytes());
-    let path = cache_dir
-        .join("python-facts")
-        .join(format!("{}.json", &name[..16]));
+    let path = dir.join(format!("{}.json", &name[..16]));
     if let Some(entry) = std::fs::read(&path)
         .ok()
         .and_then(|b| serde_json::from_slice::<CacheEntry>(&b).ok())
@@ -197,13 +196,14 @@ mod tests {
         };
         let python = python.display().to_string();
         let cache = tempfile::tempdir().unwrap();
-        let first = collect_cached(&python, cache.path()).unwrap();
+        let dir = cache.path().join("python-facts");
+        let first = collect_cached(&python, &dir).unwrap();
         assert!(!first.cached);
-        let second = collect_cached(&python, cache.path()).unwrap();
+        let second = collect_cached(&python, &dir).unwrap();
         assert!(second.cached);
         assert_eq!(second.version, first.version);
         // An install touches site-packages; simulate by bumping the recorded mtime.
-        let entry_path = std::fs::read_dir(cache.path().join("python-facts"))
+        let entry_path = std::fs::read_dir(&dir)
             .unwrap()
             .next()
             .unwrap()
@@ -213,7 +213,7 @@ mod tests {
             serde_json::from_slice(&std::fs::read(&entry_path).unwrap()).unwrap();
         entry.key.purelib_mtime_ns += 1;
         std::fs::write(&entry_path, serde_json::to_vec(&entry).unwrap()).unwrap();
-        assert!(!collect_cached(&python, cache.path()).unwrap().cached);
+        assert!(!collect_cached(&python, &dir).unwrap().cached);
     }
 
     #[test]

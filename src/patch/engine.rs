@@ -11,6 +11,7 @@ use super::syntax;
 use super::{Action, Options, PatchReport, Report, Status};
 use crate::error::{Error, Result};
 use crate::hash::sha256_bytes;
+use crate::paths::StatePaths;
 
 /// A file's text before the set and after every patch of it that can be applied.
 struct Working {
@@ -300,7 +301,7 @@ pub type WriteFile<'a> = &'a mut dyn FnMut(&Path, &[u8]) -> Result<()>;
 pub fn apply(
     set: &PatchSet,
     site: &Path,
-    state_dir: &Path,
+    paths: &StatePaths,
     opts: &Options,
     write: WriteFile<'_>,
 ) -> Result<Report> {
@@ -365,7 +366,7 @@ pub fn apply(
     if changed.is_empty() {
         return Ok(report);
     }
-    let store = Store::new(state_dir);
+    let store = Store::new(paths);
     let previous = store.load(&set.name, site)?;
     let mut record = Record {
         set: set.name.clone(),
@@ -465,8 +466,8 @@ fn write_all_or_nothing(targets: &[(PathBuf, &[u8], &[u8])], write: WriteFile<'_
     Ok(())
 }
 
-pub fn revert(set: &PatchSet, site: &Path, state_dir: &Path, opts: &Options) -> Result<Report> {
-    let store = Store::new(state_dir);
+pub fn revert(set: &PatchSet, site: &Path, paths: &StatePaths, opts: &Options) -> Result<Report> {
+    let store = Store::new(paths);
     let evaluation = evaluate(
         set,
         site,

@@ -5,15 +5,15 @@ use std::path::{Component, Path, PathBuf};
 use super::{shipped, validate, wire, Recipe};
 use crate::error::{Error, Result};
 use crate::host::Facts;
+use crate::paths::StatePaths;
 use crate::source::{SourceFile, Sources};
 
 pub struct LoadOptions<'a> {
     /// `--set key=value`, in order.
     pub overrides: &'a [(String, String)],
     pub facts: &'a Facts,
-    pub state_dir: &'a Path,
-    /// Downloads and compiled wheels (`$KILN_CACHE_DIR`, else `<state>/cache`).
-    pub cache_dir: &'a Path,
+    /// The state directory (and its cache) the recipe's `${kiln.*}` paths point into.
+    pub paths: &'a StatePaths,
 }
 
 /// Where a file lives: on disk, or inside the binary.
@@ -32,7 +32,7 @@ pub(super) struct Loaded {
 /// Load a recipe by path or shipped name (`None`: the default recipe).
 pub fn load(spec: Option<&str>, opts: &LoadOptions) -> Result<Recipe> {
     let origin = resolve(spec)?;
-    let shipped_root = opts.state_dir.join("shipped");
+    let shipped_root = opts.paths.shipped();
     if matches!(origin, Origin::Embedded(_)) {
         shipped::materialize(&shipped_root)?;
     }

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::bench::client::{self, Api, Request};
 use crate::error::{Error, Result};
 use crate::fs::{create_dir, write_atomic};
+use crate::paths::StatePaths;
 use crate::process::{self, CommandSpec, Detached};
 use crate::recipe::Profile;
 use logtail::LogTail;
@@ -29,7 +30,7 @@ pub struct Launch<'a> {
     pub profile_name: &'a str,
     pub profile: &'a Profile,
     pub sigs: &'a Signatures,
-    pub state_dir: &'a Path,
+    pub paths: &'a StatePaths,
     /// Keep running after kiln exits (no parent-death signal).
     pub detach: bool,
     pub timeout: Duration,
@@ -47,12 +48,12 @@ pub struct Record {
     pub started_unix: u64,
 }
 
-pub fn record_path(state_dir: &Path, recipe: &str) -> PathBuf {
-    state_dir.join("serve").join(format!("{recipe}.json"))
+pub fn record_path(paths: &StatePaths, recipe: &str) -> PathBuf {
+    paths.serve_record(recipe)
 }
 
-pub fn read_record(state_dir: &Path, recipe: &str) -> Option<Record> {
-    let text = std::fs::read_to_string(record_path(state_dir, recipe)).ok()?;
+pub fn read_record(paths: &StatePaths, recipe: &str) -> Option<Record> {
+    let text = std::fs::read_to_string(record_path(paths, recipe)).ok()?;
     serde_json::from_str(&text).ok()
 }
 
@@ -75,12 +76,12 @@ impl Running {
     }
 
     /// End the whole process group and forget the record.
-    pub fn stop(mut self, state_dir: &Path) {
+    pub fn stop(mut self, paths: &StatePaths) {
         process::kill_group(self.record.pid);
         if let Some(c) = &mut self.child {
             let _ = c.try_exit();
         }
-        let _ = std::fs::remove_file(record_path(state_dir, &self.record.recipe));
+        let _ = std::fs::remove_file(record_path(paths, &self.record.recipe));
     }
 
     /// Give up the handle without stopping the server (`--detach`).
@@ -120,7 +121,7 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
         )
         .is_ok()
         {
-            let holder = read_record(l.state_dir, l.recipe)
+            let holder = read_record(l.paths, l.recipe)
                 .filter(|r| process::pid_alive(r.pid))
                 .map_or(String::new(), |r| {
                     format!(
@@ -140,9 +141,8 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
             ));
         }
     }
-    let dir = l.state_dir.join("serve");
-    create_dir(&dir)?;
-    let log_path = dir.join(format!("{}-{}.log", l.recipe, l.profile_name));
+    let log_path = l.paths.serve_log(l.recipe, l.profile_name);
+    create_dir(&l.paths.serve_dir())?;
     let mut spec = CommandSpec::new(program.clone(), rest.iter().chain(&p.args).cloned());
     spec.env = p.env.clone();
     {
@@ -178,7 +178,7 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
             .map_or(0, |d| d.as_secs()),
     };
     write_atomic(
-        &record_path(l.state_dir, l.recipe),
+        &record_path(l.paths, l.recipe),
         serde_json::to_string_pretty(&record)
             .expect("records serialize")
             .as_bytes(),
@@ -208,7 +208,7 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
             if let Some(c) = &mut running.child {
                 let _ = c.try_exit();
             }
-            let _ = std::fs::remove_file(record_path(l.state_dir, l.recipe));
+            let _ = std::fs::remove_file(record_path(l.paths, l.recipe));
             Err(e)
         }
     }
@@ -434,14 +434,14 @@ pub fn server_info(sigs: &Signatures, base: &str) -> Option<serde_json::Value> {
 }
 
 /// Stop the server recorded for `recipe`; false when none was recorded or it was gone already.
-pub fn stop_recorded(state_dir: &Path, recipe: &str) -> Result<Option<Record>> {
-    let Some(r) = read_record(state_dir, recipe) else {
+pub fn stop_recorded(paths: &StatePaths, recipe: &str) -> Result<Option<Record>> {
+    let Some(r) = read_record(paths, recipe) else {
         return Ok(None);
     };
     let alive = process::group_alive(r.pid);
     if alive {
         process::kill_group(r.pid);
     }
-    let _ = std::fs::remove_file(record_path(state_dir, recipe));
+    let _ = std::fs::remove_file(record_path(paths, recipe));
     Ok(alive.then_some(r))
 }

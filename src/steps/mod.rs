@@ -9,21 +9,19 @@ pub mod run;
 
 use std::io::Write;
 
-use std::path::PathBuf;
-
 use crate::error::{Error, Result};
 use crate::hash::HashMemo;
 use crate::host::Facts;
+use crate::paths::StatePaths;
 use crate::recipe::{Check, Step, StepKind};
 
 /// What steps may use besides their own definition.
 pub struct StepContext<'a> {
     pub memo: &'a HashMemo,
     pub facts: &'a Facts,
-    /// Downloads, compiled wheels and tools kiln installs for itself (uv).
-    pub cache_dir: PathBuf,
-    /// kiln's state directory (patch backups live there).
-    pub state_dir: PathBuf,
+    /// The state directory (patch backups) and its cache (downloads, compiled wheels, tools
+    /// kiln installs for itself such as uv).
+    pub paths: &'a StatePaths,
 }
 
 /// Run one attempt of `step`, logging to `log`; `on_line` sees each output line.

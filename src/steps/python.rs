@@ -65,7 +65,7 @@ pub fn run(
             log,
         )?;
     }
-    let cache = WheelCache::new(&ctx.cache_dir);
+    let cache = WheelCache::new(&ctx.paths.wheels());
     for req in &p.build {
         let wheel = build_or_reuse(req, p, &vpy, &env, &index_args, &cache, log, &mut sh)?;
         let mut spec = install_spec(
@@ -133,7 +133,7 @@ fn find_uv(
     if let Ok(uv) = which::which("uv") {
         return Installer::Uv(uv);
     }
-    let target = ctx.cache_dir.join("tools").join("uv");
+    let target = ctx.paths.tool("uv");
     let uv = target.join("bin").join("uv");
     if uv.exists() {
         return Installer::Uv(uv);

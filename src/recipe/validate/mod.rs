@@ -57,15 +57,15 @@ pub(super) fn build(loaded: Loaded, opts: &LoadOptions) -> Result<Recipe> {
         })
         .unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
     let recipe_dir = std::fs::canonicalize(&recipe_dir).unwrap_or(recipe_dir);
-    let work_dir = opts.state_dir.join("work").join(&name);
+    let work_dir = opts.paths.work(&name);
 
     let mut r = Resolver {
         sources,
         opts,
         defs: BTreeMap::new(),
         builtins: BTreeMap::from([
-            ("kiln.state_dir", opts.state_dir.display().to_string()),
-            ("kiln.cache_dir", opts.cache_dir.display().to_string()),
+            ("kiln.state_dir", opts.paths.root().display().to_string()),
+            ("kiln.cache_dir", opts.paths.cache().display().to_string()),
             ("kiln.work_dir", work_dir.display().to_string()),
             ("recipe.dir", recipe_dir.display().to_string()),
             ("recipe.name", name.clone()),

@@ -79,7 +79,7 @@ pub(super) fn download_path(
             .with_hint("set `filename = \"name.tar.gz\"` (no `/`)")
             .into());
     }
-    let dir = r.opts.cache_dir.join("downloads").join(sha.to_lowercase());
+    let dir = r.opts.paths.download(&sha);
     Ok(Some(dir.join(filename)))
 }
 
