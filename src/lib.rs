@@ -19,6 +19,7 @@ pub mod image;
 pub mod oci;
 pub mod patch;
 pub mod paths;
+pub mod pipeline;
 pub mod process;
 pub mod recipe;
 pub mod redact;

@@ -8,6 +8,7 @@ mod patch;
 mod plan;
 mod preflight;
 mod serve;
+mod show;
 mod up;
 mod verify;
 
@@ -18,6 +19,7 @@ use crate::cli::{Cli, Command, RecipeArgs};
 use crate::error::{Error, Result};
 use crate::host::Facts;
 use crate::paths::StatePaths;
+use crate::pipeline::Session;
 use crate::recipe::{self, Recipe};
 use crate::report::{JsonReporter, PlainReporter, ProgressReporter, Reporter};
 
@@ -65,6 +67,15 @@ impl Settings {
             paths: StatePaths::new(state_dir, cache_dir),
             facts: Facts::from_env(),
         })
+    }
+
+    /// The pipeline's view of `recipe` with these settings.
+    pub fn session<'a>(&'a self, recipe: &'a Recipe) -> Session<'a> {
+        Session {
+            recipe,
+            paths: &self.paths,
+            facts: &self.facts,
+        }
     }
 
     /// The recipe named on the command line, or the default for this host (said on stderr).

@@ -1,10 +1,12 @@
 //! `kiln up`: plan, then run every stale step.
 
-use super::Settings;
+use super::{show, Settings};
 use crate::cli::UpArgs;
 use crate::engine::{self, state::StateDir, ExecOptions, Selection};
 use crate::error::Result;
 use crate::hash::HashMemo;
+use crate::pipeline::{self, AbOptions, BenchOptions, Narrator, Shown, UpOptions};
+use crate::recipe::Recipe;
 use crate::steps::StepContext;
 
 pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
@@ -66,5 +68,43 @@ pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
         return Ok(0);
     }
     drop(_lock);
-    super::serve::up_pipeline(settings, &recipe, args.profile.as_deref())
+    serve_and_prove(settings, &recipe, args.profile.as_deref())
+}
+
+/// The pipeline after the steps: A/B, serve (left running), verdicts, bench, report files.
+fn serve_and_prove(settings: &Settings, recipe: &Recipe, profile: Option<&str>) -> Result<u8> {
+    crate::process::catch_interrupts();
+    let opts = UpOptions {
+        profile,
+        ab: AbOptions::default(),
+        bench: BenchOptions::default(),
+    };
+    let mut narrate = Narrator {
+        say: &mut show::say,
+        progress: &mut |s: &str| eprintln!("{s}"),
+        line: &mut |s: &str| println!("{s}"),
+    };
+    let report = pipeline::up(
+        settings.session(recipe),
+        &opts,
+        &mut narrate,
+        &mut |shown| match shown {
+            Shown::Ab(c, base, candidate) => print!("{}", c.render(base, candidate)),
+            Shown::Verdicts(l, v) => show::verdicts(l, v, false),
+            Shown::Bench(b, history) => show::bench(b, history, false),
+        },
+    )?;
+    let files = report.write(&settings.paths)?;
+    eprintln!(
+        "kiln: report: {} (and {})",
+        files.markdown.display(),
+        files.html.display()
+    );
+    if let Some(url) = &report.url {
+        eprintln!(
+            "kiln: left running at {url} (process group {}); stop it with `kiln serve --stop`",
+            report.pid
+        );
+    }
+    Ok(report.exit_code)
 }

@@ -12,6 +12,7 @@ mod patch;
 mod patch_step;
 mod python_step;
 mod recipes;
+mod report_html;
 mod serve;
 mod shipped;
 mod up_e2e;
