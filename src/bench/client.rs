@@ -9,31 +9,7 @@ use serde_json::{json, Value};
 
 use crate::error::{Error, Result};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Api {
-    Sglang,
-    Openai,
-}
-
-impl Api {
-    pub fn parse(s: &str) -> Result<Api> {
-        match s {
-            "sglang" => Ok(Api::Sglang),
-            "openai" => Ok(Api::Openai),
-            _ => Err(Error::usage(
-                format!("unknown api `{s}`"),
-                Some("use `sglang` or `openai`".into()),
-            )),
-        }
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            Api::Sglang => "sglang",
-            Api::Openai => "openai",
-        }
-    }
-}
+pub use crate::recipe::Api;
 
 /// What one streamed request measured.
 #[derive(Debug, Clone, Serialize)]

@@ -1,6 +1,7 @@
 //! Recipes: the wire format (TOML), validation with located diagnostics, and the domain types the
 //! engine runs.
 
+pub mod api;
 pub mod graph;
 pub mod interp;
 mod load;
@@ -13,6 +14,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use api::Api;
 pub use load::{load, LoadOptions};
 
 /// A validated recipe: variables resolved, steps in dependency order.
@@ -166,8 +168,8 @@ pub struct Profile {
     pub expect: Vec<String>,
     pub url: Option<String>,
     pub port: Option<u16>,
-    /// `sglang` or `openai`.
-    pub api: Option<String>,
+    /// The API the server speaks (`APIS`); none given means `openai`.
+    pub api: Option<Api>,
     /// Health endpoint path.
     pub ready: Option<String>,
     /// Signature set name or path (resolved against the recipe's directory).

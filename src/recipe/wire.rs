@@ -199,38 +199,3 @@ pub struct Profile {
     /// How long to wait for readiness, e.g. `30m` (default 1800 s).
     pub timeout: Option<Spanned<String>>,
 }
-
-/// Step kinds and the keys each adds to the common ones.
-pub const STEP_KINDS: &[(&str, &[&str])] = &[
-    ("run", &["cmd", "shell"]),
-    ("fetch", &["url", "sha256", "filename"]),
-    ("extract", &["from", "archive", "dest", "strip_components"]),
-    (
-        "python",
-        &[
-            "venv",
-            "python",
-            "install",
-            "index_url",
-            "extra_index_urls",
-            "build",
-            "build_isolation",
-            "system_site_packages",
-            "verify",
-            "sass",
-        ],
-    ),
-    ("patch", &["set", "venv", "site_packages"]),
-    (
-        "cuda",
-        &[
-            "url",
-            "sha256",
-            "filename",
-            "version",
-            "install_path",
-            "link",
-            "driver_floor",
-        ],
-    ),
-];

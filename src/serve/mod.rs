@@ -95,11 +95,10 @@ pub fn base_url(p: &Profile) -> Option<String> {
         .or_else(|| p.port.map(|port| format!("http://127.0.0.1:{port}")))
 }
 
+/// The API the profile declares; `openai` when it declares none (validation rejected any
+/// unknown name with its location).
 pub fn profile_api(p: &Profile) -> Api {
-    match p.api.as_deref() {
-        Some("sglang") => Api::Sglang,
-        _ => Api::Openai,
-    }
+    p.api.unwrap_or(Api::Openai)
 }
 
 /// Start the profile and wait until it is ready. On any failure the process group is ended and

@@ -1,6 +1,7 @@
 //! Wire → domain: variables resolved, per-kind keys checked, needs and cycles checked, all with
 //! locations and hints.
 
+mod kinds;
 mod profile;
 mod steps;
 mod vars;

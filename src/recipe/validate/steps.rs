@@ -6,32 +6,41 @@ use std::path::{Path, PathBuf};
 use toml::Spanned;
 
 use super::super::interp::Quoting;
-use super::super::{
-    when, wire, Check, Cmd, CudaStep, PythonStep, SitePackages, Step, StepKind, When,
-};
+use super::super::{when, wire, Check, Cmd, PythonStep, Step, When};
+use super::kinds::{self, missing, KindInput};
 use super::vars::Resolver;
 use crate::diagnostic::did_you_mean;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::host::FACT_KEYS;
 use crate::source::Loc;
 use crate::units;
 
+/// The `steps.ID.path` a step makes (the download of a fetch, the directory of an extract).
 pub(super) fn output_path(
     r: &mut Resolver,
     file: usize,
     s: &wire::Step,
     work_dir: &Path,
 ) -> Result<Option<PathBuf>> {
-    match s.kind.get_ref().as_str() {
-        "fetch" => download_path(r, file, s),
-        "extract" => match &s.dest {
-            Some(d) => {
-                let cwd = step_cwd(r, file, s, work_dir)?;
-                Ok(Some(r.path(file, d, &cwd)?))
-            }
-            None => Ok(None),
-        },
-        _ => Ok(None),
+    match kinds::kind(s.kind.get_ref()).and_then(|k| k.output) {
+        Some(output) => output(r, file, s, work_dir),
+        None => Ok(None),
+    }
+}
+
+/// The directory an extract step fills.
+pub(super) fn extract_path(
+    r: &mut Resolver,
+    file: usize,
+    s: &wire::Step,
+    work_dir: &Path,
+) -> Result<Option<PathBuf>> {
+    match &s.dest {
+        Some(d) => {
+            let cwd = step_cwd(r, file, s, work_dir)?;
+            Ok(Some(r.path(file, d, &cwd)?))
+        }
+        None => Ok(None),
     }
 }
 
@@ -105,10 +114,10 @@ pub(super) fn step(
     ids: &BTreeMap<&str, Loc>,
 ) -> Result<Step> {
     let kind_name = s.kind.get_ref().as_str();
-    let Some((_, extra_keys)) = wire::STEP_KINDS.iter().find(|(k, _)| *k == kind_name) else {
-        let kinds: Vec<&str> = wire::STEP_KINDS.iter().map(|(k, _)| *k).collect();
-        let hint = did_you_mean(kind_name, kinds.iter().copied())
-            .map_or(format!("step kinds: {}", kinds.join(", ")), |b| {
+    let Some(spec) = kinds::kind(kind_name) else {
+        let names: Vec<&str> = kinds::KINDS.iter().map(|k| k.name).collect();
+        let hint = did_you_mean(kind_name, names.iter().copied())
+            .map_or(format!("step kinds: {}", names.join(", ")), |b| {
                 format!("did you mean `{b}`?")
             });
         return Err(r
@@ -121,11 +130,11 @@ pub(super) fn step(
             .into());
     };
     for (key, span) in kind_specific_keys(s) {
-        if !extra_keys.contains(&key) {
-            let owner = wire::STEP_KINDS
+        if !spec.keys.contains(&key) {
+            let owner = kinds::KINDS
                 .iter()
-                .find(|(_, ks)| ks.contains(&key))
-                .map_or("another", |(k, _)| *k);
+                .find(|k| k.keys.contains(&key))
+                .map_or("another", |k| k.name);
             return Err(r
                 .diag(
                     file,
@@ -134,26 +143,11 @@ pub(super) fn step(
                 )
                 .with_hint(format!(
                     "`{key}` belongs to `{owner}` steps; keys for `{kind_name}`: {}",
-                    extra_keys.join(", ")
+                    spec.keys.join(", ")
                 ))
                 .into());
         }
     }
-    let missing = |r: &Resolver, key: &str, example: &str| -> Error {
-        let _ = &r;
-        let article = if kind_name.starts_with(['a', 'e', 'i', 'o', 'u']) {
-            "an"
-        } else {
-            "a"
-        };
-        r.diag(
-            file,
-            s.kind.span(),
-            format!("{article} `{kind_name}` step needs `{key}`"),
-        )
-        .with_hint(format!("add `{key} = {example}`"))
-        .into()
-    };
     let cwd = step_cwd(r, file, s, work_dir)?;
     let shell = s.shell.as_ref().is_some_and(|b| *b.get_ref());
     let mut needs: Vec<String> = Vec::new();
@@ -186,149 +180,14 @@ pub(super) fn step(
         needs.push(n.get_ref().clone());
     }
 
-    let kind = match kind_name {
-        "run" => {
-            let cmd = s
-                .cmd
-                .as_ref()
-                .ok_or_else(|| missing(r, "cmd", "[\"program\", \"arg\"]"))?;
-            StepKind::Run {
-                cmd: command(r, file, cmd, shell)?,
-            }
-        }
-        "fetch" => {
-            let (url, sha256, path) = download(r, file, s, &missing)?;
-            StepKind::Fetch { url, sha256, path }
-        }
-        "python" => StepKind::Python(python_step(r, file, s, &cwd, &missing)?),
-        "patch" => {
-            let set = s
-                .set
-                .as_ref()
-                .ok_or_else(|| missing(r, "set", "\"sglang-0.5.9-sm120\""))?;
-            let name = r.expand(file, set)?;
-            let text = if Path::new(&name).is_file() {
-                std::fs::read_to_string(&name).ok()
-            } else {
-                crate::embedded::named(crate::embedded::PATCH_SETS, &name).map(str::to_string)
-            };
-            let Some(text) = text else {
-                let names = crate::embedded::names_in(crate::embedded::PATCH_SETS);
-                let hint = did_you_mean(&name, names.iter().copied()).map_or(
-                    format!("shipped patch sets: {}; or give a path", names.join(", ")),
-                    |b| format!("did you mean `{b}`?"),
-                );
-                return Err(r
-                    .diag(file, set.span(), format!("no patch set `{name}`"))
-                    .with_hint(hint)
-                    .into());
-            };
-            let site_packages = match (&s.venv, &s.site_packages) {
-                (Some(v), None) => SitePackages::Venv(r.path(file, v, &cwd)?),
-                (None, Some(d)) => SitePackages::Dir(r.path(file, d, &cwd)?),
-                (Some(v), Some(_)) => {
-                    return Err(r
-                        .diag(
-                            file,
-                            v.span(),
-                            "give either `venv` or `site_packages`, not both",
-                        )
-                        .with_hint("`venv` finds site-packages through its python")
-                        .into())
-                }
-                (None, None) => {
-                    return Err(missing(
-                        r,
-                        "venv",
-                        "\"${venv}\" (or `site_packages = \"...\"`)",
-                    ))
-                }
-            };
-            StepKind::Patch {
-                set: name,
-                set_sha256: crate::hash::sha256_bytes(text.as_bytes()),
-                site_packages,
-            }
-        }
-        "cuda" => {
-            let (url, sha256, runfile) = download(r, file, s, &missing)?;
-            let required =
-                |r: &mut Resolver, v: &Option<Spanned<String>>, key: &str, ex: &str| match v {
-                    Some(v) => r.expand(file, v),
-                    None => Err(missing(r, key, ex)),
-                };
-            StepKind::Cuda(CudaStep {
-                url,
-                sha256,
-                runfile,
-                version: required(r, &s.version, "version", "\"13.0.1\"")?,
-                install_path: PathBuf::from(required(
-                    r,
-                    &s.install_path,
-                    "install_path",
-                    "\"/usr/local/cuda-13.0\"",
-                )?),
-                link: match &s.link {
-                    Some(l) => r.path(file, l, &cwd)?,
-                    None => PathBuf::from("/usr/local/cuda"),
-                },
-                driver_floor: required(r, &s.driver_floor, "driver_floor", "\"580.82.07\"")?,
-            })
-        }
-        _ => {
-            let dest = s
-                .dest
-                .as_ref()
-                .ok_or_else(|| missing(r, "dest", "\"dir\""))?;
-            let archive = match (&s.from, &s.archive) {
-                (Some(from), None) => {
-                    let id = from.get_ref();
-                    let Some(p) = r
-                        .step_paths
-                        .get(id)
-                        .filter(|_| ids.contains_key(id.as_str()))
-                    else {
-                        let hint = did_you_mean(id, ids.keys().copied())
-                            .map_or("`from` names a fetch step".to_string(), |b| {
-                                format!("did you mean `{b}`?")
-                            });
-                        return Err(r
-                            .diag(
-                                file,
-                                from.span(),
-                                format!("`from` names no fetch step `{id}`"),
-                            )
-                            .with_hint(hint)
-                            .into());
-                    };
-                    let p = PathBuf::from(p);
-                    if !needs.contains(id) {
-                        needs.push(id.clone());
-                    }
-                    p
-                }
-                (None, Some(a)) => r.path(file, a, &cwd)?,
-                (Some(f), Some(_)) => {
-                    return Err(r
-                        .diag(file, f.span(), "give either `from` or `archive`, not both")
-                        .with_hint("`from` names a fetch step; `archive` is a path")
-                        .into())
-                }
-                (None, None) => {
-                    return Err(missing(
-                        r,
-                        "from",
-                        "\"<fetch step id>\" (or `archive = \"path\"`)",
-                    ))
-                }
-            };
-            StepKind::Extract {
-                archive,
-                dest: r.path(file, dest, &cwd)?,
-                strip_components: s.strip_components.as_ref().map_or(0, |n| *n.get_ref()),
-            }
-        }
-    };
+    let kind = (spec.validate)(&mut KindInput {
+        r,
+        file,
+        s,
+        cwd: &cwd,
+        ids,
+        needs: &mut needs,
+    })?;
 
     let mut env = recipe_env.clone();
     for (k, v) in &s.env {
@@ -393,15 +252,14 @@ pub(super) fn download(
     r: &mut Resolver,
     file: usize,
     s: &wire::Step,
-    missing: &dyn Fn(&Resolver, &str, &str) -> Error,
 ) -> Result<(String, String, PathBuf)> {
     let url = s
         .url
         .as_ref()
-        .ok_or_else(|| missing(r, "url", "\"https://...\""))?;
+        .ok_or_else(|| missing(r, file, s, "url", "\"https://...\""))?;
     s.sha256
         .as_ref()
-        .ok_or_else(|| missing(r, "sha256", "\"<64 hex digits>\""))?;
+        .ok_or_else(|| missing(r, file, s, "sha256", "\"<64 hex digits>\""))?;
     let url_text = r.expand(file, url)?;
     if !["http://", "https://", "file://"]
         .iter()
@@ -426,12 +284,11 @@ pub(super) fn python_step(
     file: usize,
     s: &wire::Step,
     cwd: &Path,
-    missing: &dyn Fn(&Resolver, &str, &str) -> Error,
 ) -> Result<PythonStep> {
     let venv = s
         .venv
         .as_ref()
-        .ok_or_else(|| missing(r, "venv", "\"${prefix}/venv\""))?;
+        .ok_or_else(|| missing(r, file, s, "venv", "\"${prefix}/venv\""))?;
     let list =
         |r: &mut Resolver, v: &Option<Spanned<Vec<Spanned<String>>>>| -> Result<Vec<String>> {
             v.as_ref().map_or(Ok(Vec::new()), |l| {
