@@ -150,36 +150,7 @@ pub(super) fn step(
     }
     let cwd = step_cwd(r, file, s, work_dir)?;
     let shell = s.shell.as_ref().is_some_and(|b| *b.get_ref());
-    let mut needs: Vec<String> = Vec::new();
-    for n in &s.needs {
-        if !ids.contains_key(n.get_ref().as_str()) {
-            let hint = did_you_mean(n.get_ref(), ids.keys().copied()).map_or_else(
-                || {
-                    format!(
-                        "`needs` names other steps: {}",
-                        ids.keys().copied().collect::<Vec<_>>().join(", ")
-                    )
-                },
-                |b| format!("did you mean `{b}`?"),
-            );
-            return Err(r
-                .diag(
-                    file,
-                    n.span(),
-                    format!("unknown step `{}` in `needs`", n.get_ref()),
-                )
-                .with_hint(hint)
-                .into());
-        }
-        if n.get_ref() == s.id.get_ref() {
-            return Err(r
-                .diag(file, n.span(), "a step cannot need itself")
-                .with_hint("remove it from `needs`")
-                .into());
-        }
-        needs.push(n.get_ref().clone());
-    }
-
+    let mut needs = needs_of(r, file, s, ids)?;
     let kind = (spec.validate)(&mut KindInput {
         r,
         file,
@@ -245,6 +216,45 @@ pub(super) fn step(
         retries: s.retries.as_ref().map_or(0, |n| *n.get_ref()),
         mem_per_job,
     })
+}
+
+/// The steps `s` names in `needs`, each checked to exist and not to be `s` itself.
+fn needs_of(
+    r: &Resolver,
+    file: usize,
+    s: &wire::Step,
+    ids: &BTreeMap<&str, Loc>,
+) -> Result<Vec<String>> {
+    let mut needs: Vec<String> = Vec::new();
+    for n in &s.needs {
+        if !ids.contains_key(n.get_ref().as_str()) {
+            let hint = did_you_mean(n.get_ref(), ids.keys().copied()).map_or_else(
+                || {
+                    format!(
+                        "`needs` names other steps: {}",
+                        ids.keys().copied().collect::<Vec<_>>().join(", ")
+                    )
+                },
+                |b| format!("did you mean `{b}`?"),
+            );
+            return Err(r
+                .diag(
+                    file,
+                    n.span(),
+                    format!("unknown step `{}` in `needs`", n.get_ref()),
+                )
+                .with_hint(hint)
+                .into());
+        }
+        if n.get_ref() == s.id.get_ref() {
+            return Err(r
+                .diag(file, n.span(), "a step cannot need itself")
+                .with_hint("remove it from `needs`")
+                .into());
+        }
+        needs.push(n.get_ref().clone());
+    }
+    Ok(needs)
 }
 
 /// The url, sha256 and cache path of a step that downloads (fetch, cuda).
