@@ -4,6 +4,7 @@
 
 pub mod diff;
 mod engine;
+mod op_table;
 pub mod ops;
 pub mod package;
 mod render;
