@@ -7,6 +7,7 @@ the model practically never emits end-of-sequence or partial UTF-8: a request fo
 streams exactly N tokens.
 
 usage: make_tiny_gguf.py --vocab VOCAB.gguf --out MODEL.gguf [--embd 256 --layers 4 --ff 768 --heads 4]
+       [--seed 1234 --logit-std 4.0]
 """
 
 import argparse
@@ -41,6 +42,10 @@ def main():
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--seed", type=int, default=1234)
+    # Standard deviation of the logits. Random weights give flat distributions with near-ties
+    # between the top tokens, which any change of kernel numerics flips; a larger spread makes
+    # the model as confident as trained ones are, so greedy A/B compares kernels, not ties.
+    ap.add_argument("--logit-std", type=float, default=4.0)
     a = ap.parse_args()
 
     tokens, scores, types = read_vocab(a.vocab)
@@ -89,7 +94,7 @@ def main():
         w.add_tensor(p + "ffn_up.weight", rand(a.ff, n_embd, std=std))
         w.add_tensor(p + "ffn_down.weight", rand(n_embd, a.ff, std=1.0 / np.sqrt(a.ff)))
     w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
-    out = rand(n_vocab, n_embd, std=4.0 / np.sqrt(n_embd))
+    out = rand(n_vocab, n_embd, std=a.logit_std / np.sqrt(n_embd))
     out[np.array(types) != NORMAL, :] = 0
     w.add_tensor("output.weight", out)
 

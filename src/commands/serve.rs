@@ -26,7 +26,7 @@ pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
     let v = Variant::pick(&recipe, args.profile.as_deref())?;
     let timeout = args.timeout.map(Duration::from_secs);
     let mut launched = pipeline::launch(s, v, args.detach, timeout, &mut show::say)?;
-    let verdicts = pipeline::verdicts(&launched);
+    let verdicts = pipeline::verdicts(&launched, false);
     show::verdicts(&launched, &verdicts, args.json);
     let code = pipeline::verdict_code(&verdicts);
     let Some(url) = launched.running.record.url.clone() else {

@@ -69,7 +69,7 @@ pub fn up(
         None => None,
     };
     let launched = launch(s, v, true, None, narrate.say)?;
-    let verdicts = verdicts(&launched);
+    let verdicts = verdicts(&launched, false);
     show(Shown::Verdicts(&launched, &verdicts));
     let bench = match launched.running.record.url.clone() {
         Some(url) => {
@@ -79,6 +79,19 @@ pub fn up(
             Some(b)
         }
         None => None,
+    };
+    // Judged again once the benchmark has driven the server: counters such as draft acceptance
+    // cover every request by now.
+    let verdicts = if bench.is_some() {
+        let after = stages::verdicts(&launched, true);
+        for (b, a) in verdicts.iter().zip(&after) {
+            if (b.status, &b.reason) != (a.status, &a.reason) {
+                (narrate.say)(&format!("after the benchmark: {}", a.line()));
+            }
+        }
+        after
+    } else {
+        verdicts
     };
     let report = Report::new(s.recipe, &launched, verdicts, ab, bench);
     launched.leave_running();

@@ -133,15 +133,34 @@ pub fn launch_of<'a>(s: Session<'a>, l: &'a Launched, timeout: Option<Duration>)
     }
 }
 
-/// Tuning verdicts from the log, with the server's own settings endpoint as extra evidence.
-pub fn verdicts(l: &Launched) -> Vec<Verdict> {
-    let mut verdicts = verdict::judge(&l.sigs, l.variant.profile, &l.running.log);
-    let info = l
-        .running
-        .record
-        .url
-        .as_deref()
-        .and_then(|u| serve::server_info(&l.sigs, u));
+/// Tuning verdicts from the log, the server's metrics and its own settings endpoint. A feature
+/// whose evidence shows only under traffic gets one short greedy request first, unless `served`
+/// says the server has answered requests already (after a benchmark).
+pub fn verdicts(l: &Launched, served: bool) -> Vec<Verdict> {
+    let running = &l.running;
+    let url = running.record.url.as_deref();
+    let mut after_traffic = served;
+    if let (false, true, Some(url)) = (served, l.sigs.needs_traffic(), url) {
+        let req = bench::client::Request {
+            prompt: ab::PROMPTS[0],
+            max_tokens: 32,
+            greedy: true,
+            ignore_eos: true,
+            timeout: Duration::from_secs(120),
+        };
+        after_traffic = bench::client::generate(url, running.api, &req).is_ok();
+    }
+    let log = current_run(&running.record.log).unwrap_or_else(|| running.log.clone());
+    let metrics = url
+        .zip(l.sigs.metrics.as_deref())
+        .and_then(|(u, path)| serve::fetch_text(&format!("{}{path}", u.trim_end_matches('/'))));
+    let ev = verdict::Evidence {
+        log: &log,
+        metrics: metrics.as_deref(),
+        after_traffic,
+    };
+    let mut verdicts = verdict::judge(&l.sigs, l.variant.profile, &ev);
+    let info = url.and_then(|u| serve::server_info(&l.sigs, u));
     if let Some(info) = info {
         for v in &mut verdicts {
             let key = v.feature.replace('-', "_");
@@ -164,6 +183,17 @@ pub fn verdicts(l: &Launched) -> Vec<Verdict> {
         }
     }
     verdicts
+}
+
+/// The lines of the server log written by the latest launch (the log is appended to, one
+/// `=== kiln serve` header per launch).
+fn current_run(path: &std::path::Path) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let lines: Vec<String> = text.lines().map(String::from).collect();
+    let start = lines
+        .iter()
+        .rposition(|l| l.starts_with("=== kiln serve"))?;
+    Some(lines[start..].to_vec())
 }
 
 /// Greedy A/B settings.
