@@ -46,21 +46,16 @@ impl CommandSpec {
             .join(" ")
     }
 
-    fn expression(&self, out: &os_pipe::PipeWriter) -> Result<duct::Expression> {
+    /// The one child-process builder: stdin null, its own process group, SIGTERM when kiln dies,
+    /// the spec's environment and directory; a non-zero exit is the caller's to judge. Every
+    /// way kiln runs a child (logged, captured, captured with a timeout) starts here;
+    /// `spawn_detached` applies the same [`own_group`] to a plain `Command`.
+    fn expression(&self) -> duct::Expression {
         let mut expr = duct::cmd(&self.program, &self.args)
             .stdin_null()
-            .stdout_file(
-                out.try_clone()
-                    .map_err(|e| Error::io("cannot create a pipe", e))?,
-            )
-            .stderr_file(
-                out.try_clone()
-                    .map_err(|e| Error::io("cannot create a pipe", e))?,
-            )
             .unchecked()
             .before_spawn(|cmd| {
-                cmd.process_group(0);
-                die_with_parent(cmd);
+                own_group(cmd, true);
                 Ok(())
             });
         for (k, v) in &self.env {
@@ -69,7 +64,16 @@ impl CommandSpec {
         if let Some(dir) = &self.cwd {
             expr = expr.dir(dir);
         }
-        Ok(expr)
+        expr
+    }
+}
+
+/// A child in its own process group (pgid = pid), so that kiln can end it with everything it
+/// started; `tie_to_parent`: it also dies with kiln.
+fn own_group(cmd: &mut std::process::Command, tie_to_parent: bool) {
+    cmd.process_group(0);
+    if tie_to_parent {
+        die_with_parent(cmd);
     }
 }
 
@@ -122,8 +126,15 @@ pub fn run_logged(
 ) -> Result<Finished> {
     let redactor = Redactor::from_env(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     let (reader, writer) = os_pipe::pipe().map_err(|e| Error::io("cannot create a pipe", e))?;
+    let pipe = || {
+        writer
+            .try_clone()
+            .map_err(|e| Error::io("cannot create a pipe", e))
+    };
     let handle = spec
-        .expression(&writer)?
+        .expression()
+        .stdout_file(pipe()?)
+        .stderr_file(pipe()?)
         .start()
         .map_err(|e| spawn_error(spec, e))?;
     drop(writer);
@@ -219,13 +230,13 @@ pub fn kill_group(pgid: u32) {
 
 /// Run a short command and return its stdout; an error carries the exit status and stderr.
 pub fn capture(program: &str, args: &[&str]) -> Result<String> {
-    let out = duct::cmd(program, args)
-        .stdin_null()
+    let spec = CommandSpec::new(program, args.iter().copied());
+    let out = spec
+        .expression()
         .stdout_capture()
         .stderr_capture()
-        .unchecked()
         .run()
-        .map_err(|e| spawn_error(&CommandSpec::new(program, args.iter().copied()), e))?;
+        .map_err(|e| spawn_error(&spec, e))?;
     if !out.status.success() {
         return Err(Error::other(
             format!(
@@ -273,22 +284,12 @@ impl Captured {
 /// `timeout` the whole group is ended and `timed_out` is set. A non-zero exit is not an error
 /// here (callers judge it); only a failure to start is.
 pub fn capture_timeout(spec: &CommandSpec, timeout: Duration) -> Result<Captured> {
-    let mut expr = duct::cmd(&spec.program, &spec.args)
-        .stdin_null()
+    let handle = spec
+        .expression()
         .stdout_capture()
         .stderr_capture()
-        .unchecked()
-        .before_spawn(|cmd| {
-            cmd.process_group(0);
-            Ok(())
-        });
-    for (k, v) in &spec.env {
-        expr = expr.env(k, v);
-    }
-    if let Some(dir) = &spec.cwd {
-        expr = expr.dir(dir);
-    }
-    let handle = expr.start().map_err(|e| spawn_error(spec, e))?;
+        .start()
+        .map_err(|e| spawn_error(spec, e))?;
     let deadline = Instant::now() + timeout;
     let mut timed_out = false;
     loop {
@@ -358,12 +359,9 @@ pub fn spawn_detached(
         .stdin(std::process::Stdio::null())
         .stdout(file)
         .stderr(err);
-    cmd.process_group(0);
+    own_group(&mut cmd, tie_to_parent);
     if let Some(dir) = &spec.cwd {
         cmd.current_dir(dir);
-    }
-    if tie_to_parent {
-        die_with_parent(&mut cmd);
     }
     let child = cmd.spawn().map_err(|e| spawn_error(spec, e))?;
     Ok(Detached {
@@ -434,4 +432,31 @@ pub fn catch_interrupts() {
 /// Whether a signal caught by `catch_interrupts` arrived.
 pub fn interrupted() -> bool {
     INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The parent-death signal the child runs with (PR_GET_PDEATHSIG), read by the child itself.
+    const PDEATHSIG: &str = "import ctypes; s = ctypes.c_int(); \
+        ctypes.CDLL(None).prctl(2, ctypes.byref(s)); print(s.value)";
+
+    #[test]
+    fn every_way_to_run_a_child_ties_it_to_kiln() {
+        let sigterm = libc::SIGTERM.to_string();
+        let out = capture("python3", &["-c", PDEATHSIG]).unwrap();
+        assert_eq!(out.trim(), sigterm, "capture");
+        let spec = CommandSpec::new("python3", ["-c", PDEATHSIG]);
+        let got = capture_timeout(&spec, Duration::from_secs(30)).unwrap();
+        assert_eq!(got.stdout.trim(), sigterm, "capture_timeout: {got:?}");
+        let mut log = Vec::new();
+        let done = run_logged(&spec, &mut log, None, &mut |_| {}).unwrap();
+        assert!(done.success());
+        assert!(
+            String::from_utf8_lossy(&log).contains(&sigterm),
+            "run_logged: {}",
+            String::from_utf8_lossy(&log)
+        );
+    }
 }
