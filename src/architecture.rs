@@ -24,6 +24,8 @@ const LAYERS: &[&[&str]] = &[
         "units",
         "embedded",
         "paths",
+        "version",
+        "dist",
     ],
 ];
 

@@ -177,7 +177,7 @@ pub fn collect(inputs: &Inputs) -> DoctorFacts {
         PythonState::Found(p) => p
             .packages
             .iter()
-            .map(|(k, v)| (python::normalize(k), v.clone()))
+            .map(|(k, v)| (crate::dist::normalize(k), v.clone()))
             .collect(),
         _ => BTreeMap::new(),
     };

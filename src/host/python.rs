@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::dist;
 use crate::process::{self, CommandSpec};
 
 const SCRIPT: &str = include_str!("python_facts.py");
@@ -136,35 +137,19 @@ pub fn collect(python: &str) -> Result<PythonFacts, String> {
     }
 }
 
-/// Package versions from the `*.dist-info/METADATA` files of a site-packages directory (a file read).
+/// Package versions from the `*.dist-info/METADATA` files of a site-packages directory (a file
+/// read), by normalised name.
 pub fn dist_versions(site: &Path) -> BTreeMap<String, String> {
     let mut versions = BTreeMap::new();
-    let Ok(entries) = std::fs::read_dir(site) else {
-        return versions;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.ends_with(".dist-info") {
-            continue;
-        }
-        let Ok(meta) = std::fs::read_to_string(entry.path().join("METADATA")) else {
+    for (_, metadata) in dist::dist_infos(site).unwrap_or_default() {
+        let Ok(text) = std::fs::read_to_string(&metadata) else {
             continue;
         };
-        let field = |key: &str| {
-            meta.lines()
-                .find_map(|l| l.strip_prefix(key))
-                .map(|v| v.trim().to_string())
-        };
-        if let (Some(n), Some(v)) = (field("Name:"), field("Version:")) {
-            versions.insert(normalize(&n), v);
+        if let (Some(n), Some(v)) = dist::name_and_version(&text) {
+            versions.insert(dist::normalize(&n), v);
         }
     }
     versions
-}
-
-/// PEP 503 name normalization ("Flash_Attn" → "flash-attn").
-pub fn normalize(name: &str) -> String {
-    name.to_ascii_lowercase().replace(['_', '.'], "-")
 }
 
 #[cfg(test)]

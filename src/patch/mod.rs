@@ -11,7 +11,6 @@ mod render;
 pub mod set;
 pub mod store;
 pub mod syntax;
-pub mod version;
 
 use std::path::{Path, PathBuf};
 

@@ -10,11 +10,11 @@ use toml::Spanned;
 use super::op_table;
 use super::ops::Edit;
 use super::syntax;
-use super::version::{Range, Version};
 use crate::diagnostic::{did_you_mean, Diagnostic};
 use crate::embedded;
 use crate::error::{Error, Result};
 use crate::source::{SourceFile, Sources};
+use crate::version::{Range, Version};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -250,20 +250,9 @@ impl Expr {
     }
 }
 
-/// Versions (`12.0`, `580.82.07`) compare component-wise as numbers; anything else as text.
+/// Versions (`12.0`, `580.82.07`) compare as versions (`crate::version`); anything else as text.
 pub fn compare(a: &str, b: &str) -> Ordering {
-    fn nums(s: &str) -> Option<Vec<u64>> {
-        s.split('.').map(|p| p.parse().ok()).collect()
-    }
-    match (nums(a), nums(b)) {
-        (Some(mut x), Some(mut y)) => {
-            let n = x.len().max(y.len());
-            x.resize(n, 0);
-            y.resize(n, 0);
-            x.cmp(&y)
-        }
-        _ => a.cmp(b),
-    }
+    crate::version::compare(a, b)
 }
 
 #[cfg(test)]
