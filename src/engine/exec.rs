@@ -54,21 +54,15 @@ struct Finished {
     elapsed: Duration,
 }
 
-/// Execute the stale steps of `plan`. Fails with the first step error after running steps end.
-pub fn execute(
-    recipe: &Recipe,
+/// Pending for stale steps; skipped steps recorded; fresh ones contribute their digest. A step
+/// `--only` leaves out that has never completed is missing.
+fn initial_states(
     plan: &Plan,
     state: &StateDir,
-    ctx: &StepContext,
-    reporter: &dyn Reporter,
-    opts: &ExecOptions,
-) -> Result<RunSummary> {
-    let memo = ctx.memo;
-    let started = Instant::now();
-    let n = recipe.steps.len();
-    let mut states = vec![State::Done; n];
-    let mut digests: BTreeMap<String, String> = BTreeMap::new();
-    let mut summary = RunSummary::default();
+    digests: &mut BTreeMap<String, String>,
+    summary: &mut RunSummary,
+) -> Vec<State> {
+    let mut states = vec![State::Done; plan.steps.len()];
     for (i, p) in plan.steps.iter().enumerate() {
         match &p.status {
             Status::Stale(_) => states[i] = State::Pending,
@@ -89,6 +83,60 @@ pub fn execute(
             }
         }
     }
+    states
+}
+
+/// Pending steps whose dependencies failed (or never completed) will never run: say so.
+fn not_runnable(
+    recipe: &Recipe,
+    plan: &Plan,
+    index: &BTreeMap<&str, usize>,
+    states: &mut [State],
+    reporter: &dyn Reporter,
+    summary: &mut RunSummary,
+) {
+    for i in 0..states.len() {
+        if states[i] != State::Pending {
+            continue;
+        }
+        if let Some(dep) = recipe.steps[i]
+            .needs
+            .iter()
+            .find(|d| matches!(states[index[d.as_str()]], State::Failed | State::Missing))
+        {
+            states[i] = State::Failed;
+            let why = if plan.steps[index[dep.as_str()]].status == Status::NotSelected {
+                format!("dependency `{dep}` has never completed; run it first (drop --only)")
+            } else {
+                format!("dependency `{dep}` failed")
+            };
+            reporter.step_finished(
+                &recipe.steps[i].id,
+                &Outcome::NotRun(why.clone()),
+                Duration::ZERO,
+            );
+            summary
+                .outcomes
+                .push((recipe.steps[i].id.clone(), Outcome::NotRun(why)));
+        }
+    }
+}
+
+/// Execute the stale steps of `plan`. Fails with the first step error after running steps end.
+pub fn execute(
+    recipe: &Recipe,
+    plan: &Plan,
+    state: &StateDir,
+    ctx: &StepContext,
+    reporter: &dyn Reporter,
+    opts: &ExecOptions,
+) -> Result<RunSummary> {
+    let memo = ctx.memo;
+    let started = Instant::now();
+    let n = recipe.steps.len();
+    let mut digests: BTreeMap<String, String> = BTreeMap::new();
+    let mut summary = RunSummary::default();
+    let mut states = initial_states(plan, state, &mut digests, &mut summary);
     let to_run = states.iter().filter(|s| **s == State::Pending).count();
     reporter.run_started(&recipe.name, to_run, n);
     for (id, outcome) in &summary.outcomes {
@@ -107,34 +155,7 @@ pub fn execute(
         let mut running = 0usize;
         let mut mem_in_use = 0u64;
         loop {
-            // Steps whose dependencies failed will never run.
-            for i in 0..n {
-                if states[i] != State::Pending {
-                    continue;
-                }
-                if let Some(dep) = recipe.steps[i]
-                    .needs
-                    .iter()
-                    .find(|d| matches!(states[index[d.as_str()]], State::Failed | State::Missing))
-                {
-                    states[i] = State::Failed;
-                    let why = if plan.steps[index[dep.as_str()]].status == Status::NotSelected {
-                        format!(
-                            "dependency `{dep}` has never completed; run it first (drop --only)"
-                        )
-                    } else {
-                        format!("dependency `{dep}` failed")
-                    };
-                    reporter.step_finished(
-                        &recipe.steps[i].id,
-                        &Outcome::NotRun(why.clone()),
-                        Duration::ZERO,
-                    );
-                    summary
-                        .outcomes
-                        .push((recipe.steps[i].id.clone(), Outcome::NotRun(why)));
-                }
-            }
+            not_runnable(recipe, plan, &index, &mut states, reporter, &mut summary);
             if first_error.is_none() {
                 for i in 0..n {
                     if running >= opts.jobs.max(1) {
