@@ -60,7 +60,7 @@ pub fn generate(base: &str, api: Api, req: &Request) -> Result<Generation> {
     let base = base.trim_end_matches('/');
     let (path, body) = match api {
         Api::Sglang => (
-            "/generate",
+            Api::Sglang.spec().endpoint,
             json!({
                 "text": req.prompt,
                 "stream": true,
@@ -72,7 +72,7 @@ pub fn generate(base: &str, api: Api, req: &Request) -> Result<Generation> {
             }),
         ),
         Api::Openai => (
-            "/v1/completions",
+            Api::Openai.spec().endpoint,
             json!({
                 "prompt": req.prompt,
                 "max_tokens": req.max_tokens,

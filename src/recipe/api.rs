@@ -14,16 +14,36 @@ pub enum Api {
     Openai,
 }
 
-/// Every API: (name, value, the endpoint it streams from).
-pub const APIS: &[(&str, Api, &str)] = &[
-    ("sglang", Api::Sglang, "/generate"),
-    ("openai", Api::Openai, "/v1/completions"),
+/// One API: its name, the endpoint it streams from, and the path that answers 200 once the
+/// server is up (a profile's `ready` overrides it).
+#[derive(Debug)]
+pub struct ApiSpec {
+    pub name: &'static str,
+    pub api: Api,
+    pub endpoint: &'static str,
+    pub ready: &'static str,
+}
+
+/// Every API.
+pub const APIS: &[ApiSpec] = &[
+    ApiSpec {
+        name: "sglang",
+        api: Api::Sglang,
+        endpoint: "/generate",
+        ready: "/health_generate",
+    },
+    ApiSpec {
+        name: "openai",
+        api: Api::Openai,
+        endpoint: "/v1/completions",
+        ready: "/health",
+    },
 ];
 
 impl Api {
     /// The API called `name`, if there is one.
     pub fn named(name: &str) -> Option<Api> {
-        APIS.iter().find(|(n, ..)| *n == name).map(|(_, a, _)| *a)
+        APIS.iter().find(|s| s.name == name).map(|s| s.api)
     }
 
     /// Like [`Api::named`], with an error that names the choices.
@@ -34,11 +54,11 @@ impl Api {
 
     /// "did you mean `openai`?", else every API with its endpoint.
     pub fn hint_for(name: &str) -> String {
-        did_you_mean(name, APIS.iter().map(|(n, ..)| *n)).map_or_else(
+        did_you_mean(name, APIS.iter().map(|s| s.name)).map_or_else(
             || {
                 let all: Vec<String> = APIS
                     .iter()
-                    .map(|(n, _, endpoint)| format!("`{n}` ({endpoint})"))
+                    .map(|s| format!("`{}` ({})", s.name, s.endpoint))
                     .collect();
                 format!("`api` is {}", all.join(" or "))
             },
@@ -46,10 +66,15 @@ impl Api {
         )
     }
 
-    pub fn name(self) -> &'static str {
+    /// Its row of [`APIS`].
+    pub fn spec(self) -> &'static ApiSpec {
         APIS.iter()
-            .find(|(_, a, _)| *a == self)
-            .map_or("openai", |(n, ..)| n)
+            .find(|s| s.api == self)
+            .expect("every Api has its row in APIS")
+    }
+
+    pub fn name(self) -> &'static str {
+        self.spec().name
     }
 }
 
@@ -59,9 +84,9 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_unknown_names_are_errors() {
-        for (name, api, _) in APIS {
-            assert_eq!(Api::named(name), Some(*api));
-            assert_eq!(api.name(), *name);
+        for spec in APIS {
+            assert_eq!(Api::named(spec.name), Some(spec.api));
+            assert_eq!(spec.api.name(), spec.name);
         }
         let e = Api::parse("opneai").unwrap_err().render();
         assert!(

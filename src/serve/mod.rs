@@ -213,6 +213,45 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
     }
 }
 
+/// The error of a profile that was not ready within its timeout.
+fn not_ready(l: &Launch, lines: &[String], phase: Option<&String>, log: &Path) -> Error {
+    let phase = phase.map_or("before any milestone".to_string(), |p| {
+        format!("after `{p}`")
+    });
+    Error::other(
+        format!(
+            "profile `{}` was not ready after {} s ({phase}); its process group was ended\n--- last lines of the server log ---\n{}",
+            l.profile_name,
+            l.timeout.as_secs(),
+            logtail::crash_tail(lines, 20).join("\n")
+        ),
+        Some(format!(
+            "full log: {}; raise `timeout` in the profile if it was still making progress",
+            log.display()
+        )),
+    )
+}
+
+/// What a quiet server is doing: compiling (a known compiler runs in its group), or waiting.
+fn quiet_note(l: &Launch, pgid: u32, started: Instant, last_output: Instant) -> String {
+    let compiling: Vec<String> = process::group_commands(pgid)
+        .into_iter()
+        .filter(|c| l.sigs.compilers.iter().any(|k| k == c))
+        .collect();
+    let at = started.elapsed().as_secs_f64();
+    if compiling.is_empty() {
+        format!(
+            "  [{at:>7.1}s] waiting (no output for {} s)",
+            last_output.elapsed().as_secs()
+        )
+    } else {
+        format!(
+            "  [{at:>7.1}s] still compiling ({}), not hung",
+            dedup(compiling).join(", ")
+        )
+    }
+}
+
 fn wait_ready(
     l: &Launch,
     run: &mut Running,
@@ -221,10 +260,11 @@ fn wait_ready(
     say: &mut dyn FnMut(&str),
 ) -> Result<()> {
     let url = run.record.url.clone();
-    let ready_path = l.profile.ready.clone().unwrap_or_else(|| match run.api {
-        Api::Sglang => "/health_generate".into(),
-        Api::Openai => "/health".into(),
-    });
+    let ready_path = l
+        .profile
+        .ready
+        .clone()
+        .unwrap_or_else(|| run.api.spec().ready.to_string());
     let mut last_phase_at = Duration::ZERO;
     let mut seen_phases = Vec::<String>::new();
     let mut last_output = Instant::now();
@@ -296,41 +336,18 @@ fn wait_ready(
         }
         if started.elapsed() > l.timeout {
             tail.poll(true);
-            let phase = seen_phases
-                .last()
-                .map_or("before any milestone".to_string(), |p| {
-                    format!("after `{p}`")
-                });
-            return Err(Error::other(
-                format!(
-                    "profile `{}` was not ready after {} s ({phase}); its process group was ended\n--- last lines of the server log ---\n{}",
-                    l.profile_name,
-                    l.timeout.as_secs(),
-                    logtail::crash_tail(&tail.lines(), 20).join("\n")
-                ),
-                Some(format!("full log: {}; raise `timeout` in the profile if it was still making progress", run.record.log.display())),
+            return Err(not_ready(
+                l,
+                &tail.lines(),
+                seen_phases.last(),
+                &run.record.log,
             ));
         }
         if last_output.elapsed() > Duration::from_secs(20)
             && last_compile_note.elapsed() > Duration::from_secs(20)
         {
-            let compiling: Vec<String> = process::group_commands(run.record.pid)
-                .into_iter()
-                .filter(|c| l.sigs.compilers.iter().any(|k| k == c))
-                .collect();
             last_compile_note = Instant::now();
-            let at = started.elapsed().as_secs_f64();
-            if compiling.is_empty() {
-                say(&format!(
-                    "  [{at:>7.1}s] waiting (no output for {} s)",
-                    last_output.elapsed().as_secs()
-                ));
-            } else {
-                say(&format!(
-                    "  [{at:>7.1}s] still compiling ({}), not hung",
-                    dedup(compiling).join(", ")
-                ));
-            }
+            say(&quiet_note(l, run.record.pid, started, last_output));
         }
         if let Some(base) = &url {
             if last_probe.elapsed() >= Duration::from_millis(if log_ready { 100 } else { 500 }) {
