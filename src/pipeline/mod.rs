@@ -5,6 +5,30 @@
 //!
 //! A stage never prints: milestones go to the caller's `say`, result lines (bench runs) to its
 //! [`Narrator`]. What the commands print comes from the typed results.
+//!
+//! One profile variant, start to finish (what a tuner does per candidate):
+//!
+//! ```no_run
+//! # fn tune(s: kiln::pipeline::Session) -> kiln::error::Result<()> {
+//! use kiln::pipeline::{self, AbOptions, BenchOptions, Narrator, Variant};
+//! let base = Variant::pick(s.recipe, Some("baseline"))?;
+//! let mut profile = base.profile.clone();
+//! profile.args.push("--flash-attn".into());
+//! let candidate = Variant { name: "candidate-1", profile: &profile };
+//! let say = &mut |m: &str| eprintln!("kiln: {m}");
+//! let ab = pipeline::greedy_ab(s, base, candidate, &AbOptions::default(), say)?;
+//! let launched = pipeline::launch(s, candidate, false, None, say)?;
+//! let verdicts = pipeline::verdicts(&launched, false);
+//! let url = launched.running.record.url.clone().expect("a server profile has a url");
+//! let mut narrate = Narrator { say, progress: &mut |_| {}, line: &mut |_| {} };
+//! let (bench, _history) = pipeline::measure(
+//!     s.paths, s.facts, &url, launched.running.api, &BenchOptions::default(), &mut narrate,
+//! )?;
+//! launched.stop(s);
+//! println!("{} {} {:?}", ab.verdict, verdicts.len(), bench.decode_tok_s);
+//! # Ok(())
+//! # }
+//! ```
 
 mod html;
 mod report;
