@@ -176,7 +176,10 @@ fn find_cycle(graph: &Graph) -> Option<Vec<String>> {
         done: &mut BTreeSet<&'g str>,
     ) -> Option<Vec<String>> {
         if let Some(at) = path.iter().position(|p| *p == n) {
-            let mut cycle: Vec<String> = path[at..].iter().map(|s| s.to_string()).collect();
+            let mut cycle: Vec<String> = path[at..]
+                .iter()
+                .map(std::string::ToString::to_string)
+                .collect();
             cycle.push(n.to_string());
             return Some(cycle);
         }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 /// PEP 503 normalisation: lower case, runs of `-`, `_`, `.` become `-` (`Flash_Attn` →
 /// `flash-attn`).
-pub fn normalize(name: &str) -> String {
+pub(crate) fn normalize(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
     for c in name.chars() {
         if matches!(c, '-' | '_' | '.') {
@@ -22,7 +22,7 @@ pub fn normalize(name: &str) -> String {
 
 /// The METADATA files of every `*.dist-info` directory in `site`, with the normalised project
 /// name their directory gives (`flashinfer_python-0.6.3.dist-info` → `flashinfer-python`).
-pub fn dist_infos(site: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
+pub(crate) fn dist_infos(site: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(site)?.flatten() {
         let file_name = entry.file_name().to_string_lossy().into_owned();
@@ -40,7 +40,7 @@ pub fn dist_infos(site: &Path) -> std::io::Result<Vec<(String, PathBuf)>> {
 }
 
 /// The `Name` and `Version` headers of a METADATA text (headers end at the first blank line).
-pub fn name_and_version(metadata: &str) -> (Option<String>, Option<String>) {
+pub(crate) fn name_and_version(metadata: &str) -> (Option<String>, Option<String>) {
     let header = |key: &str| {
         metadata
             .lines()

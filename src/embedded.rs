@@ -56,22 +56,22 @@ const FILES: &[(&str, &str)] = &[
 ];
 
 /// Where shipped patch sets live.
-pub const PATCH_SETS: &str = "recipes/patches";
+pub(crate) const PATCH_SETS: &str = "recipes/patches";
 /// Where shipped log-signature sets live.
-pub const SIGNATURES: &str = "recipes/signatures";
+pub(crate) const SIGNATURES: &str = "recipes/signatures";
 
 /// The shipped file at `path` (as in the repository: `recipes/demo.toml`).
-pub fn get(path: &str) -> Option<&'static str> {
+pub(crate) fn get(path: &str) -> Option<&'static str> {
     FILES.iter().find(|(k, _)| *k == path).map(|(_, v)| *v)
 }
 
 /// Every shipped file: (path, text).
-pub fn all() -> impl Iterator<Item = (&'static str, &'static str)> {
+pub(crate) fn all() -> impl Iterator<Item = (&'static str, &'static str)> {
     FILES.iter().copied()
 }
 
 /// The shipped `dir/NAME.toml` for `name`.
-pub fn named(dir: &str, name: &str) -> Option<&'static str> {
+pub(crate) fn named(dir: &str, name: &str) -> Option<&'static str> {
     FILES
         .iter()
         .find(|(k, _)| {
@@ -84,7 +84,7 @@ pub fn named(dir: &str, name: &str) -> Option<&'static str> {
 }
 
 /// The NAMEs of the shipped `dir/NAME.toml` files directly in `dir`, in registry order.
-pub fn names_in(dir: &str) -> Vec<&'static str> {
+pub(crate) fn names_in(dir: &str) -> Vec<&'static str> {
     FILES
         .iter()
         .filter_map(|(k, _)| {

@@ -108,7 +108,6 @@ impl Error {
 
     pub fn hint(&self) -> Option<String> {
         match self {
-            Error::Source(_) => None,
             Error::RecipeNotFound { name, known } => Some(
                 match crate::diagnostic::did_you_mean(name, known.iter().map(String::as_str)) {
                     Some(best) => format!("did you mean `{best}`?"),
@@ -141,7 +140,7 @@ impl Error {
                 "the archive tries to write outside its destination; nothing was extracted".into(),
             ),
             Error::Usage { hint, .. } | Error::Other { hint, .. } => hint.clone(),
-            Error::Io { .. } | Error::RunFailed { .. } => None,
+            Error::Source(_) | Error::Io { .. } | Error::RunFailed { .. } => None,
         }
     }
 

@@ -81,8 +81,8 @@ impl HashMemo {
             .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
         let stamp = |sha256: String| Stamp {
             len: meta.len(),
-            mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
-            ctime_ns: meta.ctime() as i128 * 1_000_000_000 + meta.ctime_nsec() as i128,
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
             ino: meta.ino(),
             sha256,
         };
@@ -114,8 +114,8 @@ impl HashMemo {
             .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
         let stamp = Stamp {
             len: meta.len(),
-            mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
-            ctime_ns: meta.ctime() as i128 * 1_000_000_000 + meta.ctime_nsec() as i128,
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
             ino: meta.ino(),
             sha256: sha256.to_string(),
         };

@@ -1,33 +1,37 @@
 //! kiln: provision a GPU LLM-serving stack from declarative recipes, start the tuned server, and
 //! prove that it works.
+//!
+//! The binary (`src/main.rs`) uses `cli` and `commands`; the integration tests reach a few
+//! library items directly, so the modules holding them stay `pub`. Everything else is
+//! `pub(crate)` (the `unreachable_pub` lint keeps it so).
 
 #[cfg(test)]
 mod architecture;
 pub mod bench;
-pub mod cache;
+pub(crate) mod cache;
 pub mod cli;
 pub mod commands;
-pub mod diagnostic;
-pub mod dist;
-pub mod doctor;
-pub mod embedded;
-pub mod engine;
+pub(crate) mod diagnostic;
+pub(crate) mod dist;
+pub(crate) mod doctor;
+pub(crate) mod embedded;
+pub(crate) mod engine;
 pub mod error;
-pub mod fs;
+pub(crate) mod fs;
 pub mod hash;
-pub mod host;
-pub mod image;
+pub(crate) mod host;
+pub(crate) mod image;
 pub mod oci;
 pub mod patch;
 pub mod paths;
 pub mod pipeline;
-pub mod process;
+pub(crate) mod process;
 pub mod recipe;
-pub mod redact;
-pub mod report;
+pub(crate) mod redact;
+pub(crate) mod report;
 pub mod serve;
-pub mod shell;
-pub mod source;
-pub mod steps;
-pub mod units;
-pub mod version;
+pub(crate) mod shell;
+pub(crate) mod source;
+pub(crate) mod steps;
+pub(crate) mod units;
+pub(crate) mod version;

@@ -2,7 +2,7 @@
 //! interpolation, Dockerfiles, the command lines kiln logs).
 
 /// Quote `s` as one POSIX shell word (left bare when it holds only safe characters).
-pub fn quote(s: &str) -> String {
+pub(crate) fn quote(s: &str) -> String {
     if !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     if let Ok(secs) = t.parse::<u64>() {
         return Ok(Duration::from_secs(secs));
@@ -37,7 +37,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(total))
 }
 
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -61,7 +61,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok((n * mult as f64) as u64)
 }
 
-pub fn format_size(bytes: u64) -> String {
+pub(crate) fn format_size(bytes: u64) -> String {
     const GIB: f64 = (1u64 << 30) as f64;
     const MIB: f64 = (1u64 << 20) as f64;
     let b = bytes as f64;
@@ -73,7 +73,7 @@ pub fn format_size(bytes: u64) -> String {
 }
 
 /// `1.5 GiB`, `12.0 MiB`, `512 B`.
-pub fn human_bytes(n: f64) -> String {
+pub(crate) fn human_bytes(n: f64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = n;
     let mut unit = 0;

@@ -202,7 +202,7 @@ impl fmt::Display for Range {
 
 /// Order two version texts: as versions when both parse (`12` == `12.0`, `1.10` > `1.9`,
 /// `580.82.07`), else as text (`linux` vs `macos`).
-pub fn compare(a: &str, b: &str) -> Ordering {
+pub(crate) fn compare(a: &str, b: &str) -> Ordering {
     match (Version::parse(a), Version::parse(b)) {
         (Some(x), Some(y)) => x.cmp(&y),
         _ => a.cmp(b),
@@ -211,7 +211,7 @@ pub fn compare(a: &str, b: &str) -> Ordering {
 
 /// The release numbers a version text starts with, for texts that are not PEP 440 versions
 /// (`12.8+cu128` → [12, 8], `580.82.07` → [580, 82, 7]).
-pub fn numbers(text: &str) -> Vec<u64> {
+pub(crate) fn numbers(text: &str) -> Vec<u64> {
     text.split(['.', '-', '+'])
         .map_while(|p| p.parse().ok())
         .collect()

@@ -155,7 +155,7 @@ impl Stream {
         let meta = &v["meta_info"];
         if let Some(ids) = v["output_ids"].as_array() {
             // Cumulative unless the server runs with --stream-output.
-            let ids: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+            let ids: Vec<String> = ids.iter().map(std::string::ToString::to_string).collect();
             if ids.len() as u64 >= self.pieces.len() as u64 && ids.starts_with(&self.pieces) {
                 self.pieces = ids;
             } else {

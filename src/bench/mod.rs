@@ -100,8 +100,8 @@ pub fn server_fingerprint(base: &str, api: Api) -> (String, String, String) {
             }
             None => ("sglang ?".into(), "?".into(), "?".into()),
         },
-        Api::Openai => match get("/props") {
-            Some(v) => {
+        Api::Openai => {
+            if let Some(v) = get("/props") {
                 let build = v["build_info"]
                     .as_str()
                     .map_or("openai-compatible".to_string(), |b| {
@@ -118,14 +118,13 @@ pub fn server_fingerprint(base: &str, api: Api) -> (String, String, String) {
                     v["default_generation_settings"]["n_ctx"]
                 ]);
                 (build, model, hash(&args))
-            }
-            None => {
+            } else {
                 let model = get("/v1/models")
                     .and_then(|v| v["data"][0]["id"].as_str().map(String::from))
                     .unwrap_or_else(|| "?".into());
                 ("openai-compatible".into(), model, "?".into())
             }
-        },
+        }
     }
 }
 

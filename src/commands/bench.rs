@@ -8,7 +8,7 @@ use crate::cli::BenchArgs;
 use crate::error::{Error, Result};
 use crate::pipeline::{self, BenchOptions, Narrator};
 
-pub fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
+pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
     let api = Api::parse(&args.api)?;
     let prompt = match &args.prompt_file {
         Some(p) => std::fs::read_to_string(p)

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::oci::{self, reference::Reference};
 use crate::units::{format_size, parse_duration};
 
-pub fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
+pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
     let cache = WheelCache::new(&settings.paths.wheels());
     match &args.command {
         CacheCommand::Ls { json } => {

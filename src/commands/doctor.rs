@@ -9,7 +9,7 @@ use crate::doctor::{self, Inputs};
 use crate::error::{Error, Result};
 use crate::recipe::{Recipe, StepKind};
 
-pub fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
+pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
     let known: Vec<&'static str> = doctor::all_checks().iter().map(|d| d.id).collect();
     for id in &args.checks {
         if !known.contains(&id.as_str()) {

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::image::archive::{self, ExportOptions};
 use crate::image::dockerfile::{self, RecipeSource};
 
-pub fn run(settings: &Settings, args: &ImageArgs) -> Result<u8> {
+pub(super) fn run(settings: &Settings, args: &ImageArgs) -> Result<u8> {
     match &args.command {
         ImageCommand::Dockerfile(a) => run_dockerfile(settings, a),
         ImageCommand::Export(a) => run_export(settings, a),
@@ -37,7 +37,7 @@ fn run_dockerfile(settings: &Settings, args: &ImageDockerfileArgs) -> Result<u8>
         Some(path) => {
             let cwd = std::env::current_dir()
                 .map_err(|e| Error::io("cannot read the current directory", e))?;
-            crate::fs::write_atomic(&cwd.join(path), text.as_bytes())?
+            crate::fs::write_atomic(&cwd.join(path), text.as_bytes())?;
         }
         None => print!("{text}"),
     }

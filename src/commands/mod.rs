@@ -1,5 +1,8 @@
 //! Glue from command-line settings to the engine: one file per subcommand.
 
+// Commands are where kiln prints: results on stdout, milestones on stderr.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 mod bench;
 mod cache;
 mod doctor;
@@ -80,24 +83,21 @@ impl Settings {
 
     /// The recipe named on the command line, or the default for this host (said on stderr).
     pub fn load_recipe(&self, args: &RecipeArgs) -> Result<Recipe> {
-        let name = match &args.recipe {
-            Some(r) => Some(r.clone()),
-            None => {
-                let gpus: usize = self
-                    .facts
-                    .get("gpu.count")
-                    .and_then(|c| c.parse().ok())
-                    .unwrap_or(0);
-                let name = recipe::shipped::default_for(gpus);
-                if gpus == 0 {
-                    eprintln!("kiln: no NVIDIA GPU found: using the CPU demo recipe `{name}` (name a recipe to choose another)");
-                } else {
-                    eprintln!(
-                        "kiln: {gpus} NVIDIA GPU(s) found: using the default recipe `{name}`"
-                    );
-                }
-                Some(name.to_string())
+        let name = if let Some(r) = &args.recipe {
+            Some(r.clone())
+        } else {
+            let gpus: usize = self
+                .facts
+                .get("gpu.count")
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            let name = recipe::shipped::default_for(gpus);
+            if gpus == 0 {
+                eprintln!("kiln: no NVIDIA GPU found: using the CPU demo recipe `{name}` (name a recipe to choose another)");
+            } else {
+                eprintln!("kiln: {gpus} NVIDIA GPU(s) found: using the default recipe `{name}`");
             }
+            Some(name.to_string())
         };
         let overrides = args
             .set

@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::pipeline::{self, Variant};
 use crate::serve;
 
-pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
+pub(super) fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
     let recipe = settings.load_recipe(&args.recipe)?;
     if args.stop {
         match serve::stop_recorded(&settings.paths, &recipe.name)? {

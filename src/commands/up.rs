@@ -9,7 +9,7 @@ use crate::pipeline::{self, AbOptions, BenchOptions, Narrator, Shown, UpOptions}
 use crate::recipe::Recipe;
 use crate::steps::StepContext;
 
-pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
+pub(super) fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
     let recipe = settings.load_recipe(&args.recipe)?;
     let state = StateDir::new(&settings.paths, &recipe.name);
     let selection = Selection {
@@ -31,7 +31,7 @@ pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
         }
         return Ok(0);
     }
-    let _lock = state.lock()?;
+    let lock = state.lock()?;
     let memo = HashMemo::load(&state.memo_path());
     let plan = engine::plan(&recipe, &state, &settings.facts, &selection, &memo)?;
     let reporter = super::reporter(args.json);
@@ -49,7 +49,7 @@ pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
     };
     let jobs = args
         .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
     let mem_budget = crate::host::available_memory_bytes().unwrap_or(u64::MAX);
     let ctx = StepContext {
         memo: &memo,
@@ -67,7 +67,7 @@ pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
     if args.no_serve || recipe.profiles.is_empty() || !args.only.is_empty() {
         return Ok(0);
     }
-    drop(_lock);
+    drop(lock);
     serve_and_prove(settings, &recipe, args.profile.as_deref())
 }
 

@@ -5,7 +5,7 @@ use crate::cli::VerifyArgs;
 use crate::error::{Error, Result};
 use crate::pipeline::{self, AbOptions, Variant};
 
-pub fn run(settings: &Settings, args: &VerifyArgs) -> Result<u8> {
+pub(super) fn run(settings: &Settings, args: &VerifyArgs) -> Result<u8> {
     let recipe = settings.load_recipe(&args.recipe)?;
     let s = settings.session(&recipe);
     crate::process::catch_interrupts();

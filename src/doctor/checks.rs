@@ -19,7 +19,7 @@ const DRIVER_FLOORS: &[(&str, &str)] = &[
     ("13.0.2", "580.95.05"),
 ];
 
-pub fn definitions() -> Vec<CheckDef> {
+pub(super) fn definitions() -> Vec<CheckDef> {
     vec![
         CheckDef {
             id: "nvidia.driver",
@@ -602,8 +602,7 @@ fn flashinfer_cache(f: &DoctorFacts) -> Check {
                 .python()
                 .and_then(|p| p.torch.as_ref())
                 .and_then(|t| t.cuda.as_deref())
-                .map(|c| format!("cu{}", c.replace('.', "")))
-                .unwrap_or_else(|| "cu130".into());
+                .map_or_else(|| "cu130".into(), |c| format!("cu{}", c.replace('.', "")));
             let mut c = Check::warn(id, "no FlashInfer JIT cache: the first server start compiles kernels (minutes; one report: +678 s)")
                 .fix(format!("pip install flashinfer-jit-cache=={fi} --index-url https://flashinfer.ai/whl/{cu}"));
             if let Some(cache) = cache {

@@ -14,7 +14,7 @@ use crate::host::system::{self, SystemFacts};
 use crate::host::topology::{self, Matrix};
 
 /// Environment variables worth recording (never secrets: only these names are read).
-pub const ENV_KEYS: &[&str] = &[
+pub(crate) const ENV_KEYS: &[&str] = &[
     "CUDA_HOME",
     "CUDA_VISIBLE_DEVICES",
     "TORCH_CUDA_ARCH_LIST",
@@ -28,7 +28,7 @@ pub const ENV_KEYS: &[&str] = &[
 
 /// What the command line (and a recipe) tell the collector.
 #[derive(Debug, Clone, Default)]
-pub struct Inputs {
+pub(crate) struct Inputs {
     /// The interpreter to inspect; None means `python3` on PATH (if any).
     pub python: Option<String>,
     /// Read SGLang/FlashInfer sources and versions here instead of the interpreter's site-packages.
@@ -52,7 +52,7 @@ pub struct Inputs {
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
-pub enum PythonState {
+pub(crate) enum PythonState {
     /// No interpreter given and none on PATH.
     NotFound,
     Error {
@@ -62,20 +62,20 @@ pub enum PythonState {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Disk {
+pub(crate) struct Disk {
     pub label: String,
     pub path: PathBuf,
     pub free_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct FlashinferCache {
+pub(crate) struct FlashinferCache {
     pub dir: PathBuf,
     pub files: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct DoctorFacts {
+pub(crate) struct DoctorFacts {
     pub system: SystemFacts,
     pub disks: Vec<Disk>,
     pub nvidia_smi: SmiState,
@@ -102,32 +102,32 @@ pub struct DoctorFacts {
 
 impl DoctorFacts {
     /// The compute capability the stack must support: the first GPU's, else the pinned one.
-    pub fn target_cc(&self) -> Option<(u32, u32)> {
+    pub(crate) fn target_cc(&self) -> Option<(u32, u32)> {
         self.gpus
             .iter()
             .find_map(Gpu::cc)
             .or_else(|| self.pinned_cc.as_deref().and_then(gpu::parse_cc))
     }
 
-    pub fn python(&self) -> Option<&PythonFacts> {
+    pub(crate) fn python(&self) -> Option<&PythonFacts> {
         match &self.python {
             PythonState::Found(p) => Some(p),
             _ => None,
         }
     }
 
-    pub fn env_is(&self, key: &str, value: &str) -> bool {
+    pub(crate) fn env_is(&self, key: &str, value: &str) -> bool {
         self.env.get(key).is_some_and(|v| v == value)
     }
 
     /// Whether a recipe's profile passes this server flag.
-    pub fn flag_requested(&self, flag: &str) -> bool {
+    pub(crate) fn flag_requested(&self, flag: &str) -> bool {
         self.server_flags.iter().any(|f| f == flag)
     }
 }
 
 /// Collect every fact; nothing here fails: what cannot be learned is recorded as absent.
-pub fn collect(inputs: &Inputs) -> DoctorFacts {
+pub(crate) fn collect(inputs: &Inputs) -> DoctorFacts {
     let python_cmd = inputs.python.clone().or_else(|| {
         which::which("python3")
             .ok()

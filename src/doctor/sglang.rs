@@ -20,14 +20,14 @@ const FUSION_FLAG: &str = "--enable-flashinfer-allreduce-fusion";
 /// How a capability table is looked up: `TABLE[cc]` raises KeyError, `TABLE.get(cc)` does not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Lookup {
+pub(crate) enum Lookup {
     Index,
     Get,
     Unknown,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CapTable {
+pub(crate) struct CapTable {
     pub file: PathBuf,
     pub keys: Vec<u32>,
     pub lookup: Lookup,
@@ -35,7 +35,7 @@ pub struct CapTable {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum GateKind {
+pub(crate) enum GateKind {
     /// Returns False without a log line (0.5.9 `apply_flashinfer_allreduce_fusion`).
     Silent,
     /// Raises ValueError when the fusion is requested (0.5.23 `_resolve_backend`).
@@ -43,7 +43,7 @@ pub enum GateKind {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Gate {
+pub(crate) struct Gate {
     pub file: PathBuf,
     pub majors: Vec<u32>,
     pub kind: GateKind,
@@ -51,7 +51,7 @@ pub struct Gate {
 
 /// What the installed sources say (None: file or construct not found).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct StackSources {
+pub(crate) struct StackSources {
     pub sglang_dir: Option<PathBuf>,
     pub symm_sizes: Option<CapTable>,
     pub symm_multimem: Option<CapTable>,
@@ -60,7 +60,7 @@ pub struct StackSources {
     pub flashinfer_comm_majors: Option<Vec<u32>>,
 }
 
-pub fn read_sources(site: &Path) -> StackSources {
+pub(crate) fn read_sources(site: &Path) -> StackSources {
     let mut s = StackSources::default();
     let sg = site.join("sglang");
     if sg.join("srt").is_dir() {
@@ -104,7 +104,7 @@ fn function<'t>(root: Node<'t>, source: &str, name: &str) -> Option<Node<'t>> {
 
 /// Integer keys of the top level of the dict literal assigned to `name` (`NAME = {...}` or
 /// `NAME: dict[...] = {...}`).
-pub fn dict_keys(text: &str, name: &str) -> Option<Vec<u32>> {
+pub(crate) fn dict_keys(text: &str, name: &str) -> Option<Vec<u32>> {
     let tree = syntax::parse(text);
     let dict = syntax::all_of_kind(tree.root_node(), "assignment")
         .into_iter()
@@ -211,7 +211,7 @@ fn gate_majors(function: Node<'_>, source: &str) -> Vec<u32> {
 }
 
 /// The numbers of the first `supported_major_versions=[...]` argument inside function `name`.
-pub fn majors_in(text: &str, name: &str) -> Option<Vec<u32>> {
+pub(crate) fn majors_in(text: &str, name: &str) -> Option<Vec<u32>> {
     let tree = syntax::parse(text);
     let f = function(tree.root_node(), text, name)?;
     let list = syntax::all_of_kind(f, "keyword_argument")
@@ -230,7 +230,7 @@ pub fn majors_in(text: &str, name: &str) -> Option<Vec<u32>> {
     Some(majors)
 }
 
-pub fn definitions() -> Vec<CheckDef> {
+pub(crate) fn definitions() -> Vec<CheckDef> {
     vec![
         CheckDef { id: "sglang.symm-mem-table", about: "SGLang's torch symmetric-memory size table covers this GPU (else KeyError at startup)", run: symm_mem_table },
         CheckDef { id: "sglang.symm-mem-multimem", about: "SGLang's multimem world-size table covers this GPU (else KeyError at the first all-reduce)", run: symm_mem_multimem },
@@ -249,8 +249,7 @@ fn keys(keys: &[u32]) -> String {
 fn version(f: &DoctorFacts, package: &str) -> String {
     f.packages
         .get(package)
-        .map(|v| format!("{package} {v}"))
-        .unwrap_or_else(|| package.to_string())
+        .map_or_else(|| package.to_string(), |v| format!("{package} {v}"))
 }
 
 /// Shared preconditions: SGLang sources and a target capability.

@@ -16,25 +16,16 @@ use crate::report::{Outcome, Reporter};
 use crate::steps::StepContext;
 
 #[derive(Debug, Clone)]
-pub struct ExecOptions {
+pub(crate) struct ExecOptions {
     pub jobs: usize,
     /// Bytes of RAM steps may claim through `mem_per_job` at once.
     pub mem_budget: u64,
 }
 
 #[derive(Debug, Default)]
-pub struct RunSummary {
+pub(crate) struct RunSummary {
     pub outcomes: Vec<(String, Outcome)>,
     pub elapsed: Duration,
-}
-
-impl RunSummary {
-    pub fn ran(&self) -> usize {
-        self.outcomes
-            .iter()
-            .filter(|(_, o)| *o == Outcome::Ran)
-            .count()
-    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -123,7 +114,7 @@ fn not_runnable(
 }
 
 /// Execute the stale steps of `plan`. Fails with the first step error after running steps end.
-pub fn execute(
+pub(crate) fn execute(
     recipe: &Recipe,
     plan: &Plan,
     state: &StateDir,
@@ -268,9 +259,9 @@ fn run_one(
         loop {
             reporter.step_started(&step.id, step.kind.name(), attempt);
             let outcome = crate::steps::execute(step, ctx, &mut log, &mut |line| {
-                reporter.step_output(&step.id, line)
+                reporter.step_output(&step.id, line);
             })
-            .and_then(|_| crate::steps::check(step, &mut log));
+            .and_then(|()| crate::steps::check(step, &mut log));
             match outcome {
                 Ok(()) => break,
                 Err(e) if attempt > step.retries => return Err(e),

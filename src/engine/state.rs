@@ -13,7 +13,7 @@ use crate::paths::StatePaths;
 
 /// Proof that a step succeeded and its check passed, for one fingerprint.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Receipt {
+pub(crate) struct Receipt {
     pub step: String,
     pub fingerprint: Fingerprint,
     pub finished_unix: u64,
@@ -23,33 +23,33 @@ pub struct Receipt {
 
 /// One recipe's run state: receipts, logs, the memo and the lock (paths from [`StatePaths`]).
 #[derive(Debug, Clone)]
-pub struct StateDir {
+pub(crate) struct StateDir {
     pub paths: StatePaths,
     pub recipe: String,
 }
 
 impl StateDir {
-    pub fn new(paths: &StatePaths, recipe: &str) -> Self {
+    pub(crate) fn new(paths: &StatePaths, recipe: &str) -> Self {
         StateDir {
             paths: paths.clone(),
             recipe: recipe.to_string(),
         }
     }
 
-    pub fn receipt_path(&self, step: &str) -> PathBuf {
+    pub(crate) fn receipt_path(&self, step: &str) -> PathBuf {
         self.paths.receipt(&self.recipe, step)
     }
 
-    pub fn log_path(&self, step: &str) -> PathBuf {
+    pub(crate) fn log_path(&self, step: &str) -> PathBuf {
         self.paths.step_log(&self.recipe, step)
     }
 
-    pub fn memo_path(&self) -> PathBuf {
+    pub(crate) fn memo_path(&self) -> PathBuf {
         self.paths.hash_memo()
     }
 
     /// The receipt of `step`, if one exists and is readable.
-    pub fn receipt(&self, step: &str) -> Option<Receipt> {
+    pub(crate) fn receipt(&self, step: &str) -> Option<Receipt> {
         // Through `take`: `File::read_to_end` asks for a size hint (statx + lseek per file), which
         // was half the syscalls of a no-op plan; receipts are small.
         let mut bytes = Vec::with_capacity(4096);
@@ -61,12 +61,12 @@ impl StateDir {
         serde_json::from_slice(&bytes).ok()
     }
 
-    pub fn write_receipt(&self, r: &Receipt) -> Result<()> {
+    pub(crate) fn write_receipt(&self, r: &Receipt) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(r).expect("receipts serialize");
         write_atomic(&self.receipt_path(&r.step), &bytes)
     }
 
-    pub fn remove_receipt(&self, step: &str) -> Result<()> {
+    pub(crate) fn remove_receipt(&self, step: &str) -> Result<()> {
         match std::fs::remove_file(self.receipt_path(step)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(Error::io("cannot remove a receipt", e))
@@ -76,7 +76,7 @@ impl StateDir {
     }
 
     /// Take the state directory's lock for the duration of a run.
-    pub fn lock(&self) -> Result<RunLock> {
+    pub(crate) fn lock(&self) -> Result<RunLock> {
         create_dir(self.paths.root())?;
         let path = self.paths.lock();
         let mut file = OpenOptions::new()
@@ -104,7 +104,7 @@ impl StateDir {
             }
         }
         file.set_len(0)
-            .and_then(|_| write!(file, "{}", std::process::id()))
+            .and_then(|()| write!(file, "{}", std::process::id()))
             .map_err(|e| Error::io("cannot write the lock file", e))?;
         // A run killed inside `write_atomic` leaves its temp file; no writer is alive now.
         if let Ok(entries) = std::fs::read_dir(self.paths.receipts(&self.recipe)) {
@@ -121,6 +121,6 @@ impl StateDir {
 
 /// Held while a run owns the state directory; released on drop or when the process dies.
 #[derive(Debug)]
-pub struct RunLock {
+pub(crate) struct RunLock {
     _file: File,
 }

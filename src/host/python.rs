@@ -14,7 +14,7 @@ const SCRIPT: &str = include_str!("python_facts.py");
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct TorchFacts {
+pub(crate) struct TorchFacts {
     pub version: Option<String>,
     /// `torch.version.cuda` ("13.0"); None for CPU builds.
     pub cuda: Option<String>,
@@ -26,7 +26,7 @@ pub struct TorchFacts {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct PythonFacts {
+pub(crate) struct PythonFacts {
     pub executable: String,
     pub version: String,
     pub purelib: Option<PathBuf>,
@@ -77,7 +77,7 @@ fn cache_key(python: &str, purelib: Option<&Path>) -> CacheKey {
 /// Like [`collect`], but reuses the facts stored in `dir` (`StatePaths::python_facts`) while the
 /// interpreter and its site-packages are unchanged (importing torch takes seconds; the check
 /// takes microseconds).
-pub fn collect_cached(python: &str, dir: &Path) -> Result<PythonFacts, String> {
+pub(crate) fn collect_cached(python: &str, dir: &Path) -> Result<PythonFacts, String> {
     let name = crate::hash::sha256_bytes(python.as_bytes());
     let path = dir.join(format!("{}.json", &name[..16]));
     if let Some(entry) = std::fs::read(&path)
@@ -104,7 +104,7 @@ pub fn collect_cached(python: &str, dir: &Path) -> Result<PythonFacts, String> {
 }
 
 /// Run the facts script with `python`; an error names what went wrong in one line.
-pub fn collect(python: &str) -> Result<PythonFacts, String> {
+pub(crate) fn collect(python: &str) -> Result<PythonFacts, String> {
     let mut spec = CommandSpec::new(python, ["-c", SCRIPT]);
     // Keep torch quiet and fast: no CUDA context just to count devices.
     spec.env
@@ -120,26 +120,22 @@ pub fn collect(python: &str) -> Result<PythonFacts, String> {
         .stdout
         .lines()
         .find_map(|l| l.strip_prefix("KILN_FACTS "));
-    match line {
-        Some(json) => {
-            serde_json::from_str(json).map_err(|e| format!("unreadable facts from `{python}`: {e}"))
-        }
-        None => {
-            let tail: Vec<&str> = out.stderr.lines().rev().take(3).collect();
-            Err(format!(
-                "`{python}` failed ({}): {}",
-                out.code
-                    .map(|c| format!("exit {c}"))
-                    .unwrap_or_else(|| "killed".into()),
-                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-            ))
-        }
+    if let Some(json) = line {
+        serde_json::from_str(json).map_err(|e| format!("unreadable facts from `{python}`: {e}"))
+    } else {
+        let tail: Vec<&str> = out.stderr.lines().rev().take(3).collect();
+        Err(format!(
+            "`{python}` failed ({}): {}",
+            out.code
+                .map_or_else(|| "killed".into(), |c| format!("exit {c}")),
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        ))
     }
 }
 
 /// Package versions from the `*.dist-info/METADATA` files of a site-packages directory (a file
 /// read), by normalised name.
-pub fn dist_versions(site: &Path) -> BTreeMap<String, String> {
+pub(crate) fn dist_versions(site: &Path) -> BTreeMap<String, String> {
     let mut versions = BTreeMap::new();
     for (_, metadata) in dist::dist_infos(site).unwrap_or_default() {
         let Ok(text) = std::fs::read_to_string(&metadata) else {

@@ -2,9 +2,9 @@
 //! reproducible OCI image-layout archive written straight from prefix directories
 //! (`kiln image export`).
 
-pub mod archive;
-pub mod dockerfile;
-pub mod layer;
+pub(crate) mod archive;
+pub(crate) mod dockerfile;
+pub(crate) mod layer;
 
 use std::collections::BTreeMap;
 
@@ -12,7 +12,7 @@ use crate::recipe::Recipe;
 
 /// The environment every step of a recipe shares (its `[env]` table, in effect), minus anything
 /// that looks like a secret: that is what an image bakes in. Secrets never enter an image.
-pub fn shared_env(recipe: &Recipe) -> BTreeMap<String, String> {
+pub(crate) fn shared_env(recipe: &Recipe) -> BTreeMap<String, String> {
     let mut steps = recipe.steps.iter();
     let Some(first) = steps.next() else {
         return BTreeMap::new();

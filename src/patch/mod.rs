@@ -113,7 +113,7 @@ pub fn apply(
     paths: &StatePaths,
     opts: &Options,
 ) -> Result<Report> {
-    engine::apply(set, site_packages, paths, opts, &mut |path, bytes| {
+    engine::apply(set, site_packages, paths, *opts, &mut |path, bytes| {
         store::write_preserving(path, bytes)
     })
 }
@@ -126,12 +126,12 @@ pub fn apply_with(
     opts: &Options,
     write: WriteFile<'_>,
 ) -> Result<Report> {
-    engine::apply(set, site_packages, paths, opts, write)
+    engine::apply(set, site_packages, paths, *opts, write)
 }
 
 /// Report each patch as applied / not applied / obsolete / drifted; writes nothing.
 pub fn check(set: &PatchSet, site_packages: &Path, opts: &Options) -> Result<Report> {
-    engine::check(set, site_packages, opts)
+    engine::check(set, site_packages, *opts)
 }
 
 /// Restore the byte-identical originals recorded by apply.
@@ -141,7 +141,7 @@ pub fn revert(
     paths: &StatePaths,
     opts: &Options,
 ) -> Result<Report> {
-    engine::revert(set, site_packages, paths, opts)
+    engine::revert(set, site_packages, paths, *opts)
 }
 
 /// Apply a patch set given by shipped name or path: what a recipe step of kind `patch` calls.

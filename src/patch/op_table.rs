@@ -27,7 +27,7 @@ pub(super) struct Fields<'a> {
 }
 
 impl Fields<'_> {
-    pub fn get(&self, name: &str) -> Option<&Spanned<String>> {
+    pub(super) fn get(&self, name: &str) -> Option<&Spanned<String>> {
         self.values
             .iter()
             .find(|(n, _)| *n == name)

@@ -44,18 +44,17 @@ impl<'r> Variant<'r> {
                 ))
             }
         };
-        match recipe.profiles.get_key_value(chosen) {
-            Some((name, profile)) => Ok(Variant { name, profile }),
-            None => {
-                let hint = did_you_mean(chosen, names.iter().copied()).map_or(
-                    format!("profiles of `{}`: {}", recipe.name, names.join(", ")),
-                    |b| format!("did you mean `{b}`?"),
-                );
-                Err(Error::usage(
-                    format!("recipe `{}` has no profile `{chosen}`", recipe.name),
-                    Some(hint),
-                ))
-            }
+        if let Some((name, profile)) = recipe.profiles.get_key_value(chosen) {
+            Ok(Variant { name, profile })
+        } else {
+            let hint = did_you_mean(chosen, names.iter().copied()).map_or(
+                format!("profiles of `{}`: {}", recipe.name, names.join(", ")),
+                |b| format!("did you mean `{b}`?"),
+            );
+            Err(Error::usage(
+                format!("recipe `{}` has no profile `{chosen}`", recipe.name),
+                Some(hint),
+            ))
         }
     }
 

@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::redact::Redactor;
 
-pub mod watchdog;
+pub(crate) mod watchdog;
 
 /// How many trailing output lines an error shows.
-pub const TAIL_LINES: usize = 40;
+pub(crate) const TAIL_LINES: usize = 40;
 
 /// A fully resolved command: no shell unless the program is one.
 #[derive(Debug, Clone, Default)]
-pub struct CommandSpec {
+pub(crate) struct CommandSpec {
     pub program: String,
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
@@ -26,7 +26,7 @@ pub struct CommandSpec {
 }
 
 impl CommandSpec {
-    pub fn new(
+    pub(crate) fn new(
         program: impl Into<String>,
         args: impl IntoIterator<Item = impl Into<String>>,
     ) -> Self {
@@ -38,7 +38,7 @@ impl CommandSpec {
     }
 
     /// The command as a human would type it (for logs and messages).
-    pub fn display(&self) -> String {
+    pub(crate) fn display(&self) -> String {
         std::iter::once(&self.program)
             .chain(&self.args)
             .map(|a| crate::shell::quote(a))
@@ -95,7 +95,7 @@ fn die_with_parent(cmd: &mut std::process::Command) {
 
 /// How a logged run ended.
 #[derive(Debug)]
-pub struct Finished {
+pub(crate) struct Finished {
     pub code: Option<i32>,
     pub signal: Option<i32>,
     pub timed_out: bool,
@@ -103,11 +103,11 @@ pub struct Finished {
 }
 
 impl Finished {
-    pub fn success(&self) -> bool {
+    pub(crate) fn success(&self) -> bool {
         self.code == Some(0) && !self.timed_out
     }
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match (self.timed_out, self.code, self.signal) {
             (true, _, _) => "timed out".into(),
             (_, Some(c), _) => format!("exited with status {c}"),
@@ -118,7 +118,7 @@ impl Finished {
 }
 
 /// Run `spec`, writing every output line (secrets redacted) to `log` and passing it to `on_line`.
-pub fn run_logged(
+pub(crate) fn run_logged(
     spec: &CommandSpec,
     log: &mut dyn Write,
     timeout: Option<Duration>,
@@ -208,7 +208,7 @@ pub fn run_logged(
 }
 
 /// End a process group: SIGTERM, a short grace period, then SIGKILL.
-pub fn kill_group(pgid: u32) {
+pub(crate) fn kill_group(pgid: u32) {
     let pgid = pgid as libc::pid_t;
     // SAFETY: plain syscalls on a process group this module created.
     unsafe {
@@ -229,7 +229,7 @@ pub fn kill_group(pgid: u32) {
 }
 
 /// Run a short command and return its stdout; an error carries the exit status and stderr.
-pub fn capture(program: &str, args: &[&str]) -> Result<String> {
+pub(crate) fn capture(program: &str, args: &[&str]) -> Result<String> {
     let spec = CommandSpec::new(program, args.iter().copied());
     let out = spec
         .expression()
@@ -267,7 +267,7 @@ fn spawn_error(spec: &CommandSpec, e: std::io::Error) -> Error {
 
 /// What a short command printed and how it ended (see [`capture_timeout`]).
 #[derive(Debug, Clone)]
-pub struct Captured {
+pub(crate) struct Captured {
     pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
@@ -275,7 +275,7 @@ pub struct Captured {
 }
 
 impl Captured {
-    pub fn success(&self) -> bool {
+    pub(crate) fn success(&self) -> bool {
         self.code == Some(0) && !self.timed_out
     }
 }
@@ -283,7 +283,7 @@ impl Captured {
 /// Run `spec` in its own process group with stdout and stderr captured separately; after
 /// `timeout` the whole group is ended and `timed_out` is set. A non-zero exit is not an error
 /// here (callers judge it); only a failure to start is.
-pub fn capture_timeout(spec: &CommandSpec, timeout: Duration) -> Result<Captured> {
+pub(crate) fn capture_timeout(spec: &CommandSpec, timeout: Duration) -> Result<Captured> {
     let handle = spec
         .expression()
         .stdout_capture()
@@ -325,14 +325,14 @@ pub fn capture_timeout(spec: &CommandSpec, timeout: Duration) -> Result<Captured
 
 /// A child started into its own process group whose output goes to a log file.
 #[derive(Debug)]
-pub struct Detached {
+pub(crate) struct Detached {
     pub pid: u32,
     child: std::process::Child,
 }
 
 impl Detached {
     /// Its exit status, once it has ended (`None` while it runs).
-    pub fn try_exit(&mut self) -> Option<std::process::ExitStatus> {
+    pub(crate) fn try_exit(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().ok().flatten()
     }
 }
@@ -340,7 +340,7 @@ impl Detached {
 /// Start `spec` in its own process group (pgid = pid), stdin null, stdout and stderr appended to
 /// `log`. With `tie_to_parent` the child gets SIGTERM when kiln dies; without it, it keeps running
 /// after kiln exits (`--detach`). The caller ends it with `kill_group(pid)`.
-pub fn spawn_detached(
+pub(crate) fn spawn_detached(
     spec: &CommandSpec,
     log: &std::path::Path,
     tie_to_parent: bool,
@@ -372,13 +372,13 @@ pub fn spawn_detached(
 
 /// Whether any process of group `pgid` is still alive (zombies of our own children count as gone
 /// once reaped by `Detached::try_exit`).
-pub fn group_alive(pgid: u32) -> bool {
+pub(crate) fn group_alive(pgid: u32) -> bool {
     // SAFETY: signal 0 only probes for existence.
     unsafe { libc::killpg(pgid as libc::pid_t, 0) == 0 }
 }
 
 /// Whether process `pid` exists and is not a zombie.
-pub fn pid_alive(pid: u32) -> bool {
+pub(crate) fn pid_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat
             .rsplit_once(')')
@@ -388,7 +388,7 @@ pub fn pid_alive(pid: u32) -> bool {
 }
 
 /// The command names (`comm`) of every live process in group `pgid`.
-pub fn group_commands(pgid: u32) -> Vec<String> {
+pub(crate) fn group_commands(pgid: u32) -> Vec<String> {
     let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return out;
@@ -417,7 +417,7 @@ extern "C" fn note_interrupt(_: libc::c_int) {
 
 /// From now on, SIGINT (Ctrl-C), SIGTERM and SIGHUP only set a flag that `interrupted()` reads, so a
 /// long wait can end its children's process groups before returning.
-pub fn catch_interrupts() {
+pub(crate) fn catch_interrupts() {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
         unsafe {
@@ -430,7 +430,7 @@ pub fn catch_interrupts() {
 }
 
 /// Whether a signal caught by `catch_interrupts` arrived.
-pub fn interrupted() -> bool {
+pub(crate) fn interrupted() -> bool {
     INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
 }
 

@@ -229,7 +229,7 @@ mod tests {
     fn shell_values_are_quoted() {
         assert_eq!(
             expand("echo ${evil}", true),
-            r#"echo '$(touch pwned); `id` '\''x'\'''"#
+            r"echo '$(touch pwned); `id` '\''x'\'''"
         );
     }
 

@@ -49,7 +49,7 @@ pub fn load(spec: Option<&str>, opts: &LoadOptions) -> Result<Recipe> {
         &mut seen,
         &shipped_root,
     )?;
-    validate::build(loaded, opts)
+    validate::build(&loaded, opts)
 }
 
 fn resolve(spec: Option<&str>) -> Result<Origin> {
@@ -75,14 +75,14 @@ fn resolve(spec: Option<&str>) -> Result<Origin> {
 
 fn read_tree(
     origin: &Origin,
-    imported_at: Option<(usize, std::ops::Range<usize>)>,
+    imported_at: Option<&(usize, std::ops::Range<usize>)>,
     loaded: &mut Loaded,
     stack: &mut Vec<Origin>,
     seen: &mut Vec<Origin>,
     shipped_root: &Path,
 ) -> Result<()> {
     let located = |loaded: &Loaded, message: String, hint: &str| -> Error {
-        match &imported_at {
+        match imported_at {
             Some((file, span)) => loaded
                 .sources
                 .diag(loaded.sources.loc(*file, span.clone()), message)
@@ -164,7 +164,7 @@ fn read_tree(
         };
         read_tree(
             &target,
-            Some((id, import.span())),
+            Some(&(id, import.span())),
             loaded,
             stack,
             seen,

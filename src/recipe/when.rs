@@ -112,7 +112,7 @@ fn lex(src: &str) -> Result<Vec<(usize, Tok)>, ParseError> {
             }
         };
         i += if matches!(tok, Tok::Open | Tok::Close | Tok::Not)
-            || matches!(tok, Tok::Op(Op::Lt) | Tok::Op(Op::Gt))
+            || matches!(tok, Tok::Op(Op::Lt | Op::Gt))
         {
             1
         } else {
@@ -185,7 +185,7 @@ impl Parser {
                 };
                 self.pos += 1;
                 match self.peek().cloned() {
-                    Some(Tok::Lit(v)) | Some(Tok::Ident(v)) => {
+                    Some(Tok::Lit(v) | Tok::Ident(v)) => {
                         self.pos += 1;
                         Ok(Expr::Cmp(ident, op, v))
                     }

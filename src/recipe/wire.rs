@@ -11,7 +11,7 @@ use toml::Spanned;
 /// One TOML file: a recipe, or a fragment it imports (toolchain, profiles, shared steps).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct File {
+pub(super) struct File {
     pub recipe: Option<Meta>,
     #[serde(default)]
     pub vars: BTreeMap<Spanned<String>, Spanned<toml::Value>>,
@@ -25,7 +25,7 @@ pub struct File {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Meta {
+pub(super) struct Meta {
     pub name: Option<Spanned<String>>,
     pub description: Option<String>,
     pub version: Option<String>,
@@ -36,14 +36,14 @@ pub struct Meta {
 /// A command: an argv list, or (with `shell = true`) one shell script string. The script's
 /// location is the span of the value that holds it.
 #[derive(Debug, Clone)]
-pub enum Command {
+pub(super) enum Command {
     Argv(Vec<Spanned<String>>),
     Script(String),
 }
 
 /// `check = ["cmd", "arg"]`, `check = "script"` (with `shell`) or `check = { paths = [...] }`.
 #[derive(Debug, Clone)]
-pub enum Check {
+pub(super) enum Check {
     Paths(Vec<Spanned<String>>),
     Command(Command),
 }
@@ -109,7 +109,7 @@ impl<'de> Deserialize<'de> for Check {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Step {
+pub(super) struct Step {
     pub id: Spanned<String>,
     pub kind: Spanned<String>,
     pub description: Option<String>,
@@ -167,7 +167,7 @@ pub struct Step {
 /// `sass = { module = "flash_attn_2_cuda", arch = "sm_120" }`: the extension must carry that SASS.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Sass {
+pub(super) struct Sass {
     pub module: Spanned<String>,
     pub arch: Spanned<String>,
 }
@@ -175,7 +175,7 @@ pub struct Sass {
 /// A server launch profile (used by `serve`; parsed strictly here so typos fail early).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Profile {
+pub(super) struct Profile {
     pub description: Option<String>,
     pub extends: Option<Spanned<String>>,
     pub cmd: Option<Vec<Spanned<String>>>,

@@ -269,7 +269,7 @@ fn wait_ready(
     let mut seen_phases = Vec::<String>::new();
     let mut last_output = Instant::now();
     let mut last_compile_note = Instant::now();
-    let mut last_probe = Instant::now() - Duration::from_secs(10);
+    let mut last_probe = Instant::now().checked_sub(Duration::from_secs(10)).unwrap();
     let mut fatal_at: Option<Instant> = None;
     let mut log_ready = false;
     loop {
@@ -284,7 +284,7 @@ fn wait_ready(
                     say(&format!(
                         "  [{:>7.1}s] {phase} (+{:.1}s)",
                         at.as_secs_f64(),
-                        (at - last_phase_at).as_secs_f64()
+                        at.checked_sub(last_phase_at).unwrap().as_secs_f64()
                     ));
                     last_phase_at = at;
                     seen_phases.push(phase.clone());
@@ -360,7 +360,7 @@ fn wait_ready(
                     say(&format!(
                         "  [{:>7.1}s] {ready_path} answered 200 (+{:.1}s)",
                         at.as_secs_f64(),
-                        (at - last_phase_at).as_secs_f64()
+                        at.checked_sub(last_phase_at).unwrap().as_secs_f64()
                     ));
                     check_generation(base, run.api, l.profile_name)?;
                     say(&format!(

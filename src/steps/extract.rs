@@ -8,7 +8,7 @@ use std::path::{Component, Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::fs::create_dir;
 
-pub fn extract(archive: &Path, dest: &Path, strip: u32, log: &mut dyn Write) -> Result<()> {
+pub(crate) fn extract(archive: &Path, dest: &Path, strip: u32, log: &mut dyn Write) -> Result<()> {
     let parent = dest.parent().unwrap_or(Path::new("."));
     create_dir(parent)?;
     let staging = parent.join(format!(

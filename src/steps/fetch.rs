@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::fs::create_dir;
 use crate::hash::{hex, HashMemo};
 
-pub fn fetch(
+pub(crate) fn fetch(
     url: &str,
     sha256: &str,
     path: &Path,
@@ -25,7 +25,7 @@ pub fn fetch(
     let dir = path.parent().expect("cache paths have a parent");
     let downloads = dir.parent().expect("cache paths have a grandparent");
     create_dir(downloads)?;
-    let tmp = tempfile_in(downloads)?;
+    let tmp = tempfile_in(downloads);
     let _ = writeln!(log, "fetching {url}");
     let result = download(url, tmp.path()).and_then(|(actual, _)| {
         if actual != sha256 {
@@ -63,13 +63,11 @@ impl Drop for TempFile {
     }
 }
 
-fn tempfile_in(dir: &Path) -> Result<TempFile> {
+fn tempfile_in(dir: &Path) -> TempFile {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    Ok(TempFile(
-        dir.join(format!(".partial-{}-{nanos}", std::process::id())),
-    ))
+    TempFile(dir.join(format!(".partial-{}-{nanos}", std::process::id())))
 }
 
 fn download(url: &str, to: &Path) -> Result<(String, u64)> {

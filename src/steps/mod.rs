@@ -1,11 +1,11 @@
 //! Step kinds: what running one step means. One file per kind.
 
-pub mod cuda;
-pub mod extract;
-pub mod fetch;
-pub mod patch;
-pub mod python;
-pub mod run;
+pub(crate) mod cuda;
+pub(crate) mod extract;
+pub(crate) mod fetch;
+pub(crate) mod patch;
+pub(crate) mod python;
+pub(crate) mod run;
 
 use std::io::Write;
 
@@ -16,7 +16,7 @@ use crate::paths::StatePaths;
 use crate::recipe::{Check, Step, StepKind};
 
 /// What steps may use besides their own definition.
-pub struct StepContext<'a> {
+pub(crate) struct StepContext<'a> {
     pub memo: &'a HashMemo,
     pub facts: &'a Facts,
     /// The state directory (patch backups) and its cache (downloads, compiled wheels, tools
@@ -25,7 +25,7 @@ pub struct StepContext<'a> {
 }
 
 /// Run one attempt of `step`, logging to `log`; `on_line` sees each output line.
-pub fn execute(
+pub(crate) fn execute(
     step: &Step,
     ctx: &StepContext,
     log: &mut dyn Write,
@@ -49,7 +49,7 @@ pub fn execute(
 }
 
 /// Prove the step's result exists: its `check` passes (no check: success is enough).
-pub fn check(step: &Step, log: &mut dyn Write) -> Result<()> {
+pub(crate) fn check(step: &Step, log: &mut dyn Write) -> Result<()> {
     match &step.check {
         None => Ok(()),
         Some(Check::Paths(paths)) => match paths.iter().find(|p| !p.exists()) {
@@ -76,7 +76,7 @@ pub fn check(step: &Step, log: &mut dyn Write) -> Result<()> {
 }
 
 /// The step's env, plus `MAX_JOBS` sized to free RAM when it declares `mem_per_job`.
-pub fn build_env(step: &Step) -> std::collections::BTreeMap<String, String> {
+pub(crate) fn build_env(step: &Step) -> std::collections::BTreeMap<String, String> {
     let mut env = step.env.clone();
     if let Some(jobs) = max_jobs(step) {
         env.entry("MAX_JOBS".into())
@@ -86,9 +86,9 @@ pub fn build_env(step: &Step) -> std::collections::BTreeMap<String, String> {
 }
 
 /// `min(cores, available RAM / mem_per_job)`, at least 1; `None` without `mem_per_job`.
-pub fn max_jobs(step: &Step) -> Option<usize> {
+pub(crate) fn max_jobs(step: &Step) -> Option<usize> {
     let per_job = step.mem_per_job?.max(1);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let free = crate::host::available_memory_bytes().unwrap_or(per_job);
     Some(((free / per_job) as usize).clamp(1, cores))
 }

@@ -7,7 +7,7 @@ use super::StepContext;
 use crate::error::{Error, Result};
 use crate::recipe::{SitePackages, Step};
 
-pub fn run(
+pub(crate) fn run(
     step: &Step,
     set: &str,
     site: &SitePackages,

@@ -20,7 +20,7 @@ enum Installer {
     Pip,
 }
 
-pub fn run(
+pub(crate) fn run(
     step: &Step,
     p: &PythonStep,
     ctx: &StepContext,
@@ -33,7 +33,9 @@ pub fn run(
     };
     let installer = find_uv(ctx, log, &mut sh);
     let vpy = p.venv.join("bin").join("python");
-    if !vpy.exists() {
+    if vpy.exists() {
+        let _ = writeln!(log, "venv exists: {}", p.venv.display());
+    } else {
         let spec = match &installer {
             Installer::Uv(uv) => {
                 CommandSpec::new(uv.display().to_string(), ["venv", "--seed", "--python"])
@@ -48,8 +50,6 @@ pub fn run(
         };
         let spec = spec.arg(p.venv.display().to_string());
         sh(spec.with_env(&env), log)?;
-    } else {
-        let _ = writeln!(log, "venv exists: {}", p.venv.display());
     }
     let index_args = index_args(p);
     let plain: Vec<&String> = p.install.iter().filter(|r| !p.build.contains(r)).collect();
@@ -212,6 +212,7 @@ fn pinned(req: &str) -> Result<(String, String)> {
 }
 
 #[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_lines)] // split once issue 10's changes to it have landed
 fn build_or_reuse(
     req: &str,
     p: &PythonStep,

@@ -1,5 +1,10 @@
 //! One integration-test binary: every test runs the real `kiln` executable in a temp dir.
 
+// Tests print diagnostics of what they ran; the lint is for the product.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+// A scenario test reads top to bottom, setup to last assertion.
+#![allow(clippy::too_many_lines)]
+
 mod bench;
 mod common;
 mod cuda_step;

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 /// Load `html` in headless Chromium: no console errors, and a screenshot with real content.
-pub fn assert_renders_in_chromium(html: &Path) {
+pub(crate) fn assert_renders_in_chromium(html: &Path) {
     let dir = tempfile::tempdir().unwrap();
     let shot = dir.path().join("shot.png");
     let url = format!("file://{}", html.display());
@@ -114,7 +114,7 @@ fn decode_png(bytes: &[u8]) -> (usize, usize, Vec<[u8; 3]>) {
                 0 => 0,
                 1 => a,
                 2 => b,
-                3 => ((u16::from(a) + u16::from(b)) / 2) as u8,
+                3 => u16::midpoint(u16::from(a), u16::from(b)) as u8,
                 4 => paeth(a, b, c),
                 f => panic!("filter {f}"),
             };

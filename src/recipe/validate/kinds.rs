@@ -39,7 +39,7 @@ pub(super) struct KindInput<'a, 'r> {
 
 impl KindInput<'_, '_> {
     /// "a `cuda` step needs `version`", at the step's `kind`, with an example.
-    pub fn missing(&self, key: &str, example: &str) -> Error {
+    pub(super) fn missing(&self, key: &str, example: &str) -> Error {
         missing(self.r, self.file, self.s, key, example)
     }
 }

@@ -19,22 +19,21 @@ use profile::profile;
 use steps::{output_path, step};
 use vars::{var_def, Resolver, VarDef};
 
-pub(super) fn build(loaded: Loaded, opts: &LoadOptions) -> Result<Recipe> {
+pub(super) fn build(loaded: &Loaded, opts: &LoadOptions) -> Result<Recipe> {
     let sources = &loaded.sources;
     let (root_id, root) = loaded.files.last().expect("the root file is always loaded");
     let meta = root.recipe.as_ref();
     let name = recipe_name(sources, *root_id, meta)?;
-    let recipe_dir = sources.files[*root_id]
-        .dir
-        .clone()
-        .map(|d| {
+    let recipe_dir = sources.files[*root_id].dir.clone().map_or_else(
+        || std::env::current_dir().unwrap_or_default(),
+        |d| {
             if d.as_os_str().is_empty() {
                 PathBuf::from(".")
             } else {
                 d
             }
-        })
-        .unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
+        },
+    );
     let recipe_dir = std::fs::canonicalize(&recipe_dir).unwrap_or(recipe_dir);
     let work_dir = opts.paths.work(&name);
 
@@ -107,7 +106,7 @@ pub(super) fn build(loaded: Loaded, opts: &LoadOptions) -> Result<Recipe> {
     }
     let steps = order(sources, &all_steps, steps)?;
 
-    let (resolved_profiles, unavailable_profiles) = profiles(&mut r, &loaded)?;
+    let (resolved_profiles, unavailable_profiles) = profiles(&mut r, loaded)?;
 
     Ok(Recipe {
         name,
@@ -286,7 +285,7 @@ fn order(
                 .needs
                 .iter()
                 .find(|n| *n.get_ref() == cycle[1])
-                .map_or(ws.id.span(), |n| n.span());
+                .map_or(ws.id.span(), toml::Spanned::span);
             Err(sources
                 .diag(
                     sources.loc(*file, span),

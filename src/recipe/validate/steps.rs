@@ -64,21 +64,20 @@ pub(super) fn download_path(
             .with_hint("compute it with `sha256sum FILE`")
             .into());
     }
-    let filename = match &s.filename {
-        Some(f) => r.expand(file, f)?,
-        None => {
-            let u = r.expand(file, url)?;
-            u.rsplit('/')
-                .next()
-                .unwrap_or_default()
-                .split(['?', '#'])
-                .next()
-                .unwrap_or_default()
-                .to_string()
-        }
+    let filename = if let Some(f) = &s.filename {
+        r.expand(file, f)?
+    } else {
+        let u = r.expand(file, url)?;
+        u.rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .split(['?', '#'])
+            .next()
+            .unwrap_or_default()
+            .to_string()
     };
     if filename.is_empty() || filename == ".." || filename.contains('/') {
-        let span = s.filename.as_ref().map_or(url.span(), |f| f.span());
+        let span = s.filename.as_ref().map_or(url.span(), toml::Spanned::span);
         return Err(r
             .diag(
                 file,
@@ -393,7 +392,10 @@ pub(super) fn condition(r: &mut Resolver, file: usize, w: &Spanned<String>) -> R
             None => FACT_KEYS.contains(&ident.name.as_str()),
         };
         if !ok {
-            let mut names: Vec<String> = FACT_KEYS.iter().map(|s| s.to_string()).collect();
+            let mut names: Vec<String> = FACT_KEYS
+                .iter()
+                .map(std::string::ToString::to_string)
+                .collect();
             names.extend(r.defs.keys().map(|k| format!("var.{k}")));
             let hint = did_you_mean(&ident.name, names.iter().map(String::as_str)).map_or(
                 format!(
@@ -421,79 +423,79 @@ pub(super) fn condition(r: &mut Resolver, file: usize, w: &Spanned<String>) -> R
 pub(super) fn kind_specific_keys(s: &wire::Step) -> Vec<(&'static str, std::ops::Range<usize>)> {
     let mut v = Vec::new();
     if let Some(x) = &s.cmd {
-        v.push(("cmd", x.span()))
+        v.push(("cmd", x.span()));
     }
     if let Some(x) = &s.shell {
-        v.push(("shell", x.span()))
+        v.push(("shell", x.span()));
     }
     if let Some(x) = &s.url {
-        v.push(("url", x.span()))
+        v.push(("url", x.span()));
     }
     if let Some(x) = &s.sha256 {
-        v.push(("sha256", x.span()))
+        v.push(("sha256", x.span()));
     }
     if let Some(x) = &s.filename {
-        v.push(("filename", x.span()))
+        v.push(("filename", x.span()));
     }
     if let Some(x) = &s.from {
-        v.push(("from", x.span()))
+        v.push(("from", x.span()));
     }
     if let Some(x) = &s.archive {
-        v.push(("archive", x.span()))
+        v.push(("archive", x.span()));
     }
     if let Some(x) = &s.dest {
-        v.push(("dest", x.span()))
+        v.push(("dest", x.span()));
     }
     if let Some(x) = &s.strip_components {
-        v.push(("strip_components", x.span()))
+        v.push(("strip_components", x.span()));
     }
     if let Some(x) = &s.venv {
-        v.push(("venv", x.span()))
+        v.push(("venv", x.span()));
     }
     if let Some(x) = &s.python {
-        v.push(("python", x.span()))
+        v.push(("python", x.span()));
     }
     if let Some(x) = &s.install {
-        v.push(("install", x.span()))
+        v.push(("install", x.span()));
     }
     if let Some(x) = &s.index_url {
-        v.push(("index_url", x.span()))
+        v.push(("index_url", x.span()));
     }
     if let Some(x) = &s.extra_index_urls {
-        v.push(("extra_index_urls", x.span()))
+        v.push(("extra_index_urls", x.span()));
     }
     if let Some(x) = &s.build {
-        v.push(("build", x.span()))
+        v.push(("build", x.span()));
     }
     if let Some(x) = &s.build_isolation {
-        v.push(("build_isolation", x.span()))
+        v.push(("build_isolation", x.span()));
     }
     if let Some(x) = &s.system_site_packages {
-        v.push(("system_site_packages", x.span()))
+        v.push(("system_site_packages", x.span()));
     }
     if let Some(x) = &s.verify {
-        v.push(("verify", x.span()))
+        v.push(("verify", x.span()));
     }
     if let Some(x) = &s.sass {
-        v.push(("sass", x.span()))
+        v.push(("sass", x.span()));
     }
     if let Some(x) = &s.version {
-        v.push(("version", x.span()))
+        v.push(("version", x.span()));
     }
     if let Some(x) = &s.set {
-        v.push(("set", x.span()))
+        v.push(("set", x.span()));
     }
     if let Some(x) = &s.site_packages {
-        v.push(("site_packages", x.span()))
+        v.push(("site_packages", x.span()));
     }
     if let Some(x) = &s.install_path {
-        v.push(("install_path", x.span()))
+        v.push(("install_path", x.span()));
     }
     if let Some(x) = &s.link {
-        v.push(("link", x.span()))
+        v.push(("link", x.span()));
     }
     if let Some(x) = &s.driver_floor {
-        v.push(("driver_floor", x.span()))
+        v.push(("driver_floor", x.span()));
     }
     v
 }
