@@ -9,7 +9,7 @@ use std::path::Path;
 /// Top to bottom. A module may use modules of its own layer (without a cycle) and of lower ones.
 const LAYERS: &[&[&str]] = &[
     &["cli", "commands"],
-    &["pipeline", "serve", "bench", "doctor", "image"],
+    &["pipeline", "serve", "bench", "doctor", "image", "tune"],
     &["engine", "steps"],
     &["recipe", "host", "process", "cache", "oci", "patch"],
     &[

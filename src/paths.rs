@@ -9,6 +9,7 @@
 //! <state>/serve/<recipe>.json, <recipe>-<profile>.log   a recorded server, its log
 //! <state>/reports/<recipe>/                report.{json,md,html} of the last `kiln up`
 //! <state>/bench/                           bench history
+//! <state>/tune/<recipe>/                   `kiln tune` results and winner profiles
 //! <state>/patches/                         originals of patched files (for revert)
 //! <state>/running/                         process groups the watchdog ends with kiln
 //! <cache>/{downloads,wheels,tools,python-facts}/   $KILN_CACHE_DIR, else <state>/cache
@@ -39,9 +40,14 @@ impl StatePaths {
         &self.cache
     }
 
+    /// Every recipe's run directory.
+    pub fn runs(&self) -> PathBuf {
+        self.root.join("runs")
+    }
+
     /// One recipe's run: `receipts/` and `logs/`.
     pub fn run_dir(&self, recipe: &str) -> PathBuf {
-        self.root.join("runs").join(recipe)
+        self.runs().join(recipe)
     }
 
     pub fn receipts(&self, recipe: &str) -> PathBuf {
@@ -96,6 +102,11 @@ impl StatePaths {
         self.root.join("reports").join(recipe)
     }
 
+    /// `kiln tune`'s results for `recipe`: the ranked table, the plot, the winner profile.
+    pub fn tune(&self, recipe: &str) -> PathBuf {
+        self.root.join("tune").join(recipe)
+    }
+
     pub fn bench(&self) -> PathBuf {
         self.root.join("bench")
     }
@@ -110,9 +121,14 @@ impl StatePaths {
         self.root.join("running")
     }
 
+    /// Verified downloads (and the partial ones of killed runs).
+    pub fn downloads(&self) -> PathBuf {
+        self.cache.join("downloads")
+    }
+
     /// A verified download, by its sha256.
     pub fn download(&self, sha256: &str) -> PathBuf {
-        self.cache.join("downloads").join(sha256.to_lowercase())
+        self.downloads().join(sha256.to_lowercase())
     }
 
     /// The compiled-wheel cache.

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .carry/ from bench/gpu-loop/pack.sh:
-#   bash bench/gpu-loop/device-run.sh up     # doctor --deep, then kiln up llama-cuda for the
-#                                            # tuned, spec and spec-mismatch profiles
-#   bash bench/gpu-loop/device-run.sh tune   # kiln tune: exhaustive grid vs successive halving
-# Everything it proves lands in $OUT (results.tar.gz, summary.txt, and the kiln state without the
-# build tree, split in parts, so a later machine resumes without rebuilding).
+#   bash bench/gpu-loop/device-run.sh up tune  # doctor --deep, kiln up llama-cuda for the tuned,
+#                                             # spec and spec-mismatch profiles, then kiln tune:
+#                                             # exhaustive grid vs successive halving
+# Everything it proves lands in $OUT: results.tar.gz (reports, server logs, /metrics, step logs,
+# tune tables) and summary.txt.
 set -uo pipefail
-mode=${1:-up}
+modes=" ${*:-up} "
 root=$PWD
 carry=$root/.carry
 OUT=${OUT:-$root/out}
@@ -22,15 +22,10 @@ summary=$OUT/summary.txt
 say() { echo "== $(date +%T) $*" | tee -a "$summary"; }
 src=(--set "src_url=file://$carry/llama-src.tar.gz" --set "src_sha256=$(sha256sum "$carry/llama-src.tar.gz" | cut -d' ' -f1)")
 
-if ls "$carry"/state.tar.gz.* >/dev/null 2>&1; then
-  say "restoring kiln state from an earlier machine"
-  cat "$carry"/state.tar.gz.* | gzip -dc | tar -xf - -C /
-fi
-
 stop_server() { "$kiln" serve llama-cuda --stop >/dev/null 2>&1 || true; }
 metrics() { python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:30090/metrics',timeout=10).read().decode())" >"$res/metrics-$1.txt" 2>&1 || true; }
 collect() {
-  cp -r "$KILN_HOME/reports" "$res/" 2>/dev/null
+  cp -r "$KILN_HOME/reports" "$KILN_HOME/tune" "$res/" 2>/dev/null
   mkdir -p "$res/serve-logs"
   find "$KILN_HOME" -name '*.log' -path '*serve*' -exec cp {} "$res/serve-logs/" \; 2>/dev/null
   mkdir -p "$res/step-logs"
@@ -38,7 +33,7 @@ collect() {
   tar -C /root -czf "$OUT/results.tar.gz" gpu-loop-results
 }
 
-if [[ $mode == up ]]; then
+if [[ $modes == *" up "* ]]; then
   say "machine"
   { nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1; cmake --version | head -1; nproc; } 2>&1 | tee -a "$summary"
   say "kiln doctor --deep"
@@ -55,21 +50,16 @@ if [[ $mode == up ]]; then
     cp "$KILN_HOME/reports/llama-cuda/report.md" "$res/report-$profile.md" 2>/dev/null
     collect
   done
-  say "packing state (no build tree, no models) for the next machine"
-  prefix=$(find "$KILN_HOME" -maxdepth 4 -type d -name build -path '*llama-cuda*' | head -1)
-  tar -C / --exclude="${prefix#/}" --exclude='*.gguf' --exclude="${KILN_HOME#/}/cache" -cf - "${KILN_HOME#/}" |
-    gzip -6 | split -b 15M - "$OUT/state.tar.gz."
-  ls -la "$OUT" | tee -a "$summary"
 fi
 
-if [[ $mode == tune ]]; then
+if [[ $modes == *" tune "* ]]; then
   for method in grid halving; do
     say "kiln tune llama-cuda --method $method"
     /usr/bin/time -f "wall %e s" "$kiln" tune llama-cuda --profile spec --method "$method" \
-      --vary spec-draft-n-max=2,4,8,16 --vary ubatch=256,1024 "${src[@]}" \
+      --vary draft_max=2,4,8,16 --vary ubatch=256,1024 "${src[@]}" \
       >"$res/tune-$method.out" 2>"$res/tune-$method.err"
     echo "exit $?" | tee -a "$summary"
-    tail -15 "$res/tune-$method.out" | tee -a "$summary"
+    tail -14 "$res/tune-$method.out" | tee -a "$summary"
     tail -2 "$res/tune-$method.err" | tee -a "$summary"
     stop_server
     collect

@@ -24,7 +24,10 @@ pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
         runs: args.runs,
         warmup: args.warmup,
         prompt,
-        timeout: Duration::from_secs(1800),
+        timeout: args.request_timeout.map_or_else(
+            || bench::client::default_deadline(args.max_tokens),
+            Duration::from_secs,
+        ),
         baseline,
     };
     let json = args.json;

@@ -12,6 +12,7 @@ mod plan;
 mod preflight;
 mod serve;
 mod show;
+mod tune;
 mod up;
 mod verify;
 
@@ -37,6 +38,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Serve(args) => serve::run(&settings, &args),
         Command::Bench(args) => bench::run(&settings, &args),
         Command::Verify(args) => verify::run(&settings, &args),
+        Command::Tune(args) => tune::run(&settings, &args),
         Command::Image(args) => image::run(&settings, &args),
         Command::Cache(args) => cache::run(&settings, &args),
         Command::Watchdog { parent, dir } => crate::process::watchdog::watch(parent, &dir),

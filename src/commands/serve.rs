@@ -22,8 +22,13 @@ pub(super) fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
         return Ok(0);
     }
     let s = settings.session(&recipe);
-    crate::process::catch_interrupts();
     let v = Variant::pick(&recipe, args.profile.as_deref())?;
+    if let Some(log) = &args.log {
+        let verdicts = pipeline::verdicts_from_capture(v, log, args.metrics.as_deref())?;
+        show::captured_verdicts(v.name, log, &verdicts, args.json);
+        return Ok(pipeline::verdict_code(&verdicts));
+    }
+    crate::process::catch_interrupts();
     let timeout = args.timeout.map(Duration::from_secs);
     let mut launched = pipeline::launch(s, v, args.detach, timeout, &mut show::say)?;
     let verdicts = pipeline::verdicts(&launched, false);

@@ -40,6 +40,27 @@ pub(super) fn verdicts(l: &Launched, verdicts: &[Verdict], json: bool) {
     }
 }
 
+/// Verdicts judged from a captured log (`kiln serve --log`).
+pub(super) fn captured_verdicts(
+    name: &str,
+    log: &std::path::Path,
+    verdicts: &[Verdict],
+    json: bool,
+) {
+    if json {
+        let v = serde_json::json!({ "profile": name, "log": log, "verdicts": verdicts });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).expect("verdicts serialize")
+        );
+    } else {
+        println!("profile `{name}` judged from {}", log.display());
+        for v in verdicts {
+            println!("{}", v.line());
+        }
+    }
+}
+
 /// A bench report: JSON, or its table; then where the history went.
 pub(super) fn bench(report: &crate::bench::Report, history: &std::path::Path, json: bool) {
     if json {

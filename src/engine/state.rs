@@ -1,4 +1,5 @@
-//! The state directory: receipts of finished steps, step logs, the run lock; atomic writes.
+//! One recipe's run state: receipts of finished steps, step logs, the run lock (paths from
+//! `StatePaths`).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -8,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::fingerprint::Fingerprint;
 use crate::error::{Error, Result};
-use crate::fs::{create_dir, write_atomic};
+use crate::fs::{create_dir, temp_owner, write_atomic};
 use crate::paths::StatePaths;
 
 /// Proof that a step succeeded and its check passed, for one fingerprint.
@@ -106,16 +107,34 @@ impl StateDir {
         file.set_len(0)
             .and_then(|()| write!(file, "{}", std::process::id()))
             .map_err(|e| Error::io("cannot write the lock file", e))?;
-        // A run killed inside `write_atomic` leaves its temp file; no writer is alive now.
-        if let Ok(entries) = std::fs::read_dir(self.paths.receipts(&self.recipe)) {
+        self.remove_leftovers();
+        Ok(RunLock { _file: file })
+    }
+
+    /// Temp files of runs killed inside [`write_atomic`] (SIGKILL, ENOSPC): receipts of every
+    /// recipe and the hash memo. Called under the lock, so no other kiln writes here now; a temp
+    /// file of this very process is left alone.
+    fn remove_leftovers(&self) {
+        let mut dirs = vec![self.paths.root().to_path_buf()];
+        if let Ok(runs) = std::fs::read_dir(self.paths.runs()) {
+            let recipes = runs
+                .flatten()
+                .map(|r| r.file_name().to_string_lossy().into_owned());
+            dirs.extend(recipes.map(|recipe| self.paths.receipts(&recipe)));
+        }
+        for dir in dirs {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                if name.starts_with('.') && name.contains(".tmp-") {
-                    let _ = std::fs::remove_file(e.path());
+                if let Some(pid) = temp_owner(&name) {
+                    if pid != std::process::id() {
+                        let _ = std::fs::remove_file(e.path());
+                    }
                 }
             }
         }
-        Ok(RunLock { _file: file })
     }
 }
 

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 pub(crate) use gpu::{query_gpus, Gpu};
 
 /// Fact names a recipe may use in `when` (and as `${host.NAME}`).
-pub(crate) const FACT_KEYS: &[&str] = &[
+pub const FACT_KEYS: &[&str] = &[
     "os",
     "arch",
     "kernel",
@@ -39,6 +39,7 @@ impl Facts {
     }
 
     /// Pin a fact (tests, and `KILN_FACT_<NAME>` for cross-targeting from another machine).
+    #[must_use]
     pub fn with_override(mut self, key: &str, value: &str) -> Self {
         self.overrides.insert(key.to_string(), value.to_string());
         self

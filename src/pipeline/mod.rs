@@ -36,8 +36,8 @@ mod stages;
 
 pub use report::{verdict_code, Report, ReportFiles};
 pub use stages::{
-    bench_fingerprint, greedy_ab, launch, launch_of, measure, verdicts, AbOptions, BenchOptions,
-    Launched, Variant,
+    bench_fingerprint, greedy_ab, greedy_outputs, launch, launch_of, measure, verdicts,
+    verdicts_from_capture, AbOptions, BenchOptions, Launched, Variant,
 };
 
 use crate::host::Facts;

@@ -189,10 +189,40 @@ pub fn verdicts(l: &Launched, served: bool) -> Vec<Verdict> {
 fn current_run(path: &std::path::Path) -> Option<Vec<String>> {
     let text = std::fs::read_to_string(path).ok()?;
     let lines: Vec<String> = text.lines().map(String::from).collect();
-    let start = lines
-        .iter()
-        .rposition(|l| l.starts_with("=== kiln serve"))?;
+    let start = latest_launch(&lines)?;
     Some(lines[start..].to_vec())
+}
+
+/// Where the latest launch's lines start in a server log.
+fn latest_launch(lines: &[String]) -> Option<usize> {
+    lines.iter().rposition(|l| l.starts_with("=== kiln serve"))
+}
+
+/// Verdicts of `v` from a log captured earlier (its latest launch) and the metrics page captured
+/// after its requests: nothing is launched; the server is taken to have answered requests.
+pub fn verdicts_from_capture(
+    v: Variant,
+    log: &std::path::Path,
+    metrics: Option<&std::path::Path>,
+) -> Result<Vec<Verdict>> {
+    let read = |p: &std::path::Path| {
+        std::fs::read(p)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .map_err(|e| Error::io(format!("cannot read {}", p.display()), e))
+    };
+    let sigs = v.signatures()?;
+    let all: Vec<String> = read(log)?.lines().map(String::from).collect();
+    let lines = match latest_launch(&all) {
+        Some(start) => all[start..].to_vec(),
+        None => all,
+    };
+    let metrics = metrics.map(read).transpose()?;
+    let ev = verdict::Evidence {
+        log: &lines,
+        metrics: metrics.as_deref(),
+        after_traffic: true,
+    };
+    Ok(verdict::judge(&sigs, v.profile, &ev))
 }
 
 /// Greedy A/B settings.
@@ -220,22 +250,30 @@ pub fn greedy_ab(
     opts: &AbOptions,
     say: &mut dyn FnMut(&str),
 ) -> Result<ab::Comparison> {
-    let mut outputs = Vec::new();
-    for v in [baseline, candidate] {
-        let launched = launch(s, v, false, None, say)?;
-        let Some(url) = launched.running.record.url.clone() else {
-            launched.stop(s);
-            return Err(Error::usage(
-                format!("profile `{}` has no port or url to query", v.name),
-                None,
-            ));
-        };
-        let got = ab::collect(&url, launched.running.api, opts.max_tokens);
+    let base = greedy_outputs(s, baseline, opts.max_tokens, say)?;
+    let cand = greedy_outputs(s, candidate, opts.max_tokens, say)?;
+    Ok(ab::compare(&base, &cand, opts.min_prefix))
+}
+
+/// Serve `v`, collect its greedy outputs for the A/B prompts (`max_tokens` each), stop it.
+pub fn greedy_outputs(
+    s: Session,
+    v: Variant,
+    max_tokens: u32,
+    say: &mut dyn FnMut(&str),
+) -> Result<Vec<Vec<String>>> {
+    let launched = launch(s, v, false, None, say)?;
+    let Some(url) = launched.running.record.url.clone() else {
         launched.stop(s);
-        outputs.push(got?);
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    Ok(ab::compare(&outputs[0], &outputs[1], opts.min_prefix))
+        return Err(Error::usage(
+            format!("profile `{}` has no port or url to query", v.name),
+            None,
+        ));
+    };
+    let got = ab::collect(&url, launched.running.api, max_tokens);
+    launched.stop(s);
+    std::thread::sleep(Duration::from_millis(200));
+    got
 }
 
 /// Smoke-bench settings.

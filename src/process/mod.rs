@@ -260,9 +260,35 @@ fn spawn_error(spec: &CommandSpec, e: std::io::Error) -> Error {
                     .into(),
             ),
         )
+    } else if let Some(what) = nul_byte_in(spec) {
+        Error::other(
+            format!("cannot run `{}`: {what} contains a NUL byte", spec.program.escape_debug()),
+            Some("a program's arguments and environment cannot hold NUL (\\0) bytes; check the value that produced it (a variable, an escape in the recipe)".into()),
+        )
     } else {
         Error::io(format!("cannot run `{}`", spec.display()), e)
     }
+}
+
+/// Which part of `spec` holds a NUL byte (the OS refuses to start such a command).
+fn nul_byte_in(spec: &CommandSpec) -> Option<String> {
+    if spec.program.contains('\0') {
+        return Some("the program name".into());
+    }
+    if let Some(i) = spec.args.iter().position(|a| a.contains('\0')) {
+        return Some(format!("argument {}", i + 1));
+    }
+    if let Some((k, _)) = spec
+        .env
+        .iter()
+        .find(|(k, v)| k.contains('\0') || v.contains('\0'))
+    {
+        return Some(format!("environment variable `{}`", k.escape_debug()));
+    }
+    spec.cwd
+        .as_ref()
+        .filter(|c| c.as_os_str().as_encoded_bytes().contains(&0))
+        .map(|_| "the working directory".into())
 }
 
 /// What a short command printed and how it ended (see [`capture_timeout`]).
@@ -377,6 +403,16 @@ pub(crate) fn group_alive(pgid: u32) -> bool {
     unsafe { libc::killpg(pgid as libc::pid_t, 0) == 0 }
 }
 
+/// Whether process `pid` exists (it may belong to someone else; a zombie counts).
+pub(crate) fn pid_exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
 /// Whether process `pid` exists and is not a zombie.
 pub(crate) fn pid_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -441,6 +477,11 @@ mod tests {
     /// The parent-death signal the child runs with (PR_GET_PDEATHSIG), read by the child itself.
     const PDEATHSIG: &str = "import ctypes; s = ctypes.c_int(); \
         ctypes.CDLL(None).prctl(2, ctypes.byref(s)); print(s.value)";
+
+    #[test]
+    fn this_process_exists() {
+        assert!(pid_exists(std::process::id()));
+    }
 
     #[test]
     fn every_way_to_run_a_child_ties_it_to_kiln() {

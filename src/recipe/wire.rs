@@ -140,6 +140,8 @@ pub(super) struct Step {
     pub archive: Option<Spanned<String>>,
     pub dest: Option<Spanned<String>>,
     pub strip_components: Option<Spanned<u32>>,
+    pub max_size: Option<Spanned<String>>,
+    pub keep_setid: Option<Spanned<bool>>,
 
     // kind = "python"
     pub venv: Option<Spanned<String>>,

@@ -80,6 +80,9 @@ struct WireRatio {
     metrics: Option<[String; 2]>,
     min: f64,
     what: String,
+    /// Judge every matching line on its own (one per loaded model) instead of summing them.
+    #[serde(default)]
+    each: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -138,6 +141,8 @@ pub struct Ratio {
     pub min: f64,
     /// What is counted ("layers on the GPU", "draft tokens accepted").
     pub what: String,
+    /// Every matching line must reach `min` on its own; the worst one is reported.
+    pub each: bool,
 }
 
 impl Signatures {
@@ -301,6 +306,7 @@ fn ratio(r: &WireRatio, feature: &str, origin: &str) -> Result<Ratio> {
         metrics: r.metrics.clone(),
         min: r.min,
         what: r.what.clone(),
+        each: r.each,
     })
 }
 

@@ -186,8 +186,19 @@ fn judge_ratio(f: &Feature, r: &Ratio, ev: &Evidence) -> Option<Verdict> {
             let (Ok(part), Ok(whole)) = (c[1].parse::<f64>(), c[2].parse::<f64>()) else {
                 continue;
             };
-            let (p, w, _) = found.take().unwrap_or_default();
-            found = Some((p + part, w + whole, line.trim().to_string()));
+            let line = line.trim().to_string();
+            found = Some(match found.take() {
+                // Each line on its own: keep the worst share.
+                Some((p, w, l)) if r.each => {
+                    if whole > 0.0 && (w <= 0.0 || part / whole < p / w) {
+                        (part, whole, line)
+                    } else {
+                        (p, w, l)
+                    }
+                }
+                Some((p, w, _)) => (p + part, w + whole, line),
+                None => (part, whole, line),
+            });
         }
     }
     if let (None, Some([part, whole]), Some(text)) = (&found, &r.metrics, ev.metrics) {

@@ -5,14 +5,20 @@
 // A scenario test reads top to bottom, setup to last assertion.
 #![allow(clippy::too_many_lines)]
 
+mod archive_safety;
 mod bench;
 mod common;
 mod cuda_step;
 mod doctor;
 mod engine;
+mod faults;
 mod fetch_extract;
 mod fleet;
+mod fuzz;
+mod gpu_replay;
 mod image;
+mod input_limits;
+mod net_deadlines;
 mod patch;
 mod patch_step;
 mod python_step;

@@ -77,7 +77,14 @@ pub(super) const KINDS: &[Kind] = &[
     Kind {
         name: "extract",
         output: Some(extract_path),
-        keys: &["from", "archive", "dest", "strip_components"],
+        keys: &[
+            "from",
+            "archive",
+            "dest",
+            "strip_components",
+            "max_size",
+            "keep_setid",
+        ],
         validate: extract,
     },
     Kind {
@@ -241,6 +248,14 @@ fn extract(k: &mut KindInput) -> Result<StepKind> {
         archive,
         dest: k.r.path(file, dest, k.cwd)?,
         strip_components: s.strip_components.as_ref().map_or(0, |n| *n.get_ref()),
+        max_size: match &s.max_size {
+            None => None,
+            Some(m) => Some(crate::units::parse_size(m.get_ref()).map_err(|e| {
+                k.r.diag(file, m.span(), e)
+                    .with_hint("e.g. `max_size = \"200GiB\"` (default 64GiB)")
+            })?),
+        },
+        keep_setid: s.keep_setid.as_ref().is_some_and(|b| *b.get_ref()),
     })
 }
 

@@ -449,6 +449,12 @@ pub(super) fn kind_specific_keys(s: &wire::Step) -> Vec<(&'static str, std::ops:
     if let Some(x) = &s.strip_components {
         v.push(("strip_components", x.span()));
     }
+    if let Some(x) = &s.max_size {
+        v.push(("max_size", x.span()));
+    }
+    if let Some(x) = &s.keep_setid {
+        v.push(("keep_setid", x.span()));
+    }
     if let Some(x) = &s.venv {
         v.push(("venv", x.span()));
     }
