@@ -20,4 +20,5 @@ mod python_step;
 mod recipes;
 mod serve;
 mod shipped;
+mod tune;
 mod up_e2e;
