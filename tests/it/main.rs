@@ -26,4 +26,5 @@ mod recipes;
 mod report_html;
 mod serve;
 mod shipped;
+mod tune;
 mod up_e2e;
