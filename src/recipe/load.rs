@@ -118,7 +118,6 @@ fn read_tree(
     seen: &mut Vec<Origin>,
     roots: &Roots,
 ) -> Result<()> {
-    let shipped_root = roots.shipped;
     let located = |loaded: &Loaded, message: String, hint: &str| -> Error {
         match imported_at {
             Some((file, span)) => loaded
@@ -147,55 +146,14 @@ fn read_tree(
             "flatten the chain: import the shared files from the recipe itself",
         ));
     }
-    let file = match origin {
-        Origin::Disk(path) => {
-            if imported_at.is_some() {
-                if let Err((message, hint)) = import_allowed(path, &identity, roots.tree) {
-                    return Err(located(loaded, message, &hint));
-                }
-            }
-            let text = match read_text(path) {
-                Ok(text) => text,
-                Err(ReadError::Utf8(d)) => return Err((*d).into()),
-                Err(ReadError::Other(e)) => {
-                    return Err(match imported_at {
-                        Some(_) => located(
-                            loaded,
-                            format!("cannot read imported file {}: {e}", path.display()),
-                            "imports are relative to the importing file",
-                        ),
-                        None => Error::usage(
-                            format!("cannot read recipe {}: {e}", path.display()),
-                            Some(format!(
-                                "shipped recipes: {}; or pass the path of a recipe file",
-                                shipped::recipe_names().join(", ")
-                            )),
-                        ),
-                    })
-                }
-            };
-            SourceFile {
-                path: path.clone(),
-                text,
-                dir: Some(path.parent().map(Path::to_path_buf).unwrap_or_default()),
-            }
-        }
-        Origin::Embedded(key) => {
-            let text = shipped::get(key).ok_or_else(|| {
-                located(
-                    loaded,
-                    format!("no shipped file `{key}`"),
-                    "shipped recipes may import only other shipped files",
-                )
-            })?;
-            SourceFile {
-                path: PathBuf::from(format!("<kiln>/{key}")),
-                text: text.to_string(),
-                // Materialized copies of the shipped files: companion scripts resolve there.
-                dir: shipped_root.join(key).parent().map(Path::to_path_buf),
-            }
-        }
-    };
+    let file = source_file(
+        origin,
+        imported_at.is_some(),
+        &identity,
+        loaded,
+        roots,
+        &located,
+    )?;
     let id = loaded.sources.add(file);
     let parsed: wire::File = loaded.sources.parse(id).map_err(|d| {
         if is_toml(&loaded.sources.files[id].path) {
@@ -237,6 +195,68 @@ fn read_tree(
     seen.push(identity);
     loaded.files.push((id, parsed));
     Ok(())
+}
+
+/// The text of `origin` (read from disk, or shipped), refused with `located` where an import may
+/// not go or cannot be read.
+fn source_file(
+    origin: &Origin,
+    imported: bool,
+    identity: &Origin,
+    loaded: &Loaded,
+    roots: &Roots,
+    located: &dyn Fn(&Loaded, String, &str) -> Error,
+) -> Result<SourceFile> {
+    Ok(match origin {
+        Origin::Disk(path) => {
+            if imported {
+                if let Err((message, hint)) = import_allowed(path, identity, roots.tree) {
+                    return Err(located(loaded, message, &hint));
+                }
+            }
+            let text = match read_text(path) {
+                Ok(text) => text,
+                Err(ReadError::Utf8(d)) => return Err((*d).into()),
+                Err(ReadError::Other(e)) => {
+                    return Err(if imported {
+                        located(
+                            loaded,
+                            format!("cannot read imported file {}: {e}", path.display()),
+                            "imports are relative to the importing file",
+                        )
+                    } else {
+                        Error::usage(
+                            format!("cannot read recipe {}: {e}", path.display()),
+                            Some(format!(
+                                "shipped recipes: {}; or pass the path of a recipe file",
+                                shipped::recipe_names().join(", ")
+                            )),
+                        )
+                    })
+                }
+            };
+            SourceFile {
+                path: path.clone(),
+                text,
+                dir: Some(path.parent().map(Path::to_path_buf).unwrap_or_default()),
+            }
+        }
+        Origin::Embedded(key) => {
+            let text = shipped::get(key).ok_or_else(|| {
+                located(
+                    loaded,
+                    format!("no shipped file `{key}`"),
+                    "shipped recipes may import only other shipped files",
+                )
+            })?;
+            SourceFile {
+                path: PathBuf::from(format!("<kiln>/{key}")),
+                text: text.to_string(),
+                // Materialized copies of the shipped files: companion scripts resolve there.
+                dir: roots.shipped.join(key).parent().map(Path::to_path_buf),
+            }
+        }
+    })
 }
 
 fn is_toml(path: &Path) -> bool {
