@@ -149,7 +149,8 @@ pub fn verdicts(l: &Launched, served: bool) -> Vec<Verdict> {
         };
         after_traffic = bench::client::generate(url, running.api, &req).is_ok();
     }
-    let log = current_run(&running.record.log).unwrap_or_else(|| running.log.clone());
+    let log =
+        current_run(&running.record.log, running.log_start).unwrap_or_else(|| running.log.clone());
     let metrics = url
         .zip(l.sigs.metrics.as_deref())
         .and_then(|(u, path)| serve::fetch_text(&format!("{}{path}", u.trim_end_matches('/'))));
@@ -186,9 +187,16 @@ pub fn verdicts(l: &Launched, served: bool) -> Vec<Verdict> {
 
 /// The lines of the server log written by the latest launch (the log is appended to, one
 /// `=== kiln serve` header per launch).
-fn current_run(path: &std::path::Path) -> Option<Vec<String>> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let lines: Vec<String> = text.lines().map(String::from).collect();
+fn current_run(path: &std::path::Path, start: u64) -> Option<Vec<String>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    f.seek(SeekFrom::Start(start)).ok()?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).ok()?;
+    let lines: Vec<String> = String::from_utf8_lossy(&bytes)
+        .lines()
+        .map(String::from)
+        .collect();
     let start = latest_launch(&lines)?;
     Some(lines[start..].to_vec())
 }

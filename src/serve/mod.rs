@@ -62,6 +62,9 @@ pub struct Running {
     pub record: Record,
     pub api: Api,
     pub log: Vec<String>,
+    /// Where this launch's lines start in `record.log` (the file is appended to, launch after
+    /// launch): verdicts read from here instead of the whole file.
+    pub log_start: u64,
     pub ready_after: Duration,
     child: Option<Detached>,
 }
@@ -144,6 +147,7 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
     create_dir(&l.paths.serve_dir())?;
     let mut spec = CommandSpec::new(program.clone(), rest.iter().chain(&p.args).cloned());
     spec.env = p.env.clone();
+    let log_start;
     {
         use std::io::Write;
         let mut f = std::fs::OpenOptions::new()
@@ -151,6 +155,7 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
             .append(true)
             .open(&log_path)
             .map_err(|e| Error::io(format!("cannot open {}", log_path.display()), e))?;
+        log_start = f.metadata().map_or(0, |m| m.len());
         let _ = writeln!(
             f,
             "=== kiln serve {} --profile {}: {}",
@@ -189,6 +194,7 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
         log_path.display()
     ));
     let mut running = Running {
+        log_start,
         record,
         api,
         log: Vec::new(),
