@@ -103,7 +103,7 @@ impl fmt::Display for Diagnostic {
 }
 
 /// The closest candidate to `word` by edit distance, if it is close enough to be a likely typo.
-pub fn did_you_mean<'a>(
+pub(crate) fn did_you_mean<'a>(
     word: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {

@@ -116,7 +116,6 @@ impl Error {
 
     pub fn hint(&self) -> Option<String> {
         match self {
-            Error::Source(_) => None,
             Error::RecipeNotFound { name, known } => Some(
                 match crate::diagnostic::did_you_mean(name, known.iter().map(String::as_str)) {
                     Some(best) => format!("did you mean `{best}`?"),
@@ -151,7 +150,7 @@ impl Error {
             Error::Usage { hint, .. } | Error::Other { hint, .. } => hint.clone(),
             Error::ArchiveRefused { hint, .. } => Some(hint.clone()),
             Error::Io { source, .. } => io_hint(source),
-            Error::RunFailed { .. } => None,
+            Error::Source(_) | Error::RunFailed { .. } => None,
         }
     }
 

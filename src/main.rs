@@ -1,3 +1,6 @@
+// main prints the error that ended the run.
+#![allow(clippy::print_stderr)]
+
 use std::process::ExitCode;
 
 use clap::Parser;

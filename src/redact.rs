@@ -1,7 +1,7 @@
 //! Keeping secrets (HF_TOKEN and friends) out of logs, receipts and reports.
 
 /// Whether an environment variable's name looks like it holds a secret.
-pub fn is_secret_name(name: &str) -> bool {
+pub(crate) fn is_secret_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     [
         "TOKEN",
@@ -19,13 +19,13 @@ pub fn is_secret_name(name: &str) -> bool {
 
 /// Replaces known secret values with `***`.
 #[derive(Debug, Clone, Default)]
-pub struct Redactor {
+pub(crate) struct Redactor {
     secrets: Vec<String>,
 }
 
 impl Redactor {
     /// Secrets from this process's environment plus `extra` (name, value) pairs.
-    pub fn from_env<'a>(extra: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+    pub(crate) fn from_env<'a>(extra: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
         let mut secrets: Vec<String> = std::env::vars()
             .filter(|(k, _)| is_secret_name(k))
             .map(|(_, v)| v)
@@ -43,7 +43,7 @@ impl Redactor {
         Redactor { secrets }
     }
 
-    pub fn redact(&self, line: &str) -> String {
+    pub(crate) fn redact(&self, line: &str) -> String {
         let mut out = line.to_string();
         for s in &self.secrets {
             if out.contains(s.as_str()) {

@@ -1,6 +1,9 @@
 //! How the engine talks to the user: the `Reporter` trait and its terminal, plain and JSON forms.
 //! The engine only ever sees `&dyn Reporter`; indicatif lives in the terminal form alone.
 
+// The reporter is how the engine talks to the user: it prints.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Mutex;
@@ -32,7 +35,7 @@ pub trait Reporter: Send + Sync {
 }
 
 /// Plain lines on stderr (not a terminal, or `--no-progress`).
-pub struct PlainReporter;
+pub(crate) struct PlainReporter;
 
 impl Reporter for PlainReporter {
     fn run_started(&self, recipe: &str, to_run: usize, total: usize) {
@@ -77,7 +80,7 @@ fn secs(d: Duration) -> String {
 }
 
 /// Spinners per running step and an overall bar, on a terminal.
-pub struct ProgressReporter {
+pub(crate) struct ProgressReporter {
     multi: MultiProgress,
     overall: Mutex<Option<ProgressBar>>,
     spinners: Mutex<BTreeMap<String, ProgressBar>>,
@@ -159,7 +162,7 @@ impl Reporter for ProgressReporter {
 
 /// One JSON object per line on stdout (`--json`).
 #[derive(Default)]
-pub struct JsonReporter {
+pub(crate) struct JsonReporter {
     out: Mutex<()>,
 }
 

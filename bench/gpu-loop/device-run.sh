@@ -20,7 +20,9 @@ kiln=$carry/kiln
 chmod +x "$kiln"
 summary=$OUT/summary.txt
 say() { echo "== $(date +%T) $*" | tee -a "$summary"; }
-src=(--set "src_url=file://$carry/llama-src.tar.gz" --set "src_sha256=$(sha256sum "$carry/llama-src.tar.gz" | cut -d' ' -f1)")
+src=()
+[[ -f $carry/llama-src.tar.gz ]] &&
+  src=(--set "src_url=file://$carry/llama-src.tar.gz" --set "src_sha256=$(sha256sum "$carry/llama-src.tar.gz" | cut -d' ' -f1)")
 
 stop_server() { "$kiln" serve llama-cuda --stop >/dev/null 2>&1 || true; }
 metrics() { python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:30090/metrics',timeout=10).read().decode())" >"$res/metrics-$1.txt" 2>&1 || true; }
@@ -52,11 +54,28 @@ if [[ $modes == *" up "* ]]; then
   done
 fi
 
+# `prebuilt`: a llama-server built by an earlier machine (.carry/llama-server.gz) and the models
+# written as the recipe's model steps write them; for a short device lease that cannot rebuild.
+if [[ $modes == *" prebuilt "* ]]; then
+  say "installing the prebuilt llama-server and writing the models"
+  w=$KILN_HOME/work/llama-cuda
+  mkdir -p "$w/bin" "$w/model"
+  gzip -dc "$carry/llama-server.gz" >"$w/bin/llama-server" && chmod +x "$w/bin/llama-server"
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site "$carry"/wheels/gguf-*.whl
+  gen() { PYTHONPATH=/tmp/site python3 recipes/tiny-cpu/make_tiny_gguf.py --vocab "$carry/vocab.gguf" \
+    --logit-std 40 --residual-scale 0.05 "$@"; }
+  gen --out "$w/model/target.gguf" --embd 2048 --layers 16 --ff 5632 --heads 16 --seed 1234 | tee -a "$summary"
+  gen --out "$w/model/draft-mismatch.gguf" --seed 99 | tee -a "$summary"
+  say "kiln verify llama-cuda --profile spec (greedy A/B against baseline)"
+  "$kiln" verify llama-cuda --profile spec >"$res/verify-spec.out" 2>"$res/verify-spec.err"
+  echo "exit $?" | tee -a "$summary"; cat "$res/verify-spec.out" | tee -a "$summary"
+fi
+
 if [[ $modes == *" tune "* ]]; then
   for method in grid halving; do
     say "kiln tune llama-cuda --method $method"
     /usr/bin/time -f "wall %e s" "$kiln" tune llama-cuda --profile spec --method "$method" \
-      --vary draft_max=2,4,8,16 --vary ubatch=256,1024 "${src[@]}" \
+      --vary draft_max=2,4,8,16 --vary ubatch=256,1024 --max-tokens "${TUNE_MAX_TOKENS:-2048}" \
       >"$res/tune-$method.out" 2>"$res/tune-$method.err"
     echo "exit $?" | tee -a "$summary"
     tail -14 "$res/tune-$method.out" | tee -a "$summary"

@@ -77,7 +77,9 @@ pub fn compare(
             Some(_) => "wrong output",
         };
         prompts.push(PromptResult {
-            prompt: PROMPTS.get(i).map_or(String::new(), |p| p.to_string()),
+            prompt: PROMPTS
+                .get(i)
+                .map_or(String::new(), std::string::ToString::to_string),
             agree,
             total,
             first_divergence: first,

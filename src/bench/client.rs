@@ -5,35 +5,12 @@ use std::io::{BufRead, BufReader, Read};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
+use super::protocol;
 use crate::error::{Error, Result};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Api {
-    Sglang,
-    Openai,
-}
-
-impl Api {
-    pub fn parse(s: &str) -> Result<Api> {
-        match s {
-            "sglang" => Ok(Api::Sglang),
-            "openai" => Ok(Api::Openai),
-            _ => Err(Error::usage(
-                format!("unknown api `{s}`"),
-                Some("use `sglang` or `openai`".into()),
-            )),
-        }
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            Api::Sglang => "sglang",
-            Api::Openai => "openai",
-        }
-    }
-}
+pub use crate::recipe::Api;
 
 /// What one streamed request measured.
 #[derive(Debug, Clone, Serialize)]
@@ -95,32 +72,7 @@ pub struct Request<'a> {
 /// Stream one completion from `base` (e.g. `http://127.0.0.1:30000`).
 pub fn generate(base: &str, api: Api, req: &Request) -> Result<Generation> {
     let base = base.trim_end_matches('/');
-    let (path, body) = match api {
-        Api::Sglang => (
-            "/generate",
-            json!({
-                "text": req.prompt,
-                "stream": true,
-                "sampling_params": {
-                    "max_new_tokens": req.max_tokens,
-                    "temperature": if req.greedy { 0.0 } else { 1.0 },
-                    "ignore_eos": req.ignore_eos,
-                },
-            }),
-        ),
-        Api::Openai => (
-            "/v1/completions",
-            json!({
-                "prompt": req.prompt,
-                "max_tokens": req.max_tokens,
-                "temperature": if req.greedy { 0.0 } else { 1.0 },
-                "stream": true,
-                "ignore_eos": req.ignore_eos,
-                "stream_options": {"include_usage": true},
-                "cache_prompt": false,
-            }),
-        ),
-    };
+    let (path, body) = (api.spec().endpoint, protocol::request(api, req));
     let url = format!("{base}{path}");
     let agent = ureq::AgentBuilder::new()
         .timeout_connect(Duration::from_secs(5))
@@ -173,81 +125,38 @@ pub fn generate(base: &str, api: Api, req: &Request) -> Result<Generation> {
             ));
         }
         let now = start.elapsed().as_secs_f64();
-        match api {
-            Api::Sglang => s.sglang_chunk(&v, now),
-            Api::Openai => s.openai_chunk(&v, now),
-        }
+        protocol::chunk(api, &mut s, &v, now);
     }
     s.finish(api)
 }
 
+/// What a streamed response has shown so far (`protocol::chunk` feeds it).
 #[derive(Default)]
-struct Stream {
+pub(super) struct Stream {
     first: Option<(f64, u64)>,
     last: f64,
     count: u64,
-    server_tokens: Option<u64>,
-    prompt_tokens: Option<u64>,
-    server_rate: Option<f64>,
-    verify_ct: Option<u64>,
-    finish: Option<String>,
-    pieces: Vec<String>,
-    text: String,
+    pub(super) server_tokens: Option<u64>,
+    pub(super) prompt_tokens: Option<u64>,
+    pub(super) server_rate: Option<f64>,
+    pub(super) verify_ct: Option<u64>,
+    pub(super) finish: Option<String>,
+    pub(super) pieces: Vec<String>,
+    pub(super) text: String,
 }
 
 impl Stream {
-    fn saw_tokens(&mut self, now: f64, total: u64) {
+    /// Tokens so far (`total`, cumulative) at `now` seconds.
+    /// Tokens streamed so far.
+    pub(super) fn count(&self) -> u64 {
+        self.count
+    }
+
+    pub(super) fn saw_tokens(&mut self, now: f64, total: u64) {
         if total > self.count {
             self.first.get_or_insert((now, total));
             self.last = now;
             self.count = total;
-        }
-    }
-
-    fn sglang_chunk(&mut self, v: &Value, now: f64) {
-        let meta = &v["meta_info"];
-        if let Some(ids) = v["output_ids"].as_array() {
-            // Cumulative unless the server runs with --stream-output.
-            let ids: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
-            if ids.len() as u64 >= self.pieces.len() as u64 && ids.starts_with(&self.pieces) {
-                self.pieces = ids;
-            } else {
-                self.pieces.extend(ids);
-            }
-        }
-        if let Some(t) = v["text"].as_str() {
-            self.text = t.to_string();
-        }
-        let total = meta["completion_tokens"]
-            .as_u64()
-            .unwrap_or(self.pieces.len() as u64);
-        self.saw_tokens(now, total);
-        self.server_tokens = meta["completion_tokens"].as_u64().or(self.server_tokens);
-        self.prompt_tokens = meta["prompt_tokens"].as_u64().or(self.prompt_tokens);
-        self.verify_ct = meta["spec_verify_ct"].as_u64().or(self.verify_ct);
-        if let Some(f) = meta["finish_reason"].get("type").and_then(Value::as_str) {
-            self.finish = Some(f.to_string());
-        }
-    }
-
-    fn openai_chunk(&mut self, v: &Value, now: f64) {
-        if let Some(choice) = v["choices"].as_array().and_then(|c| c.first()) {
-            if let Some(t) = choice["text"].as_str().filter(|t| !t.is_empty()) {
-                self.pieces.push(t.to_string());
-                self.text.push_str(t);
-                let n = self.count + 1;
-                self.saw_tokens(now, n);
-            }
-            if let Some(f) = choice["finish_reason"].as_str() {
-                self.finish = Some(f.to_string());
-            }
-        }
-        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-            self.server_tokens = u["completion_tokens"].as_u64();
-            self.prompt_tokens = u["prompt_tokens"].as_u64();
-        }
-        if let Some(r) = v["timings"]["predicted_per_second"].as_f64() {
-            self.server_rate = Some(r);
         }
     }
 

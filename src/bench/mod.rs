@@ -4,6 +4,7 @@
 pub mod ab;
 pub mod client;
 pub mod plot;
+mod protocol;
 pub mod stats;
 
 use std::path::Path;
@@ -11,8 +12,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::hashing::sha256_bytes;
 use crate::error::{Error, Result};
+use crate::hash::sha256_bytes;
+use crate::paths::StatePaths;
 use client::{Api, Generation, Request};
 use stats::Summary;
 
@@ -78,54 +80,7 @@ pub fn server_fingerprint(base: &str, api: Api) -> (String, String, String) {
             .filter(|(c, _)| *c == 200)
             .and_then(|(_, b)| serde_json::from_str::<serde_json::Value>(&b).ok())
     };
-    let hash = |v: &serde_json::Value| sha256_bytes(v.to_string().as_bytes())[..16].to_string();
-    match api {
-        Api::Sglang => match get("/server_info").or_else(|| get("/get_server_info")) {
-            Some(mut v) => {
-                let version = format!("sglang {}", v["version"].as_str().unwrap_or("?"));
-                let model = v["model_path"].as_str().unwrap_or("?").to_string();
-                if let Some(o) = v.as_object_mut() {
-                    for volatile in [
-                        "internal_states",
-                        "status",
-                        "version",
-                        "max_total_num_tokens",
-                        "max_req_input_len",
-                    ] {
-                        o.remove(volatile);
-                    }
-                }
-                (version, model, hash(&v))
-            }
-            None => ("sglang ?".into(), "?".into(), "?".into()),
-        },
-        Api::Openai => match get("/props") {
-            Some(v) => {
-                let build = v["build_info"]
-                    .as_str()
-                    .map_or("openai-compatible".to_string(), |b| {
-                        format!("llama.cpp {b}")
-                    });
-                let model = v["model_alias"]
-                    .as_str()
-                    .or(v["model_path"].as_str())
-                    .unwrap_or("?")
-                    .to_string();
-                let args = serde_json::json!([
-                    v["model_path"],
-                    v["total_slots"],
-                    v["default_generation_settings"]["n_ctx"]
-                ]);
-                (build, model, hash(&args))
-            }
-            None => {
-                let model = get("/v1/models")
-                    .and_then(|v| v["data"][0]["id"].as_str().map(String::from))
-                    .unwrap_or_else(|| "?".into());
-                ("openai-compatible".into(), model, "?".into())
-            }
-        },
-    }
+    protocol::fingerprint(api, &get)
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -400,10 +355,10 @@ impl Report {
 }
 
 /// Append a report to `<state>/bench/history.jsonl`.
-pub fn append_history(state_dir: &Path, report: &Report) -> Result<std::path::PathBuf> {
+pub fn append_history(paths: &StatePaths, report: &Report) -> Result<std::path::PathBuf> {
     use std::io::Write;
-    let dir = state_dir.join("bench");
-    crate::engine::state::create_dir(&dir)?;
+    let dir = paths.bench();
+    crate::fs::create_dir(&dir)?;
     let path = dir.join("history.jsonl");
     let mut f = std::fs::OpenOptions::new()
         .create(true)

@@ -1,5 +1,17 @@
 //! A hand-written SVG: per-run tok/s bars, with the baseline median as a dashed line.
 
+/// The plot of a bench report: decode tok/s per run (end-to-end where the server reports no
+/// decode rate), with its gate's baseline median.
+pub fn of_report(r: &super::Report) -> String {
+    let values: Vec<f64> = r
+        .runs
+        .iter()
+        .map(|run| run.decode_tok_s.unwrap_or(run.e2e_tok_s))
+        .collect();
+    let title = format!("kiln bench {} ({})", r.url, r.fingerprint_id);
+    svg(&title, &values, r.gate.as_ref().map(|g| g.baseline_median))
+}
+
 pub fn svg(title: &str, runs: &[f64], baseline_median: Option<f64>) -> String {
     let (w, h, left, bottom, top) = (640.0_f64, 360.0_f64, 60.0_f64, 40.0_f64, 40.0_f64);
     let ymax = runs

@@ -1,15 +1,15 @@
 //! `kiln cache export|import`: the wheel cache as a tar archive with a sha256 manifest, verified
 //! file by file on import before anything enters the cache.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Component, Path};
 
 use serde::{Deserialize, Serialize};
 
 use super::wheels::{Entry, WheelCache};
-use crate::engine::hashing::sha256_reader;
 use crate::error::{Error, Result};
+use crate::hash::sha256_reader;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Manifest {
@@ -21,7 +21,7 @@ struct Manifest {
 const FORMAT: &str = "kiln-wheel-cache-v1";
 
 /// Write every entry of `cache` into a tar archive at `out`. Returns the number of entries.
-pub fn export(cache: &WheelCache, out: &Path) -> Result<usize> {
+pub(crate) fn export(cache: &WheelCache, out: &Path) -> Result<usize> {
     let entries = cache.list();
     let mut files = BTreeMap::new();
     for (id, entry) in &entries {
@@ -72,7 +72,7 @@ fn entry_files(cache: &WheelCache, id: &str, entry: &Entry) -> Vec<(String, std:
 }
 
 /// Verify and import an archive made by `export`. Returns the number of entries imported.
-pub fn import(cache: &WheelCache, archive: &Path) -> Result<usize> {
+pub(crate) fn import(cache: &WheelCache, archive: &Path) -> Result<usize> {
     let bad = |why: String| {
         Error::other(
             format!("cannot import {}: {why}", archive.display()),
@@ -87,7 +87,7 @@ pub fn import(cache: &WheelCache, archive: &Path) -> Result<usize> {
             .map_err(|e| Error::io(format!("cannot read {}", archive.display()), e))?;
         let mut tar = tar::Archive::new(f);
         let mut manifest: Option<Manifest> = None;
-        let mut seen = BTreeMap::new();
+        let mut seen = BTreeSet::new();
         for entry in tar.entries().map_err(|e| bad(e.to_string()))? {
             let mut entry = entry.map_err(|e| bad(e.to_string()))?;
             let path = entry.path().map_err(|e| bad(e.to_string()))?.into_owned();
@@ -116,9 +116,7 @@ pub fn import(cache: &WheelCache, archive: &Path) -> Result<usize> {
                 return Err(bad(format!("`{name}` is not in the manifest")));
             };
             let target = staging.join(&path);
-            crate::engine::state::create_dir(
-                target.parent().expect("archive paths have a parent"),
-            )?;
+            crate::fs::create_dir(target.parent().expect("archive paths have a parent"))?;
             entry.unpack(&target).map_err(|e| bad(e.to_string()))?;
             let (sha, _) = sha256_reader(File::open(&target).map_err(|e| bad(e.to_string()))?)
                 .map_err(|e| bad(e.to_string()))?;
@@ -127,13 +125,13 @@ pub fn import(cache: &WheelCache, archive: &Path) -> Result<usize> {
                     "sha256 of `{name}` is {sha}, the manifest says {expected}"
                 )));
             }
-            seen.insert(name, ());
+            seen.insert(name);
         }
         let m = manifest.ok_or_else(|| bad("no manifest.json".into()))?;
         if m.format != FORMAT {
             return Err(bad(format!("unknown format `{}`", m.format)));
         }
-        if let Some(missing) = m.files.keys().find(|k| !seen.contains_key(*k)) {
+        if let Some(missing) = m.files.keys().find(|k| !seen.contains(*k)) {
             return Err(bad(format!(
                 "`{missing}` is listed in the manifest but missing"
             )));
@@ -164,9 +162,9 @@ pub fn import(cache: &WheelCache, archive: &Path) -> Result<usize> {
 }
 
 fn tempdir_near(root: &Path) -> Result<std::path::PathBuf> {
-    crate::engine::state::create_dir(root)?;
+    crate::fs::create_dir(root)?;
     let dir = root.join(format!(".import-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    crate::engine::state::create_dir(&dir)?;
+    crate::fs::create_dir(&dir)?;
     Ok(dir)
 }

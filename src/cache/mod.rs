@@ -1,4 +1,4 @@
 //! kiln's caches: the compiled-wheel cache and its portable archives.
 
-pub mod archive;
-pub mod wheels;
+pub(crate) mod archive;
+pub(crate) mod wheels;

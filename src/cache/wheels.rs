@@ -9,12 +9,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::hashing::{sha256_bytes, sha256_reader};
-use crate::engine::state::{create_dir, write_atomic};
 use crate::error::{Error, Result};
+use crate::fs::{create_dir, write_atomic};
+use crate::hash::{sha256_bytes, sha256_reader};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WheelKey {
+pub(crate) struct WheelKey {
     pub package: String,
     pub version: String,
     pub source_sha256: String,
@@ -28,13 +28,13 @@ pub struct WheelKey {
 
 impl WheelKey {
     /// The entry id: sha256 of the canonical JSON of the key.
-    pub fn id(&self) -> String {
+    pub(crate) fn id(&self) -> String {
         sha256_bytes(&serde_json::to_vec(self).expect("keys serialize"))
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub key: WheelKey,
     /// File name of the wheel inside the entry directory.
     pub wheel: String,
@@ -44,21 +44,22 @@ pub struct Entry {
 }
 
 /// Environment variables that only change how fast a build runs, not what it produces.
-pub const PARALLELISM_VARS: &[&str] = &[
+pub(crate) const PARALLELISM_VARS: &[&str] = &[
     "MAX_JOBS",
     "NVCC_THREADS",
     "CMAKE_BUILD_PARALLEL_LEVEL",
     "FLASHINFER_NVCC_THREADS",
 ];
 
-pub struct WheelCache {
+pub(crate) struct WheelCache {
     pub root: PathBuf,
 }
 
 impl WheelCache {
-    pub fn new(cache_dir: &Path) -> Self {
+    /// The cache rooted at `root` (`StatePaths::wheels`).
+    pub(crate) fn new(root: &Path) -> Self {
         WheelCache {
-            root: cache_dir.join("wheels"),
+            root: root.to_path_buf(),
         }
     }
 
@@ -67,7 +68,7 @@ impl WheelCache {
     }
 
     /// The cached wheel for `key`, verified against its recorded sha256.
-    pub fn lookup(&self, key: &WheelKey) -> Result<Option<(Entry, PathBuf)>> {
+    pub(crate) fn lookup(&self, key: &WheelKey) -> Result<Option<(Entry, PathBuf)>> {
         let dir = self.entry_dir(&key.id());
         let Some(entry) = read_entry(&dir) else {
             return Ok(None);
@@ -91,7 +92,7 @@ impl WheelCache {
     }
 
     /// Store `wheel` under `key`; returns the cached path.
-    pub fn insert(&self, key: &WheelKey, wheel: &Path) -> Result<PathBuf> {
+    pub(crate) fn insert(&self, key: &WheelKey, wheel: &Path) -> Result<PathBuf> {
         let name = wheel
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -115,7 +116,7 @@ impl WheelCache {
     }
 
     /// Store a wheel whose entry is already known (import, remote pull); the sha256 must match.
-    pub fn insert_entry(&self, entry: &Entry, wheel: &Path) -> Result<PathBuf> {
+    pub(crate) fn insert_entry(&self, entry: &Entry, wheel: &Path) -> Result<PathBuf> {
         let id = entry.key.id();
         let dir = self.entry_dir(&id);
         if read_entry(&dir).is_some() {
@@ -158,11 +159,11 @@ impl WheelCache {
         if result.is_err() {
             let _ = std::fs::remove_dir_all(&staging);
         }
-        result.map(|_| dir.join(&entry.wheel))
+        result.map(|()| dir.join(&entry.wheel))
     }
 
     /// Every complete entry, sorted by package and version.
-    pub fn list(&self) -> Vec<(String, Entry)> {
+    pub(crate) fn list(&self) -> Vec<(String, Entry)> {
         let mut out: Vec<(String, Entry)> = std::fs::read_dir(&self.root)
             .into_iter()
             .flatten()
@@ -185,13 +186,13 @@ impl WheelCache {
         out
     }
 
-    pub fn wheel_path(&self, id: &str, entry: &Entry) -> PathBuf {
+    pub(crate) fn wheel_path(&self, id: &str, entry: &Entry) -> PathBuf {
         self.entry_dir(id).join(&entry.wheel)
     }
 
     /// Remove staging leftovers, unreadable or corrupt entries, and entries older than `max_age_secs`.
     /// Returns the removed directories with the reason.
-    pub fn gc(&self, max_age_secs: Option<u64>) -> Result<Vec<(String, String)>> {
+    pub(crate) fn gc(&self, max_age_secs: Option<u64>) -> Result<Vec<(String, String)>> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());

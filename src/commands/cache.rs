@@ -5,10 +5,10 @@ use crate::cache::{archive, wheels::WheelCache};
 use crate::cli::{CacheArgs, CacheCommand};
 use crate::error::{Error, Result};
 use crate::oci::{self, reference::Reference};
-use crate::recipe::units::{format_size, parse_duration};
+use crate::units::{format_size, parse_duration};
 
-pub fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
-    let cache = WheelCache::new(&settings.cache_dir);
+pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
+    let cache = WheelCache::new(&settings.paths.wheels());
     match &args.command {
         CacheCommand::Ls { json } => {
             let entries = cache.list();

@@ -9,7 +9,7 @@ use crate::doctor::{self, Inputs};
 use crate::error::{Error, Result};
 use crate::recipe::{Recipe, StepKind};
 
-pub fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
+pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
     let known: Vec<&'static str> = doctor::all_checks().iter().map(|d| d.id).collect();
     for id in &args.checks {
         if !known.contains(&id.as_str()) {
@@ -30,8 +30,8 @@ pub fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
         python: args.python.clone(),
         site_packages: args.site_packages.clone(),
         deep: args.deep,
-        state_dir: settings.state_dir.clone(),
-        cache_dir: Some(settings.cache_dir.clone()),
+        state_dir: settings.paths.root().to_path_buf(),
+        python_facts: Some(settings.paths.python_facts()),
         pinned_cc: settings.facts.pinned("gpu.cc").map(str::to_string),
         ..Inputs::default()
     };

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::image::archive::{self, ExportOptions};
 use crate::image::dockerfile::{self, RecipeSource};
 
-pub fn run(settings: &Settings, args: &ImageArgs) -> Result<u8> {
+pub(super) fn run(settings: &Settings, args: &ImageArgs) -> Result<u8> {
     match &args.command {
         ImageCommand::Dockerfile(a) => run_dockerfile(settings, a),
         ImageCommand::Export(a) => run_export(settings, a),
@@ -37,7 +37,7 @@ fn run_dockerfile(settings: &Settings, args: &ImageDockerfileArgs) -> Result<u8>
         Some(path) => {
             let cwd = std::env::current_dir()
                 .map_err(|e| Error::io("cannot read the current directory", e))?;
-            crate::engine::state::write_atomic(&cwd.join(path), text.as_bytes())?
+            crate::fs::write_atomic(&cwd.join(path), text.as_bytes())?;
         }
         None => print!("{text}"),
     }
@@ -136,7 +136,7 @@ fn run_export(settings: &Settings, args: &ImageExportArgs) -> Result<u8> {
     reporter.note(&format!(
         "wrote {} ({}, {} layer(s))",
         args.output.display(),
-        crate::image::human_bytes(exported.archive_size as f64),
+        crate::units::human_bytes(exported.archive_size as f64),
         exported.layers.len()
     ));
     println!("sha256:{}", exported.manifest_digest);

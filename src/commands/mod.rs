@@ -1,5 +1,8 @@
 //! Glue from command-line settings to the engine: one file per subcommand.
 
+// Commands are where kiln prints: results on stdout, milestones on stderr.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 mod bench;
 mod cache;
 mod doctor;
@@ -8,6 +11,7 @@ mod patch;
 mod plan;
 mod preflight;
 mod serve;
+mod show;
 mod tune;
 mod up;
 mod verify;
@@ -18,6 +22,8 @@ use std::path::PathBuf;
 use crate::cli::{Cli, Command, RecipeArgs};
 use crate::error::{Error, Result};
 use crate::host::Facts;
+use crate::paths::StatePaths;
+use crate::pipeline::Session;
 use crate::recipe::{self, Recipe};
 use crate::report::{JsonReporter, PlainReporter, ProgressReporter, Reporter};
 
@@ -41,9 +47,8 @@ pub fn run(cli: Cli) -> Result<u8> {
 
 /// Settings every command shares, resolved once from flags and the environment.
 pub struct Settings {
-    pub state_dir: PathBuf,
-    /// Downloads and compiled wheels: `$KILN_CACHE_DIR`, else `<state_dir>/cache`.
-    pub cache_dir: PathBuf,
+    /// The state directory's layout; its cache is `$KILN_CACHE_DIR`, else `<state_dir>/cache`.
+    pub paths: StatePaths,
     pub facts: Facts,
 }
 
@@ -62,34 +67,39 @@ impl Settings {
         };
         let cache_dir = std::env::var_os("KILN_CACHE_DIR")
             .filter(|v| !v.is_empty())
-            .map_or_else(|| state_dir.join("cache"), PathBuf::from);
+            .map(PathBuf::from);
         Ok(Settings {
-            state_dir,
-            cache_dir,
+            paths: StatePaths::new(state_dir, cache_dir),
             facts: Facts::from_env(),
         })
     }
 
+    /// The pipeline's view of `recipe` with these settings.
+    pub fn session<'a>(&'a self, recipe: &'a Recipe) -> Session<'a> {
+        Session {
+            recipe,
+            paths: &self.paths,
+            facts: &self.facts,
+        }
+    }
+
     /// The recipe named on the command line, or the default for this host (said on stderr).
     pub fn load_recipe(&self, args: &RecipeArgs) -> Result<Recipe> {
-        let name = match &args.recipe {
-            Some(r) => Some(r.clone()),
-            None => {
-                let gpus: usize = self
-                    .facts
-                    .get("gpu.count")
-                    .and_then(|c| c.parse().ok())
-                    .unwrap_or(0);
-                let name = recipe::shipped::default_for(gpus);
-                if gpus == 0 {
-                    eprintln!("kiln: no NVIDIA GPU found: using the CPU demo recipe `{name}` (name a recipe to choose another)");
-                } else {
-                    eprintln!(
-                        "kiln: {gpus} NVIDIA GPU(s) found: using the default recipe `{name}`"
-                    );
-                }
-                Some(name.to_string())
+        let name = if let Some(r) = &args.recipe {
+            Some(r.clone())
+        } else {
+            let gpus: usize = self
+                .facts
+                .get("gpu.count")
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            let name = recipe::shipped::default_for(gpus);
+            if gpus == 0 {
+                eprintln!("kiln: no NVIDIA GPU found: using the CPU demo recipe `{name}` (name a recipe to choose another)");
+            } else {
+                eprintln!("kiln: {gpus} NVIDIA GPU(s) found: using the default recipe `{name}`");
             }
+            Some(name.to_string())
         };
         let overrides = args
             .set
@@ -107,8 +117,7 @@ impl Settings {
             &recipe::LoadOptions {
                 overrides: &overrides,
                 facts: &self.facts,
-                state_dir: &self.state_dir,
-                cache_dir: &self.cache_dir,
+                paths: &self.paths,
             },
         )
     }

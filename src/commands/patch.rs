@@ -7,7 +7,7 @@ use crate::cli::{PatchAction, PatchArgs, PatchTarget};
 use crate::error::{Error, Result};
 use crate::patch::{self, Options};
 
-pub fn run(settings: &Settings, args: &PatchArgs) -> Result<u8> {
+pub(super) fn run(settings: &Settings, args: &PatchArgs) -> Result<u8> {
     let (action, target) = match &args.action {
         PatchAction::Apply(t) => ("apply", t),
         PatchAction::Check(t) => ("check", t),
@@ -27,9 +27,9 @@ pub fn run(settings: &Settings, args: &PatchArgs) -> Result<u8> {
         ));
     }
     let report = match action {
-        "apply" => patch::apply(&set, &site, &settings.state_dir, &opts)?,
+        "apply" => patch::apply(&set, &site, &settings.paths, &opts)?,
         "check" => patch::check(&set, &site, &opts)?,
-        _ => patch::revert(&set, &site, &settings.state_dir, &opts)?,
+        _ => patch::revert(&set, &site, &settings.paths, &opts)?,
     };
     if target.json {
         println!(
@@ -39,7 +39,7 @@ pub fn run(settings: &Settings, args: &PatchArgs) -> Result<u8> {
     } else {
         print!("{}", patch::render(&report));
     }
-    Ok(if report.effective { 0 } else { 1 })
+    Ok(u8::from(!report.effective))
 }
 
 fn site_packages(target: &PatchTarget) -> Result<PathBuf> {

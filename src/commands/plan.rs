@@ -4,12 +4,13 @@ use std::fmt::Write;
 
 use super::Settings;
 use crate::cli::PlanArgs;
-use crate::engine::{self, hashing::HashMemo, state::StateDir, Plan, Selection, Status};
+use crate::engine::{self, state::StateDir, Plan, Selection, Status};
 use crate::error::Result;
+use crate::hash::HashMemo;
 
-pub fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
+pub(super) fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
     let recipe = settings.load_recipe(&args.recipe)?;
-    let state = StateDir::new(&settings.state_dir, &recipe.name);
+    let state = StateDir::new(&settings.paths, &recipe.name);
     let memo = HashMemo::load(&state.memo_path());
     let plan = engine::plan(
         &recipe,
@@ -31,7 +32,7 @@ pub fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
 }
 
 /// The human plan table.
-pub fn render(plan: &Plan, origin: &str) -> String {
+pub(super) fn render(plan: &Plan, origin: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,

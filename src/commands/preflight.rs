@@ -12,10 +12,10 @@ use crate::report::Reporter;
 /// stops on a missing driver, which the doctor alone only warns about.)
 const BLOCKING: &[&str] = &["nvidia.driver", "driver.floor", "disk.free"];
 
-pub fn run(settings: &Settings, recipe: &Recipe, reporter: &dyn Reporter) -> Result<()> {
+pub(super) fn run(settings: &Settings, recipe: &Recipe, reporter: &dyn Reporter) -> Result<()> {
     let mut inputs = Inputs {
-        state_dir: settings.state_dir.clone(),
-        cache_dir: Some(settings.cache_dir.clone()),
+        state_dir: settings.paths.root().to_path_buf(),
+        python_facts: Some(settings.paths.python_facts()),
         pinned_cc: settings.facts.pinned("gpu.cc").map(str::to_string),
         ..Inputs::default()
     };

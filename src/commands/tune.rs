@@ -3,16 +3,17 @@
 
 use std::time::{Duration, Instant};
 
-use super::serve::{judge, launch, pick_profile, signatures_for};
-use super::Settings;
+use super::{show, Settings};
 use crate::bench::{self, ab};
 use crate::cli::{RecipeArgs, TuneArgs};
 use crate::error::{Error, Result};
+use crate::fs::write_atomic;
+use crate::pipeline::{self, Launched};
 use crate::recipe::{Profile, Recipe};
 use crate::serve::verdict::Status;
 use crate::tune::{self, render, Axis, Entry, Evaluate, Measurement, Method, Rung, Variant};
 
-pub fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
+pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
     crate::process::catch_interrupts();
     let axes = args
         .vary
@@ -20,7 +21,8 @@ pub fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
         .map(|s| Axis::parse(s))
         .collect::<Result<Vec<_>>>()?;
     let recipe = settings.load_recipe(&args.recipe)?;
-    let (name, profile) = pick_profile(&recipe, Some(&args.profile))?;
+    let chosen = pipeline::Variant::pick(&recipe, Some(&args.profile))?;
+    let (name, profile) = (chosen.name.to_string(), chosen.profile);
     check_axes(&recipe, &axes)?;
     let method = if args.method == "grid" {
         Method::Grid
@@ -45,15 +47,15 @@ pub fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
             .join(" -> ")
     );
     let against = args.against.clone().or_else(|| profile.baseline.clone());
-    let reference = match &against {
-        Some(b) => {
-            eprintln!("kiln: greedy reference from profile `{b}`");
-            Some((b.clone(), outputs(settings, &recipe, b, args.ab_tokens)?))
-        }
-        None => {
-            eprintln!("kiln: profile `{name}` names no baseline: no greedy A/B (pass --against)");
-            None
-        }
+    let reference = if let Some(b) = &against {
+        eprintln!("kiln: greedy reference from profile `{b}`");
+        let base = pipeline::Variant::pick(&recipe, Some(b))?;
+        let s = settings.session(&recipe);
+        let got = pipeline::greedy_outputs(s, base, args.ab_tokens, &mut show::say)?;
+        Some((b.clone(), got))
+    } else {
+        eprintln!("kiln: profile `{name}` names no baseline: no greedy A/B (pass --against)");
+        None
     };
     // Variants re-load the recipe by name: pin the default one so it is not re-announced.
     let mut recipe_args = args.recipe.clone();
@@ -77,14 +79,13 @@ pub fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
         eval.launches,
         wall.as_secs_f64()
     );
-    let dir = settings.state_dir.join("tune").join(&recipe.name);
-    crate::engine::state::create_dir(&dir)?;
+    let dir = settings.paths.tune(&recipe.name);
     let json = serde_json::json!({
         "recipe": recipe.name, "profile": name, "method": method, "rungs": rungs,
         "launches": eval.launches, "wall_s": wall.as_secs_f64(), "entries": ranked,
     });
     let json_path = dir.join(format!("{name}.json"));
-    crate::engine::state::write_atomic(
+    write_atomic(
         &json_path,
         serde_json::to_string_pretty(&json)
             .expect("tune results serialize")
@@ -92,7 +93,7 @@ pub fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
     )?;
     let svg_path = dir.join(format!("{name}.svg"));
     let title = format!("kiln tune {} `{name}`: tok/s per variant", recipe.name);
-    crate::engine::state::write_atomic(&svg_path, render::svg(&title, &ranked).as_bytes())?;
+    write_atomic(&svg_path, render::svg(&title, &ranked).as_bytes())?;
     eprintln!(
         "kiln: results {} and {}",
         json_path.display(),
@@ -143,28 +144,6 @@ fn check_axes(recipe: &Recipe, axes: &[Axis]) -> Result<()> {
     Ok(())
 }
 
-/// Serve `name`, collect greedy outputs for the A/B prompts, stop it.
-fn outputs(
-    settings: &Settings,
-    recipe: &Recipe,
-    name: &str,
-    tokens: u32,
-) -> Result<Vec<Vec<String>>> {
-    let (name, p) = pick_profile(recipe, Some(name))?;
-    let sigs = signatures_for(p)?;
-    let running = launch(settings, recipe, &name, p, &sigs, false, timeout(p))?;
-    let Some(url) = running.record.url.clone() else {
-        running.stop(&settings.state_dir);
-        return Err(Error::usage(
-            format!("profile `{name}` has no port or url to query"),
-            None,
-        ));
-    };
-    let got = ab::collect(&url, running.api, tokens);
-    running.stop(&settings.state_dir);
-    got
-}
-
 /// Give `flag` the value `value`: replace the value of its last occurrence (`-b 1024` or
 /// `-b=1024`), else append it.
 fn set_flag(args: &mut Vec<String>, flag: &str, value: &str) {
@@ -180,10 +159,6 @@ fn set_flag(args: &mut Vec<String>, flag: &str, value: &str) {
             args.push(value.to_string());
         }
     }
-}
-
-fn timeout(p: &Profile) -> Duration {
-    p.timeout.unwrap_or(crate::serve::DEFAULT_TIMEOUT)
 }
 
 struct Evaluator<'a> {
@@ -203,8 +178,9 @@ impl Evaluator<'_> {
             args.set.push(format!("{k}={val}"));
         }
         let recipe = self.settings.load_recipe(&args)?;
-        let (_, p) = pick_profile(&recipe, Some(self.profile))?;
-        let mut p = p.clone();
+        let mut p = pipeline::Variant::pick(&recipe, Some(self.profile))?
+            .profile
+            .clone();
         for (k, val) in v.settings.iter().filter(|(k, _)| k.starts_with('-')) {
             set_flag(&mut p.args, k, val);
         }
@@ -219,7 +195,11 @@ impl Evaluator<'_> {
         e: &mut Entry,
     ) -> Result<()> {
         let (recipe, p) = self.resolve(v)?;
-        let sigs = signatures_for(&p)?;
+        let s = self.settings.session(&recipe);
+        let variant = pipeline::Variant {
+            name: self.profile,
+            profile: &p,
+        };
         self.launches += 1;
         eprintln!(
             "kiln: tune: `{}` ({} tokens x {})",
@@ -227,39 +207,32 @@ impl Evaluator<'_> {
             rung.max_tokens,
             rung.runs
         );
-        let running = launch(
-            self.settings,
-            &recipe,
-            self.profile,
-            &p,
-            &sigs,
-            false,
-            timeout(&p),
-        )?;
+        let launched = pipeline::launch(s, variant, false, None, &mut show::say)?;
         let result = (|| {
-            let url = running.record.url.clone().ok_or_else(|| {
+            let url = launched.running.record.url.clone().ok_or_else(|| {
                 Error::usage(
                     format!("profile `{}` has no port or url to query", self.profile),
                     None,
                 )
             })?;
             if qualify {
-                self.qualify(&sigs, &p, &running, &url, e, false)?;
+                self.qualify(&launched, &url, e, false)?;
                 if e.disqualified.is_some() {
                     return Ok(());
                 }
             }
-            let opts = bench::Options {
+            let run = bench::Options {
                 url: &url,
-                api: running.api,
+                api: launched.running.api,
                 max_tokens: rung.max_tokens,
                 runs: rung.runs,
                 warmup: rung.warmup,
                 prompt: bench::DEFAULT_PROMPT,
                 timeout: Duration::from_secs(1800),
             };
-            let fp = super::bench::fingerprint(self.settings, &url, running.api);
-            let report = bench::run(&opts, fp, &mut |_| {}, &mut |_| {})?;
+            // Measured, not recorded: variants do not belong in the bench history.
+            let fp = pipeline::bench_fingerprint(s.facts, &url, launched.running.api);
+            let report = bench::run(&run, fp, &mut |_| {}, &mut |_| {})?;
             let (_, headline) = report.headline();
             e.measurements.push(Measurement {
                 rung,
@@ -275,26 +248,18 @@ impl Evaluator<'_> {
             );
             if qualify {
                 // Counters such as draft acceptance cover the benchmark's requests by now.
-                self.qualify(&sigs, &p, &running, &url, e, true)?;
+                self.qualify(&launched, &url, e, true)?;
             }
             Ok(())
         })();
-        running.stop(&self.settings.state_dir);
+        launched.stop(s);
         std::thread::sleep(Duration::from_millis(200));
         result
     }
 
     /// Verdicts (every judged tuning must be active) and, before traffic, the greedy A/B.
-    fn qualify(
-        &self,
-        sigs: &crate::serve::signatures::Signatures,
-        p: &Profile,
-        running: &crate::serve::Running,
-        url: &str,
-        e: &mut Entry,
-        served: bool,
-    ) -> Result<()> {
-        let verdicts = judge(sigs, p, running, served);
+    fn qualify(&self, launched: &Launched, url: &str, e: &mut Entry, served: bool) -> Result<()> {
+        let verdicts = pipeline::verdicts(launched, served);
         if served {
             e.evidence.retain(|l| !l.starts_with("verdict "));
         }
@@ -316,7 +281,7 @@ impl Evaluator<'_> {
             return Ok(());
         }
         if let (false, Some(reference)) = (served, self.reference) {
-            let got = ab::collect(url, running.api, self.ab_tokens)?;
+            let got = ab::collect(url, launched.running.api, self.ab_tokens)?;
             let cmp = ab::compare(reference, &got, (self.ab_tokens / 2) as usize);
             e.evidence.push(format!(
                 "greedy A/B: {} ({:.1}% tokens agree)",
@@ -355,7 +320,10 @@ fn write_winner(
 ) -> Result<()> {
     let (_, winner) = eval.resolve(&best.variant)?;
     let base = against
-        .map(|b| pick_profile(recipe, Some(b)).map(|(n, p)| (n, p.clone())))
+        .map(|b| {
+            pipeline::Variant::pick(recipe, Some(b))
+                .map(|v| (v.name.to_string(), v.profile.clone()))
+        })
         .transpose()?;
     let best_name = format!("{name}-best");
     let m = best.last().expect("a ranked winner was measured");
@@ -368,7 +336,7 @@ fn write_winner(
         method,
     };
     let path = dir.join(format!("{best_name}.toml"));
-    crate::engine::state::write_atomic(&path, file.render().as_bytes())?;
+    write_atomic(&path, file.render().as_bytes())?;
     println!(
         "winner: {} ({:.1} tok/s): {}",
         best.variant.name(),

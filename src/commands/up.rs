@@ -1,14 +1,17 @@
 //! `kiln up`: plan, then run every stale step.
 
-use super::Settings;
+use super::{show, Settings};
 use crate::cli::UpArgs;
-use crate::engine::{self, hashing::HashMemo, state::StateDir, ExecOptions, Selection};
+use crate::engine::{self, state::StateDir, ExecOptions, Selection};
 use crate::error::Result;
+use crate::hash::HashMemo;
+use crate::pipeline::{self, AbOptions, BenchOptions, Narrator, Shown, UpOptions};
+use crate::recipe::Recipe;
 use crate::steps::StepContext;
 
-pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
+pub(super) fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
     let recipe = settings.load_recipe(&args.recipe)?;
-    let state = StateDir::new(&settings.state_dir, &recipe.name);
+    let state = StateDir::new(&settings.paths, &recipe.name);
     let selection = Selection {
         only: args.only.clone(),
         from: args.from.clone(),
@@ -28,7 +31,7 @@ pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
         }
         return Ok(0);
     }
-    let _lock = state.lock()?;
+    let lock = state.lock()?;
     let memo = HashMemo::load(&state.memo_path());
     let plan = engine::plan(&recipe, &state, &settings.facts, &selection, &memo)?;
     let reporter = super::reporter(args.json);
@@ -42,19 +45,16 @@ pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
     // Only runs that start processes need the watchdog (a no-op re-run stays a few stats).
     let _watchdog = match plan.count("stale") {
         0 => None,
-        _ => Some(crate::process::watchdog::start(
-            &settings.state_dir.join("running"),
-        )?),
+        _ => Some(crate::process::watchdog::start(&settings.paths.running())?),
     };
     let jobs = args
         .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
     let mem_budget = crate::host::available_memory_bytes().unwrap_or(u64::MAX);
     let ctx = StepContext {
         memo: &memo,
         facts: &settings.facts,
-        cache_dir: settings.cache_dir.clone(),
-        state_dir: settings.state_dir.clone(),
+        paths: &settings.paths,
     };
     engine::execute(
         &recipe,
@@ -67,6 +67,44 @@ pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
     if args.no_serve || recipe.profiles.is_empty() || !args.only.is_empty() {
         return Ok(0);
     }
-    drop(_lock);
-    super::serve::up_pipeline(settings, &recipe, args.profile.as_deref())
+    drop(lock);
+    serve_and_prove(settings, &recipe, args.profile.as_deref())
+}
+
+/// The pipeline after the steps: A/B, serve (left running), verdicts, bench, report files.
+fn serve_and_prove(settings: &Settings, recipe: &Recipe, profile: Option<&str>) -> Result<u8> {
+    crate::process::catch_interrupts();
+    let opts = UpOptions {
+        profile,
+        ab: AbOptions::default(),
+        bench: BenchOptions::default(),
+    };
+    let mut narrate = Narrator {
+        say: &mut show::say,
+        progress: &mut |s: &str| eprintln!("{s}"),
+        line: &mut |s: &str| println!("{s}"),
+    };
+    let report = pipeline::up(
+        settings.session(recipe),
+        &opts,
+        &mut narrate,
+        &mut |shown| match shown {
+            Shown::Ab(c, base, candidate) => print!("{}", c.render(base, candidate)),
+            Shown::Verdicts(l, v) => show::verdicts(l, v, false),
+            Shown::Bench(b, history) => show::bench(b, history, false),
+        },
+    )?;
+    let files = report.write(&settings.paths)?;
+    eprintln!(
+        "kiln: report: {} (and {})",
+        files.markdown.display(),
+        files.html.display()
+    );
+    if let Some(url) = &report.url {
+        eprintln!(
+            "kiln: left running at {url} (process group {}); stop it with `kiln serve --stop`",
+            report.pid
+        );
+    }
+    Ok(report.exit_code)
 }

@@ -9,23 +9,20 @@ use crate::process::{self, CommandSpec};
 use crate::redact::{is_secret_name, Redactor};
 
 /// Replace `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (and `MIG-…`) UUIDs with a mask.
-pub fn mask_uuids(text: &str) -> String {
+pub(crate) fn mask_uuids(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find(['G', 'M']) {
         out.push_str(&rest[..at]);
         let tail = &rest[at..];
         let prefix = ["GPU-", "MIG-"].into_iter().find(|p| tail.starts_with(p));
-        match prefix.filter(|p| is_uuid(&tail[p.len()..])) {
-            Some(p) => {
-                out.push_str(p);
-                out.push_str("XXXXXXXX-XXXX-XXXX-XXXX-XXXXXXXXXXXX");
-                rest = &tail[p.len() + 36..];
-            }
-            None => {
-                out.push_str(&tail[..1]);
-                rest = &tail[1..];
-            }
+        if let Some(p) = prefix.filter(|p| is_uuid(&tail[p.len()..])) {
+            out.push_str(p);
+            out.push_str("XXXXXXXX-XXXX-XXXX-XXXX-XXXXXXXXXXXX");
+            rest = &tail[p.len() + 36..];
+        } else {
+            out.push_str(&tail[..1]);
+            rest = &tail[1..];
         }
     }
     out.push_str(rest);
@@ -33,7 +30,7 @@ pub fn mask_uuids(text: &str) -> String {
 }
 
 /// Replace board serial numbers (`Serial Number : 1653724025069` in `nvidia-smi -q`).
-pub fn mask_serials(text: &str) -> String {
+pub(crate) fn mask_serials(text: &str) -> String {
     let mut out: String = text
         .lines()
         .map(|line| match line.split_once(':') {
@@ -60,14 +57,18 @@ fn is_uuid(s: &str) -> bool {
 }
 
 /// The environment with secret-looking names left out entirely.
-pub fn safe_env() -> String {
+pub(crate) fn safe_env() -> String {
     let mut vars: Vec<(String, String)> = std::env::vars()
         .filter(|(k, _)| !is_secret_name(k))
         .collect();
     vars.sort();
-    vars.into_iter()
-        .map(|(k, v)| format!("{k}={v}\n"))
-        .collect()
+    vars.into_iter().fold(String::new(), |mut out, (k, v)| {
+        out.push_str(&k);
+        out.push('=');
+        out.push_str(&v);
+        out.push('\n');
+        out
+    })
 }
 
 fn command_output(program: &str, args: &[&str]) -> String {
@@ -85,7 +86,7 @@ fn command_output(program: &str, args: &[&str]) -> String {
 }
 
 /// Write the bundle to `path`; `report_json` is the doctor report, `python` the inspected interpreter.
-pub fn write(path: &Path, report_json: &str, python: Option<&str>) -> Result<()> {
+pub(crate) fn write(path: &Path, report_json: &str, python: Option<&str>) -> Result<()> {
     let mut files: Vec<(&str, String)> = vec![
         ("doctor.json", report_json.to_string()),
         ("env.txt", safe_env()),

@@ -2,6 +2,7 @@
 
 use super::{Check, CheckDef, DoctorFacts};
 use crate::host::gpu::SmiState;
+use crate::version::numbers;
 
 const GIB: u64 = 1 << 30;
 /// flash-attn's nvcc jobs peak around 9 GiB each at NVCC_THREADS=4.
@@ -18,7 +19,7 @@ const DRIVER_FLOORS: &[(&str, &str)] = &[
     ("13.0.2", "580.95.05"),
 ];
 
-pub fn definitions() -> Vec<CheckDef> {
+pub(super) fn definitions() -> Vec<CheckDef> {
     vec![
         CheckDef {
             id: "nvidia.driver",
@@ -91,13 +92,6 @@ pub fn definitions() -> Vec<CheckDef> {
             run: flashinfer_cache,
         },
     ]
-}
-
-/// "580.82.07" → [580, 82, 7] for ordering.
-pub fn version_key(v: &str) -> Vec<u64> {
-    v.split(['.', '-', '+'])
-        .map_while(|p| p.parse().ok())
-        .collect()
 }
 
 fn gib(bytes: u64) -> String {
@@ -196,7 +190,7 @@ fn driver_floor(f: &DoctorFacts) -> Check {
             format!("driver {driver}; no CUDA toolkit or torch found to compare with"),
         );
     };
-    let key = version_key(&cuda);
+    let key = numbers(&cuda);
     let full = match key.len() {
         0 | 1 => cuda.clone(),
         2 => format!("{}.{}.0", key[0], key[1]),
@@ -213,19 +207,19 @@ fn driver_floor(f: &DoctorFacts) -> Check {
         Some(12) => Some("525.60.13"),
         _ => None,
     };
-    let have = version_key(&driver);
+    let have = numbers(&driver);
     let evidence = format!(
         "CUDA {cuda} (from {source}); floor {}; minor-version compatibility floor {}",
         exact.as_deref().unwrap_or("unknown"),
         compat.unwrap_or("unknown")
     );
-    if let Some(c) = compat.filter(|c| have < version_key(c)) {
+    if let Some(c) = compat.filter(|c| have < numbers(c)) {
         return Check::fail(id, format!("driver {driver} is too old for CUDA {cuda} (needs ≥ {c}): CUDA init fails with \"driver version is insufficient\""))
             .fix(format!("install driver {} or newer (e.g. the R{} branch)", exact.as_deref().unwrap_or(c), c.split('.').next().unwrap_or(c)))
             .evidence(evidence);
     }
     match exact {
-        Some(floor) if have < version_key(&floor) => Check::warn(
+        Some(floor) if have < numbers(&floor) => Check::warn(
             id,
             format!("driver {driver} is below CUDA {cuda}'s {floor}: runs under minor-version compatibility (no PTX JIT of newer PTX)"),
         )
@@ -608,8 +602,7 @@ fn flashinfer_cache(f: &DoctorFacts) -> Check {
                 .python()
                 .and_then(|p| p.torch.as_ref())
                 .and_then(|t| t.cuda.as_deref())
-                .map(|c| format!("cu{}", c.replace('.', "")))
-                .unwrap_or_else(|| "cu130".into());
+                .map_or_else(|| "cu130".into(), |c| format!("cu{}", c.replace('.', "")));
             let mut c = Check::warn(id, "no FlashInfer JIT cache: the first server start compiles kernels (minutes; one report: +678 s)")
                 .fix(format!("pip install flashinfer-jit-cache=={fi} --index-url https://flashinfer.ai/whl/{cu}"));
             if let Some(cache) = cache {
@@ -626,8 +619,8 @@ mod tests {
 
     #[test]
     fn versions_order_numerically() {
-        assert!(version_key("580.159.04") > version_key("580.95.05"));
-        assert!(version_key("570.172.08") < version_key("580"));
+        assert!(numbers("580.159.04") > numbers("580.95.05"));
+        assert!(numbers("570.172.08") < numbers("580"));
     }
 
     #[test]

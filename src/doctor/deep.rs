@@ -13,14 +13,14 @@ const MATMUL: &str = include_str!("deep_matmul.py");
 const PROBE: &str = include_str!("symm_mem_probe.py");
 
 /// Always in the probe's environment: never create NVLink multicast objects.
-pub const NO_MULTICAST_ENV: &[(&str, &str)] = &[
+pub(crate) const NO_MULTICAST_ENV: &[(&str, &str)] = &[
     ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
     ("NCCL_NVLS_ENABLE", "0"),
     ("NVSHMEM_DISABLE_NVLS", "1"),
 ];
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct MatmulGpu {
+pub(crate) struct MatmulGpu {
     pub index: u32,
     #[serde(default)]
     pub ok: bool,
@@ -31,14 +31,14 @@ pub struct MatmulGpu {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Matmul {
+pub(crate) struct Matmul {
     #[serde(default)]
     pub gpus: Vec<MatmulGpu>,
     pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct ProbeRank {
+pub(crate) struct ProbeRank {
     pub rank: u32,
     pub world: u32,
     pub cap: Option<Vec<u32>>,
@@ -53,21 +53,21 @@ pub struct ProbeRank {
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct SymmProbe {
+pub(crate) struct SymmProbe {
     pub ranks: Vec<ProbeRank>,
     pub error: Option<String>,
     pub env: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct DeepFacts {
+pub(crate) struct DeepFacts {
     pub matmul: Matmul,
     /// None with fewer than two GPUs.
     pub symm_mem: Option<SymmProbe>,
     pub seconds: f64,
 }
 
-pub fn collect(python: &str, gpu_count: usize) -> DeepFacts {
+pub(crate) fn collect(python: &str, gpu_count: usize) -> DeepFacts {
     let started = Instant::now();
     let matmul = run_matmul(python);
     let symm_mem = (gpu_count >= 2).then(|| run_probe(python, gpu_count));
@@ -109,7 +109,7 @@ fn run_probe(python: &str, gpu_count: usize) -> SymmProbe {
         .collect();
     let dir = std::env::temp_dir().join(format!("kiln-doctor-{}", std::process::id()));
     let script: PathBuf = dir.join("symm_mem_probe.py");
-    if let Err(e) = std::fs::create_dir_all(&dir).and_then(|_| std::fs::write(&script, PROBE)) {
+    if let Err(e) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&script, PROBE)) {
         return SymmProbe {
             error: Some(format!("cannot write {}: {e}", script.display())),
             env,
@@ -165,7 +165,7 @@ fn tail(text: &str, timed_out: bool) -> String {
     }
 }
 
-pub fn definitions() -> Vec<CheckDef> {
+pub(crate) fn definitions() -> Vec<CheckDef> {
     vec![
         CheckDef {
             id: "deep.matmul",

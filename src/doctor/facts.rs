@@ -14,7 +14,7 @@ use crate::host::system::{self, SystemFacts};
 use crate::host::topology::{self, Matrix};
 
 /// Environment variables worth recording (never secrets: only these names are read).
-pub const ENV_KEYS: &[&str] = &[
+pub(crate) const ENV_KEYS: &[&str] = &[
     "CUDA_HOME",
     "CUDA_VISIBLE_DEVICES",
     "TORCH_CUDA_ARCH_LIST",
@@ -28,15 +28,16 @@ pub const ENV_KEYS: &[&str] = &[
 
 /// What the command line (and a recipe) tell the collector.
 #[derive(Debug, Clone, Default)]
-pub struct Inputs {
+pub(crate) struct Inputs {
     /// The interpreter to inspect; None means `python3` on PATH (if any).
     pub python: Option<String>,
     /// Read SGLang/FlashInfer sources and versions here instead of the interpreter's site-packages.
     pub site_packages: Option<PathBuf>,
     pub deep: bool,
     pub state_dir: PathBuf,
-    /// Where interpreter facts are cached; None collects them afresh every time.
-    pub cache_dir: Option<PathBuf>,
+    /// Where interpreter facts are cached (`StatePaths::python_facts`); None collects them
+    /// afresh every time.
+    pub python_facts: Option<PathBuf>,
     /// Install prefix (from a recipe) whose free space matters too.
     pub prefix: Option<PathBuf>,
     /// A pinned compute capability (`KILN_FACT_GPU_CC`) used when no GPU can be queried.
@@ -51,7 +52,7 @@ pub struct Inputs {
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
-pub enum PythonState {
+pub(crate) enum PythonState {
     /// No interpreter given and none on PATH.
     NotFound,
     Error {
@@ -61,20 +62,20 @@ pub enum PythonState {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Disk {
+pub(crate) struct Disk {
     pub label: String,
     pub path: PathBuf,
     pub free_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct FlashinferCache {
+pub(crate) struct FlashinferCache {
     pub dir: PathBuf,
     pub files: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct DoctorFacts {
+pub(crate) struct DoctorFacts {
     pub system: SystemFacts,
     pub disks: Vec<Disk>,
     pub nvidia_smi: SmiState,
@@ -101,32 +102,32 @@ pub struct DoctorFacts {
 
 impl DoctorFacts {
     /// The compute capability the stack must support: the first GPU's, else the pinned one.
-    pub fn target_cc(&self) -> Option<(u32, u32)> {
+    pub(crate) fn target_cc(&self) -> Option<(u32, u32)> {
         self.gpus
             .iter()
             .find_map(Gpu::cc)
             .or_else(|| self.pinned_cc.as_deref().and_then(gpu::parse_cc))
     }
 
-    pub fn python(&self) -> Option<&PythonFacts> {
+    pub(crate) fn python(&self) -> Option<&PythonFacts> {
         match &self.python {
             PythonState::Found(p) => Some(p),
             _ => None,
         }
     }
 
-    pub fn env_is(&self, key: &str, value: &str) -> bool {
+    pub(crate) fn env_is(&self, key: &str, value: &str) -> bool {
         self.env.get(key).is_some_and(|v| v == value)
     }
 
     /// Whether a recipe's profile passes this server flag.
-    pub fn flag_requested(&self, flag: &str) -> bool {
+    pub(crate) fn flag_requested(&self, flag: &str) -> bool {
         self.server_flags.iter().any(|f| f == flag)
     }
 }
 
 /// Collect every fact; nothing here fails: what cannot be learned is recorded as absent.
-pub fn collect(inputs: &Inputs) -> DoctorFacts {
+pub(crate) fn collect(inputs: &Inputs) -> DoctorFacts {
     let python_cmd = inputs.python.clone().or_else(|| {
         which::which("python3")
             .ok()
@@ -147,7 +148,7 @@ pub fn collect(inputs: &Inputs) -> DoctorFacts {
         let cuda_facts = s.spawn(|| cuda::collect(Path::new("/usr/local")));
         let python_state = s.spawn(|| match &python_cmd {
             None => PythonState::NotFound,
-            Some(cmd) => match inputs.cache_dir.as_deref().map_or_else(
+            Some(cmd) => match inputs.python_facts.as_deref().map_or_else(
                 || python::collect(cmd),
                 |dir| python::collect_cached(cmd, dir),
             ) {
@@ -176,7 +177,7 @@ pub fn collect(inputs: &Inputs) -> DoctorFacts {
         PythonState::Found(p) => p
             .packages
             .iter()
-            .map(|(k, v)| (python::normalize(k), v.clone()))
+            .map(|(k, v)| (crate::dist::normalize(k), v.clone()))
             .collect(),
         _ => BTreeMap::new(),
     };

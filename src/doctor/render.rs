@@ -15,7 +15,7 @@ fn mark(status: Status) -> &'static str {
 }
 
 /// One line saying what was examined.
-pub fn headline(report: &Report) -> String {
+pub(crate) fn headline(report: &Report) -> String {
     let f = &report.facts;
     let gpus = match f.gpus.first() {
         Some(g) => format!(
@@ -34,7 +34,7 @@ pub fn headline(report: &Report) -> String {
     format!("kiln doctor: {gpus}; {python}")
 }
 
-pub fn render(report: &Report, verbose: bool) -> String {
+pub(crate) fn render(report: &Report, verbose: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}\n", headline(report));
     let width = report.checks.iter().map(|c| c.id.len()).max().unwrap_or(0);

@@ -1,12 +1,15 @@
 //! SGLang / FlashInfer capability gates, read from the installed source files (never imported):
 //! the torch symmetric-memory tables (S1, S2), the all-reduce fusion gate (S3) and FlashInfer's
-//! `trtllm_comm` JIT gate. Text reads only; `src/patch/` does the syntax-level editing.
+//! `trtllm_comm` JIT gate. Read with the tree-sitter Python grammar `src/patch/` edits with, so
+//! comments, strings and layout never fool a check.
 
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+use tree_sitter::Node;
 
 use super::{Check, CheckDef, DoctorFacts};
+use crate::patch::syntax;
 
 const PATCHSET: &str = "kiln patch apply sglang-0.5.9-sm120";
 const SIZES: &str = "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES";
@@ -17,14 +20,14 @@ const FUSION_FLAG: &str = "--enable-flashinfer-allreduce-fusion";
 /// How a capability table is looked up: `TABLE[cc]` raises KeyError, `TABLE.get(cc)` does not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Lookup {
+pub(crate) enum Lookup {
     Index,
     Get,
     Unknown,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CapTable {
+pub(crate) struct CapTable {
     pub file: PathBuf,
     pub keys: Vec<u32>,
     pub lookup: Lookup,
@@ -32,7 +35,7 @@ pub struct CapTable {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum GateKind {
+pub(crate) enum GateKind {
     /// Returns False without a log line (0.5.9 `apply_flashinfer_allreduce_fusion`).
     Silent,
     /// Raises ValueError when the fusion is requested (0.5.23 `_resolve_backend`).
@@ -40,7 +43,7 @@ pub enum GateKind {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Gate {
+pub(crate) struct Gate {
     pub file: PathBuf,
     pub majors: Vec<u32>,
     pub kind: GateKind,
@@ -48,7 +51,7 @@ pub struct Gate {
 
 /// What the installed sources say (None: file or construct not found).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct StackSources {
+pub(crate) struct StackSources {
     pub sglang_dir: Option<PathBuf>,
     pub symm_sizes: Option<CapTable>,
     pub symm_multimem: Option<CapTable>,
@@ -57,7 +60,7 @@ pub struct StackSources {
     pub flashinfer_comm_majors: Option<Vec<u32>>,
 }
 
-pub fn read_sources(site: &Path) -> StackSources {
+pub(crate) fn read_sources(site: &Path) -> StackSources {
     let mut s = StackSources::default();
     let sg = site.join("sglang");
     if sg.join("srt").is_dir() {
@@ -83,58 +86,80 @@ pub fn read_sources(site: &Path) -> StackSources {
     if fi.is_dir() {
         s.flashinfer_comm_majors = std::fs::read_to_string(fi.join("jit/comm.py"))
             .ok()
-            .and_then(|t| majors_after(&t, "def gen_trtllm_comm_module"));
+            .and_then(|t| majors_in(&t, "gen_trtllm_comm_module"));
         s.flashinfer_dir = Some(fi);
     }
     s
 }
 
-/// Integer keys of the top level of the dict literal assigned to `name`.
-pub fn dict_keys(text: &str, name: &str) -> Option<Vec<u32>> {
-    let start = text
-        .find(&format!("{name} = {{"))
-        .or_else(|| text.find(&format!("{name}: dict")))?;
-    let body = &text[start + text[start..].find('{')?..];
-    let mut keys = Vec::new();
-    let (mut depth, mut entry_start, mut in_comment) = (0usize, false, false);
-    for (i, c) in body.char_indices() {
-        if in_comment {
-            in_comment = c != '\n';
-            continue;
-        }
-        match c {
-            '#' => in_comment = true,
-            '{' | '[' | '(' => {
-                depth += 1;
-                entry_start = depth == 1;
-            }
-            '}' | ']' | ')' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(keys);
-                }
-            }
-            ',' if depth == 1 => entry_start = true,
-            c if c.is_whitespace() => {}
-            c if entry_start && c.is_ascii_digit() => {
-                let digits: String = body[i..].chars().take_while(char::is_ascii_digit).collect();
-                let rest = body[i + digits.len()..].trim_start();
-                if rest.starts_with(':') {
-                    keys.extend(digits.parse::<u32>().ok());
-                }
-                entry_start = false;
-            }
-            _ => entry_start = false,
-        }
-    }
-    None
+/// The first function named `name` in `root`.
+fn function<'t>(root: Node<'t>, source: &str, name: &str) -> Option<Node<'t>> {
+    syntax::all_of_kind(root, "function_definition")
+        .into_iter()
+        .find(|f| {
+            f.child_by_field_name("name")
+                .is_some_and(|n| syntax::text(n, source) == name)
+        })
 }
 
+/// Integer keys of the top level of the dict literal assigned to `name` (`NAME = {...}` or
+/// `NAME: dict[...] = {...}`).
+pub(crate) fn dict_keys(text: &str, name: &str) -> Option<Vec<u32>> {
+    let tree = syntax::parse(text);
+    let dict = syntax::all_of_kind(tree.root_node(), "assignment")
+        .into_iter()
+        .filter(|a| {
+            a.child_by_field_name("left")
+                .is_some_and(|l| syntax::text(l, text) == name)
+        })
+        .find_map(|a| a.child_by_field_name("right"))
+        .filter(|r| r.kind() == "dictionary")?;
+    let mut cursor = dict.walk();
+    let keys = dict
+        .named_children(&mut cursor)
+        .filter(|n| n.kind() == "pair")
+        .filter_map(|p| p.child_by_field_name("key"))
+        .filter(|k| k.kind() == "integer")
+        .filter_map(|k| syntax::text(k, text).parse().ok())
+        .collect();
+    Some(keys)
+}
+
+/// Whether `node` is the table `name`: `name` itself or an attribute `x.name` (`self.name`).
+fn is_table(node: Node<'_>, code: &str, name: &str) -> bool {
+    match node.kind() {
+        "identifier" => syntax::text(node, code) == name,
+        "attribute" => node
+            .child_by_field_name("attribute")
+            .is_some_and(|a| syntax::text(a, code) == name),
+        _ => false,
+    }
+}
+
+/// How `code` looks the table `name` up: `name[self.device_capability]` or `name.get(...)`.
 fn lookup(code: &str, name: &str) -> Lookup {
-    let flat: String = code.chars().filter(|c| !c.is_whitespace()).collect();
-    if flat.contains(&format!("{name}[self.device_capability]")) {
-        Lookup::Index
-    } else if flat.contains(&format!("{name}.get(")) {
+    let tree = syntax::parse(code);
+    let root = tree.root_node();
+    let indexed = syntax::all_of_kind(root, "subscript").into_iter().any(|s| {
+        s.child_by_field_name("value")
+            .is_some_and(|v| is_table(v, code, name))
+            && s.child_by_field_name("subscript")
+                .is_some_and(|i| syntax::same_code(syntax::text(i, code), "self.device_capability"))
+    });
+    if indexed {
+        return Lookup::Index;
+    }
+    let got = syntax::all_of_kind(root, "call").into_iter().any(|c| {
+        c.child_by_field_name("function")
+            .filter(|f| f.kind() == "attribute")
+            .is_some_and(|f| {
+                f.child_by_field_name("attribute")
+                    .is_some_and(|a| syntax::text(a, code) == "get")
+                    && f.child_by_field_name("object")
+                        .is_some_and(|o| is_table(o, code, name))
+            })
+    });
+    if got {
         Lookup::Get
     } else {
         Lookup::Unknown
@@ -144,63 +169,68 @@ fn lookup(code: &str, name: &str) -> Lookup {
 fn fusion_gate(sg: &Path) -> Option<Gate> {
     let file = sg.join("srt/layers/communicator.py");
     if let Ok(text) = std::fs::read_to_string(&file) {
-        if let Some(at) = text.find("def apply_flashinfer_allreduce_fusion") {
-            let body = &text[at..];
-            let end = body[1..]
-                .find("\ndef ")
-                .or_else(|| body[1..].find("\nclass "))
-                .map_or(body.len(), |e| e + 1);
+        let tree = syntax::parse(&text);
+        if let Some(f) = function(tree.root_node(), &text, "apply_flashinfer_allreduce_fusion") {
             return Some(Gate {
+                majors: gate_majors(f, &text),
                 file,
-                majors: gate_majors(&body[..end]),
                 kind: GateKind::Silent,
             });
         }
     }
     let file = sg.join("srt/layers/flashinfer_comm_fusion.py");
     let text = std::fs::read_to_string(&file).ok()?;
-    text.contains("allreduce fusion requires SM90 or SM10X")
-        .then_some(Gate {
-            file,
-            majors: vec![9, 10],
-            kind: GateKind::Raises,
-        })
+    let tree = syntax::parse(&text);
+    let raises = syntax::all_of_kind(tree.root_node(), "string")
+        .into_iter()
+        .any(|s| syntax::text(s, &text).contains("allreduce fusion requires SM90 or SM10X"));
+    raises.then_some(Gate {
+        file,
+        majors: vec![9, 10],
+        kind: GateKind::Raises,
+    })
 }
 
-/// Majors named by `_is_smNN_supported` / `_is_blackwell` guards in a function body.
-fn gate_majors(body: &str) -> Vec<u32> {
+/// Majors named by `_is_smNN_supported` / `_is_blackwell` guards in a function.
+fn gate_majors(function: Node<'_>, source: &str) -> Vec<u32> {
     let mut majors = Vec::new();
-    for piece in body.split("_is_sm").skip(1) {
-        let digits: String = piece.chars().take_while(char::is_ascii_digit).collect();
-        if piece[digits.len()..].starts_with("_supported") {
-            if let Ok(n) = digits.parse::<u32>() {
-                majors.push(n / 10);
-            }
+    for id in syntax::all_of_kind(function, "identifier") {
+        let name = syntax::text(id, source);
+        if name == "_is_blackwell" {
+            majors.extend([10, 11, 12]);
         }
-    }
-    if body.contains("_is_blackwell") {
-        majors.extend([10, 11, 12]);
+        let sm = name
+            .strip_prefix("_is_sm")
+            .and_then(|r| r.strip_suffix("_supported"))
+            .and_then(|d| d.parse::<u32>().ok());
+        majors.extend(sm.map(|n| n / 10));
     }
     majors.sort_unstable();
     majors.dedup();
     majors
 }
 
-/// The numbers of the first `supported_major_versions=[...]` after `anchor`.
-pub fn majors_after(text: &str, anchor: &str) -> Option<Vec<u32>> {
-    let from = text.find(anchor)?;
-    let rest = &text[from..];
-    let list = &rest[rest.find("supported_major_versions")?..];
-    let inner = &list[list.find('[')? + 1..list.find(']')?];
-    Some(
-        inner
-            .split(',')
-            .filter_map(|n| n.trim().parse().ok())
-            .collect(),
-    )
+/// The numbers of the first `supported_major_versions=[...]` argument inside function `name`.
+pub(crate) fn majors_in(text: &str, name: &str) -> Option<Vec<u32>> {
+    let tree = syntax::parse(text);
+    let f = function(tree.root_node(), text, name)?;
+    let list = syntax::all_of_kind(f, "keyword_argument")
+        .into_iter()
+        .filter(|k| {
+            k.child_by_field_name("name")
+                .is_some_and(|n| syntax::text(n, text) == "supported_major_versions")
+        })
+        .find_map(|k| k.child_by_field_name("value"))
+        .filter(|v| v.kind() == "list")?;
+    let mut cursor = list.walk();
+    let majors = list
+        .named_children(&mut cursor)
+        .filter_map(|n| syntax::text(n, text).parse().ok())
+        .collect();
+    Some(majors)
 }
 
-pub fn definitions() -> Vec<CheckDef> {
+pub(crate) fn definitions() -> Vec<CheckDef> {
     vec![
         CheckDef { id: "sglang.symm-mem-table", about: "SGLang's torch symmetric-memory size table covers this GPU (else KeyError at startup)", run: symm_mem_table },
         CheckDef { id: "sglang.symm-mem-multimem", about: "SGLang's multimem world-size table covers this GPU (else KeyError at the first all-reduce)", run: symm_mem_multimem },
@@ -219,8 +249,7 @@ fn keys(keys: &[u32]) -> String {
 fn version(f: &DoctorFacts, package: &str) -> String {
     f.packages
         .get(package)
-        .map(|v| format!("{package} {v}"))
-        .unwrap_or_else(|| package.to_string())
+        .map_or_else(|| package.to_string(), |v| format!("{package} {v}"))
 }
 
 /// Shared preconditions: SGLang sources and a target capability.
@@ -464,20 +493,39 @@ mod tests {
         );
     }
 
+    fn majors_of(body: &str) -> Vec<u32> {
+        let text = format!("def gate():\n    return {body}\n");
+        let tree = syntax::parse(&text);
+        gate_majors(function(tree.root_node(), &text, "gate").unwrap(), &text)
+    }
+
     #[test]
     fn reads_gate_majors() {
         assert_eq!(
-            gate_majors("(_is_sm90_supported or _is_sm100_supported)"),
+            majors_of("(_is_sm90_supported or _is_sm100_supported)"),
             [9, 10]
         );
         assert_eq!(
-            gate_majors("(_is_sm90_supported or _is_sm100_supported or _is_sm120_supported)"),
+            majors_of("(_is_sm90_supported or _is_sm100_supported or _is_sm120_supported)"),
             [9, 10, 12]
         );
+        // A guard named in a comment or a string is not a guard.
+        assert_eq!(majors_of("_is_sm90_supported  # _is_sm120_supported"), [9]);
         let t = "def gen_x():\n  a(supported_major_versions=[9])\ndef gen_trtllm_comm_module() -> JitSpec:\n    f(\n        supported_major_versions=[9, 10]\n    )";
+        assert_eq!(majors_in(t, "gen_trtllm_comm_module"), Some(vec![9, 10]));
+    }
+
+    #[test]
+    fn a_table_in_a_comment_or_string_is_not_the_table() {
+        let t = "# TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES = {12: 1}\nDOC = 'TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES = {11: 1}'\nTORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES: dict[int, int] = {9: 1}\n";
+        assert_eq!(dict_keys(t, SIZES), Some(vec![9]));
         assert_eq!(
-            majors_after(t, "def gen_trtllm_comm_module"),
-            Some(vec![9, 10])
+            lookup("# T[self.device_capability]\nx = T.get(cc)", "T"),
+            Lookup::Get
+        );
+        assert_eq!(
+            lookup("if n in self.T[self.device_capability]: pass", "T"),
+            Lookup::Index
         );
     }
 }

@@ -9,32 +9,24 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::fingerprint::{self, explain_change};
 use super::plan::{Plan, Status};
 use super::schedule::{Scheduler, State};
-use super::state::{create_dir, Receipt, StateDir};
+use super::state::{Receipt, StateDir};
 use crate::error::{Error, Result};
+use crate::fs::create_dir;
 use crate::recipe::{Recipe, Step};
 use crate::report::{Outcome, Reporter};
 use crate::steps::StepContext;
 
 #[derive(Debug, Clone)]
-pub struct ExecOptions {
+pub(crate) struct ExecOptions {
     pub jobs: usize,
     /// Bytes of RAM steps may claim through `mem_per_job` at once.
     pub mem_budget: u64,
 }
 
 #[derive(Debug, Default)]
-pub struct RunSummary {
+pub(crate) struct RunSummary {
     pub outcomes: Vec<(String, Outcome)>,
     pub elapsed: Duration,
-}
-
-impl RunSummary {
-    pub fn ran(&self) -> usize {
-        self.outcomes
-            .iter()
-            .filter(|(_, o)| *o == Outcome::Ran)
-            .count()
-    }
 }
 
 struct Finished {
@@ -44,24 +36,15 @@ struct Finished {
     elapsed: Duration,
 }
 
-/// Execute the stale steps of `plan`. Fails with the first step error after running steps end.
-pub fn execute(
-    recipe: &Recipe,
+/// Pending for stale steps; skipped steps recorded; fresh ones contribute their digest (by step
+/// index). A step `--only` leaves out that has never completed is missing.
+fn initial_states(
     plan: &Plan,
     state: &StateDir,
-    ctx: &StepContext,
-    reporter: &dyn Reporter,
-    opts: &ExecOptions,
-) -> Result<RunSummary> {
-    let memo = ctx.memo;
-    let started = Instant::now();
-    // Downloads cut short by a killed run: nothing else cleans them.
-    crate::steps::fetch::remove_stale_partials(&ctx.cache_dir.join("downloads"));
-    let n = recipe.steps.len();
-    let mut states = vec![State::Done; n];
-    // Fingerprint digests by step index, as dependencies see them.
-    let mut digests: Vec<Option<String>> = vec![None; n];
-    let mut summary = RunSummary::default();
+    digests: &mut [Option<String>],
+    summary: &mut RunSummary,
+) -> Vec<State> {
+    let mut states = vec![State::Done; plan.steps.len()];
     for (i, p) in plan.steps.iter().enumerate() {
         match &p.status {
             Status::Stale(_) => states[i] = State::Pending,
@@ -80,6 +63,65 @@ pub fn execute(
             }
         }
     }
+    states
+}
+
+/// Report steps that will never run, each with the dependency that failed or never completed.
+fn report_not_run(
+    recipe: &Recipe,
+    plan: &Plan,
+    not_run: &[(usize, usize)],
+    reporter: &dyn Reporter,
+    summary: &mut RunSummary,
+) {
+    for &(i, dep) in not_run {
+        let dep_id = &recipe.steps[dep].id;
+        let why = if plan.steps[dep].status == Status::NotSelected {
+            format!("dependency `{dep_id}` has never completed; run it first (drop --only)")
+        } else {
+            format!("dependency `{dep_id}` failed")
+        };
+        let id = &recipe.steps[i].id;
+        reporter.step_finished(id, &Outcome::NotRun(why.clone()), Duration::ZERO);
+        summary.outcomes.push((id.clone(), Outcome::NotRun(why)));
+    }
+}
+
+/// The digests of step `i`'s dependencies, by id, as its fingerprint takes them.
+fn dep_digests(
+    recipe: &Recipe,
+    queue: &Scheduler,
+    digests: &[Option<String>],
+    i: usize,
+) -> BTreeMap<String, String> {
+    queue
+        .deps(i)
+        .iter()
+        .map(|&d| {
+            let digest = digests[d].clone().unwrap_or_default();
+            (recipe.steps[d].id.clone(), digest)
+        })
+        .collect()
+}
+
+/// Execute the stale steps of `plan`. Fails with the first step error after running steps end.
+/// Ready steps come from a queue fed by in-degree counts ([`Scheduler`]): linear in the steps.
+pub(crate) fn execute(
+    recipe: &Recipe,
+    plan: &Plan,
+    state: &StateDir,
+    ctx: &StepContext,
+    reporter: &dyn Reporter,
+    opts: &ExecOptions,
+) -> Result<RunSummary> {
+    let memo = ctx.memo;
+    let started = Instant::now();
+    // Downloads cut short by a killed run: nothing else cleans them.
+    crate::steps::fetch::remove_stale_partials(&ctx.paths.downloads());
+    let n = recipe.steps.len();
+    let mut digests: Vec<Option<String>> = vec![None; n];
+    let mut summary = RunSummary::default();
+    let states = initial_states(plan, state, &mut digests, &mut summary);
     let to_run = states.iter().filter(|s| **s == State::Pending).count();
     reporter.run_started(&recipe.name, to_run, n);
     for (id, outcome) in &summary.outcomes {
@@ -109,14 +151,7 @@ pub fn execute(
                 let step = &recipe.steps[i];
                 running += 1;
                 mem_in_use += step.mem_per_job.unwrap_or(0);
-                let deps: BTreeMap<String, String> = queue
-                    .deps(i)
-                    .iter()
-                    .map(|&d| {
-                        let digest = digests[d].clone().unwrap_or_default();
-                        (recipe.steps[d].id.clone(), digest)
-                    })
-                    .collect();
+                let deps = dep_digests(recipe, &queue, &digests, i);
                 let tx = tx.clone();
                 let forced = plan.steps[i].forced;
                 scope.spawn(move || {
@@ -166,7 +201,7 @@ pub fn execute(
         state.save_index(recipe.steps.iter().map(|s| s.id.as_str()));
     }
     let failed = queue.any_failed();
-    reporter.run_finished(!failed, summary.elapsed);
+    reporter.run_finished(!failed && first_error.is_none(), summary.elapsed);
     match first_error {
         Some(e) => Err(e),
         None if failed => Err(Error::other(
@@ -174,27 +209,6 @@ pub fn execute(
             Some("run `kiln up` without --only first".to_string()),
         )),
         None => Ok(summary),
-    }
-}
-
-/// Report steps that will never run, each with the dependency that failed or never completed.
-fn report_not_run(
-    recipe: &Recipe,
-    plan: &Plan,
-    not_run: &[(usize, usize)],
-    reporter: &dyn Reporter,
-    summary: &mut RunSummary,
-) {
-    for &(i, dep) in not_run {
-        let dep_id = &recipe.steps[dep].id;
-        let why = if plan.steps[dep].status == Status::NotSelected {
-            format!("dependency `{dep_id}` has never completed; run it first (drop --only)")
-        } else {
-            format!("dependency `{dep_id}` failed")
-        };
-        let id = &recipe.steps[i].id;
-        reporter.step_finished(id, &Outcome::NotRun(why.clone()), Duration::ZERO);
-        summary.outcomes.push((id.clone(), Outcome::NotRun(why)));
     }
 }
 
@@ -233,9 +247,9 @@ fn run_one(
         loop {
             reporter.step_started(&step.id, step.kind.name(), attempt);
             let outcome = crate::steps::execute(step, ctx, &mut log, &mut |line| {
-                reporter.step_output(&step.id, line)
+                reporter.step_output(&step.id, line);
             })
-            .and_then(|_| crate::steps::check(step, &mut log));
+            .and_then(|()| crate::steps::check(step, &mut log));
             match outcome {
                 Ok(()) => break,
                 Err(e) if attempt > step.retries => return Err(e),

@@ -7,15 +7,15 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::hashing::{hex, sha256_bytes, HashMemo};
 use crate::error::Result;
+use crate::hash::{hex, sha256_bytes, HashMemo};
 use crate::recipe::Step;
 
 /// What an input pattern stands for when it matches nothing (yet).
-pub const NO_MATCH: &str = "no-match";
+pub(crate) const NO_MATCH: &str = "no-match";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Fingerprint {
+pub(crate) struct Fingerprint {
     pub digest: String,
     /// sha256 of the canonical definition (kind, command, paths, check, cwd).
     pub definition: String,
@@ -35,7 +35,7 @@ struct Definition<'a> {
 }
 
 /// Compute a step's fingerprint given its dependencies' digests.
-pub fn compute(
+pub(crate) fn compute(
     step: &Step,
     deps: BTreeMap<String, String>,
     memo: &HashMemo,
@@ -88,7 +88,7 @@ pub fn compute(
 fn expand_inputs(pattern: &str) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let matches: Vec<PathBuf> = match glob::glob(pattern) {
-        Ok(paths) => paths.filter_map(|p| p.ok()).collect(),
+        Ok(paths) => paths.filter_map(std::result::Result::ok).collect(),
         Err(_) => vec![PathBuf::from(pattern)]
             .into_iter()
             .filter(|p| p.exists())
@@ -115,7 +115,7 @@ fn walk(path: &std::path::Path, out: &mut Vec<PathBuf>) {
 }
 
 /// Why `now` differs from `then`, in words, or `None` if they match.
-pub fn explain_change(then: &Fingerprint, now: &Fingerprint) -> Option<String> {
+pub(crate) fn explain_change(then: &Fingerprint, now: &Fingerprint) -> Option<String> {
     if then.digest == now.digest {
         return None;
     }

@@ -33,7 +33,7 @@ impl Default for Flusher {
 impl Flusher {
     /// Write `bytes` to `path` by rename (the temp name `.NAME.tmp-PID` is swept after a kill),
     /// then sync the file system if the last sync is a second old.
-    pub fn write(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    pub(super) fn write(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let dir = path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir)?;
         let tmp = dir.join(format!(
@@ -43,13 +43,13 @@ impl Flusher {
         ));
         let written = File::create(&tmp)
             .and_then(|mut f| f.write_all(bytes))
-            .and_then(|_| std::fs::rename(&tmp, path));
+            .and_then(|()| std::fs::rename(&tmp, path));
         if let Err(e) = written {
             // A full disk must not also leave a temp file behind.
             let _ = std::fs::remove_file(&tmp);
             return Err(e);
         }
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         state.1 = true;
         if state.0.elapsed() >= SYNC_EVERY {
             syncfs(dir)?;
@@ -59,8 +59,8 @@ impl Flusher {
     }
 
     /// Sync what was written since the last sync (the end of a run).
-    pub fn finish(&self, dir: &Path) -> std::io::Result<()> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+    pub(super) fn finish(&self, dir: &Path) -> std::io::Result<()> {
+        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if state.1 {
             syncfs(dir)?;
             *state = (Instant::now(), false);

@@ -39,9 +39,9 @@ pub(super) fn dir_stamp(dir: &Path) -> DirStamp {
 /// What a receipt says, as far as the plan needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Summary {
-    pub digest: String,
-    pub finished_unix: u64,
-    pub duration_ms: u64,
+    pub(super) digest: String,
+    pub(super) finished_unix: u64,
+    pub(super) duration_ms: u64,
 }
 
 /// What is known about one step's receipt.
@@ -59,12 +59,12 @@ pub(super) enum Entry {
 pub(super) struct Known {
     loaded: bool,
     /// The index vouched for the whole directory: a step it does not list has no receipt.
-    pub complete: bool,
-    pub entries: HashMap<String, Entry>,
+    pub(super) complete: bool,
+    pub(super) entries: HashMap<String, Entry>,
     /// The directory's mtime when the index was found unusable, and the clock then: a plan
     /// without the run lock may write a new index only if nothing changed since.
-    pub stamp_at_load: DirStamp,
-    pub clock_at_load: Option<SystemTime>,
+    pub(super) stamp_at_load: DirStamp,
+    pub(super) clock_at_load: Option<SystemTime>,
 }
 
 /// Timestamps of files are taken from a coarse clock (a few ms behind): a directory changed
@@ -72,12 +72,12 @@ pub(super) struct Known {
 const RACY: Duration = Duration::from_millis(50);
 
 impl Known {
-    pub fn is_loaded(&self) -> bool {
+    pub(super) fn is_loaded(&self) -> bool {
         self.loaded
     }
 
     /// Load the index once; trust it only while `receipts_dir` has the mtime it records.
-    pub fn load(&mut self, index: &Path, receipts_dir: &Path) {
+    pub(super) fn load(&mut self, index: &Path, receipts_dir: &Path) {
         if self.loaded {
             return;
         }
@@ -95,7 +95,7 @@ impl Known {
     }
 
     /// The answer for `id` without reading its receipt, if there is one.
-    pub fn get(&self, id: &str) -> Option<&Entry> {
+    pub(super) fn get(&self, id: &str) -> Option<&Entry> {
         match self.entries.get(id) {
             Some(Entry::Unknown) => None,
             Some(e) => Some(e),
@@ -109,7 +109,7 @@ impl Known {
     /// else only if the directory has not changed since this process first looked. Either way
     /// not while the directory's mtime is recent: a change within the same coarse timestamp
     /// would go unseen (git's "racy" rule); the next plan writes the index then.
-    pub fn stamp_for_save(&self, receipts_dir: &Path, exclusive: bool) -> Option<DirStamp> {
+    pub(super) fn stamp_for_save(&self, receipts_dir: &Path, exclusive: bool) -> Option<DirStamp> {
         let clock = if exclusive {
             SystemTime::now()
         } else {
@@ -199,7 +199,7 @@ pub(super) fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let tmp = dir.join(format!(".receipts.idx.tmp-{}", std::process::id()));
-    let written = std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, path));
+    let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }

@@ -1,13 +1,12 @@
 //! The step engine: fingerprints, receipts, the pure plan, and parallel execution.
 
-pub mod exec;
-pub mod fingerprint;
+pub(crate) mod exec;
+pub(crate) mod fingerprint;
 mod flush;
-pub mod hashing;
 mod index;
-pub mod plan;
+pub(crate) mod plan;
 mod schedule;
-pub mod state;
+pub(crate) mod state;
 
-pub use exec::{execute, ExecOptions, RunSummary};
-pub use plan::{plan, Plan, PlannedStep, Selection, Status};
+pub(crate) use exec::{execute, ExecOptions};
+pub(crate) use plan::{plan, Plan, Selection, Status};

@@ -5,16 +5,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::fingerprint::{self, explain_change, Fingerprint};
-use super::hashing::HashMemo;
 use super::state::{Indexed, StateDir};
 use crate::diagnostic::did_you_mean;
 use crate::error::{Error, Result};
+use crate::hash::HashMemo;
 use crate::host::Facts;
 use crate::recipe::{graph, Check, Recipe};
 
 /// Which steps a run covers (`--only`, `--from`, `--force`).
 #[derive(Debug, Clone, Default)]
-pub struct Selection {
+pub(crate) struct Selection {
     pub only: Vec<String>,
     pub from: Option<String>,
     pub force: Vec<String>,
@@ -22,7 +22,7 @@ pub struct Selection {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "status", content = "reason", rename_all = "snake_case")]
-pub enum Status {
+pub(crate) enum Status {
     Fresh,
     Stale(String),
     Skipped(String),
@@ -31,7 +31,7 @@ pub enum Status {
 }
 
 impl Status {
-    pub fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> &'static str {
         match self {
             Status::Fresh => "fresh",
             Status::Stale(_) => "stale",
@@ -42,7 +42,7 @@ impl Status {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct PlannedStep {
+pub(crate) struct PlannedStep {
     pub id: String,
     pub kind: &'static str,
     #[serde(flatten)]
@@ -60,13 +60,13 @@ pub struct PlannedStep {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub recipe: String,
     pub steps: Vec<PlannedStep>,
 }
 
 impl Plan {
-    pub fn count(&self, label: &str) -> usize {
+    pub(crate) fn count(&self, label: &str) -> usize {
         self.steps
             .iter()
             .filter(|s| s.status.label() == label)
@@ -75,7 +75,7 @@ impl Plan {
 }
 
 /// Compute the plan of `recipe` against the receipts in `state`.
-pub fn plan(
+pub(crate) fn plan(
     recipe: &Recipe,
     state: &StateDir,
     facts: &Facts,
@@ -150,7 +150,7 @@ pub fn plan(
         planned.status = if !sel.only.is_empty() && !sel.only.contains(&step.id) {
             Status::NotSelected
         } else {
-            staleness(state, &step.id, &step.check, &fp, forced, sel)
+            staleness(state, &step.id, step.check.as_ref(), &fp, forced, sel)
         };
         planned.digest = Some(fp.digest.clone());
         planned.fingerprint = Some(fp);
@@ -166,7 +166,7 @@ pub fn plan(
 fn staleness(
     state: &StateDir,
     id: &str,
-    check: &Option<Check>,
+    check: Option<&Check>,
     fp: &Fingerprint,
     forced: bool,
     sel: &Selection,

@@ -20,7 +20,7 @@ pub(super) enum State {
 /// Steps (by index, in dependency order) whose dependencies are all done, lowest index first so
 /// a run starts steps in the recipe's order; the rest wait on a count of unfinished dependencies.
 pub(super) struct Scheduler {
-    pub states: Vec<State>,
+    pub(super) states: Vec<State>,
     /// Indices of each step's `needs`.
     deps: Vec<Vec<usize>>,
     /// Indices of the steps that need each step.
@@ -33,7 +33,7 @@ pub(super) struct Scheduler {
 impl Scheduler {
     /// `states` are the plan's verdicts: `Pending` for stale steps, `Done` for fresh or skipped
     /// ones, `Missing` for unselected steps that never completed.
-    pub fn new(steps: &[Step], states: Vec<State>) -> Scheduler {
+    pub(super) fn new(steps: &[Step], states: Vec<State>) -> Scheduler {
         let index: HashMap<&str, usize> = steps
             .iter()
             .enumerate()
@@ -72,17 +72,17 @@ impl Scheduler {
     }
 
     /// Indices of the dependencies of step `i`.
-    pub fn deps(&self, i: usize) -> &[usize] {
+    pub(super) fn deps(&self, i: usize) -> &[usize] {
         &self.deps[i]
     }
 
     /// The lowest ready step that `fits` (e.g. within the memory budget), now `Running`.
-    pub fn next(&mut self, mut fits: impl FnMut(usize) -> bool) -> Option<usize> {
+    pub(super) fn next(&mut self, mut fits: impl FnMut(usize) -> bool) -> Option<usize> {
         let mut passed = Vec::new();
         let found = loop {
             match self.ready.pop() {
                 None => break None,
-                Some(Reverse(i)) if self.states[i] != State::Pending => continue,
+                Some(Reverse(i)) if self.states[i] != State::Pending => {}
                 Some(Reverse(i)) if fits(i) => break Some(i),
                 Some(r) => passed.push(r),
             }
@@ -95,7 +95,7 @@ impl Scheduler {
     }
 
     /// Step `i` succeeded: its dependents with nothing else to wait for become ready.
-    pub fn done(&mut self, i: usize) {
+    pub(super) fn done(&mut self, i: usize) {
         self.states[i] = State::Done;
         for &d in &self.dependents[i] {
             if self.states[d] == State::Pending {
@@ -110,7 +110,7 @@ impl Scheduler {
     /// Steps `roots` failed (or are missing): every pending step downstream of them will never
     /// run. Returns those steps, now `Failed`, in recipe order, each with the first of its needs
     /// that failed or is missing.
-    pub fn fail(&mut self, roots: &[usize]) -> Vec<(usize, usize)> {
+    pub(super) fn fail(&mut self, roots: &[usize]) -> Vec<(usize, usize)> {
         let mut stack = Vec::new();
         for &r in roots {
             if self.states[r] != State::Missing {
@@ -143,7 +143,7 @@ impl Scheduler {
     }
 
     /// Whether some step failed or could not run.
-    pub fn any_failed(&self) -> bool {
+    pub(super) fn any_failed(&self) -> bool {
         self.states.contains(&State::Failed)
     }
 }
@@ -162,8 +162,8 @@ mod tests {
                 kind: crate::recipe::StepKind::Run {
                     cmd: crate::recipe::Cmd::Argv(vec!["true".into()]),
                 },
-                needs: n.iter().map(|d| d.to_string()).collect(),
-                env: Default::default(),
+                needs: n.iter().map(std::string::ToString::to_string).collect(),
+                env: std::collections::BTreeMap::default(),
                 cwd: "/".into(),
                 inputs: Vec::new(),
                 check: None,

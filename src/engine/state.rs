@@ -1,8 +1,9 @@
-//! The state directory: receipts of finished steps, step logs, the run lock; atomic writes.
+//! One recipe's run state: receipts of finished steps, step logs, the run lock (paths from
+//! `StatePaths`).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -12,10 +13,12 @@ use super::fingerprint::Fingerprint;
 use super::flush::Flusher;
 use super::index::{self, Entry, Known, Summary};
 use crate::error::{Error, Result};
+use crate::fs::{create_dir, temp_owner};
+use crate::paths::StatePaths;
 
 /// Proof that a step succeeded and its check passed, for one fingerprint.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Receipt {
+pub(crate) struct Receipt {
     pub step: String,
     pub fingerprint: Fingerprint,
     pub finished_unix: u64,
@@ -23,11 +26,11 @@ pub struct Receipt {
     pub kiln_version: String,
 }
 
-/// Paths inside the state directory for one recipe, and what this process knows of its receipts
-/// (see [`index`]).
+/// One recipe's run state: receipts, logs, the memo and the lock (paths from [`StatePaths`]),
+/// and what this process knows of its receipts (see [`index`]).
 #[derive(Debug, Clone)]
-pub struct StateDir {
-    pub root: PathBuf,
+pub(crate) struct StateDir {
+    pub paths: StatePaths,
     pub recipe: String,
     known: Arc<Mutex<Known>>,
     flusher: Arc<Flusher>,
@@ -37,7 +40,7 @@ pub struct StateDir {
 
 /// What the receipts index says about a step whose fingerprint digest is known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Indexed {
+pub(crate) enum Indexed {
     /// Its receipt has this digest.
     Matches,
     /// It has no receipt.
@@ -45,9 +48,9 @@ pub enum Indexed {
 }
 
 impl StateDir {
-    pub fn new(root: &Path, recipe: &str) -> Self {
+    pub(crate) fn new(paths: &StatePaths, recipe: &str) -> Self {
         StateDir {
-            root: root.to_path_buf(),
+            paths: paths.clone(),
             recipe: recipe.to_string(),
             known: Arc::default(),
             flusher: Arc::default(),
@@ -56,16 +59,19 @@ impl StateDir {
     }
 
     fn receipts_dir(&self) -> PathBuf {
-        self.run_dir().join("receipts")
+        self.paths.receipts(&self.recipe)
     }
 
     fn index_path(&self) -> PathBuf {
-        self.run_dir().join("receipts.idx")
+        self.paths.run_dir(&self.recipe).join("receipts.idx")
     }
 
     /// What is known of the receipts, the index loaded on first use.
     fn known(&self) -> MutexGuard<'_, Known> {
-        let mut k = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let mut k = self
+            .known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if !k.is_loaded() {
             k.load(&self.index_path(), &self.receipts_dir());
         }
@@ -73,7 +79,7 @@ impl StateDir {
     }
 
     /// The index's answer for `step` at fingerprint `digest`, or `None`: read the receipt.
-    pub fn indexed(&self, step: &str, digest: &str) -> Option<Indexed> {
+    pub(crate) fn indexed(&self, step: &str, digest: &str) -> Option<Indexed> {
         match self.known().get(step)? {
             Entry::Present(s) if s.digest == digest => Some(Indexed::Matches),
             Entry::Absent => Some(Indexed::NoReceipt),
@@ -82,7 +88,7 @@ impl StateDir {
     }
 
     /// Whether `step` has a (readable) receipt.
-    pub fn has_receipt(&self, step: &str) -> bool {
+    pub(crate) fn has_receipt(&self, step: &str) -> bool {
         let indexed = match self.known().get(step) {
             Some(Entry::Present(_)) => Some(true),
             Some(Entry::Absent) => Some(false),
@@ -92,7 +98,7 @@ impl StateDir {
     }
 
     /// Make the receipts written so far durable (see [`Flusher`]).
-    pub fn sync_receipts(&self) -> Result<()> {
+    pub(crate) fn sync_receipts(&self) -> Result<()> {
         let dir = self.receipts_dir();
         self.flusher
             .finish(&dir)
@@ -100,12 +106,12 @@ impl StateDir {
     }
 
     /// Delete the index before receipts change (a kill then leaves no index to trust).
-    pub fn invalidate_index(&self) {
+    pub(crate) fn invalidate_index(&self) {
         let _ = std::fs::remove_file(self.index_path());
     }
 
     /// After a plan: write the index if the one on disk could not be used (missing or stale).
-    pub fn refresh_index<'a>(&self, steps: impl Iterator<Item = &'a str>) {
+    pub(crate) fn refresh_index<'a>(&self, steps: impl Iterator<Item = &'a str>) {
         let complete = self.known().complete;
         if !complete {
             self.save_index(steps);
@@ -114,7 +120,7 @@ impl StateDir {
 
     /// Write the index for the receipts of `steps` (the recipe's steps), if it can be trusted
     /// (see [`Known::stamp_for_save`]); best effort: without it the next plan reads receipts.
-    pub fn save_index<'a>(&self, steps: impl Iterator<Item = &'a str>) {
+    pub(crate) fn save_index<'a>(&self, steps: impl Iterator<Item = &'a str>) {
         let dir = self.receipts_dir();
         let exclusive = self.exclusive.load(Ordering::Relaxed);
         let mut names: Vec<String> = match std::fs::read_dir(&dir) {
@@ -138,10 +144,9 @@ impl StateDir {
             let known = self.known().entries.get(id.as_str()).cloned();
             let entry = match known {
                 Some(e @ Entry::Present(_)) => e,
-                _ if wanted.contains(id.as_str()) => match self.receipt(id) {
-                    Some(r) => summary_entry(&r),
-                    None => Entry::Unknown,
-                },
+                _ if wanted.contains(id.as_str()) => self
+                    .receipt(id)
+                    .map_or(Entry::Unknown, |r| summary_entry(&r)),
                 _ => Entry::Unknown,
             };
             entries.push((id.as_str(), entry));
@@ -154,24 +159,20 @@ impl StateDir {
         let _ = index::replace(&self.index_path(), &bytes);
     }
 
-    fn run_dir(&self) -> PathBuf {
-        self.root.join("runs").join(&self.recipe)
+    pub(crate) fn receipt_path(&self, step: &str) -> PathBuf {
+        self.paths.receipt(&self.recipe, step)
     }
 
-    pub fn receipt_path(&self, step: &str) -> PathBuf {
-        self.run_dir().join("receipts").join(format!("{step}.json"))
+    pub(crate) fn log_path(&self, step: &str) -> PathBuf {
+        self.paths.step_log(&self.recipe, step)
     }
 
-    pub fn log_path(&self, step: &str) -> PathBuf {
-        self.run_dir().join("logs").join(format!("{step}.log"))
-    }
-
-    pub fn memo_path(&self) -> PathBuf {
-        self.root.join("hashmemo.json")
+    pub(crate) fn memo_path(&self) -> PathBuf {
+        self.paths.hash_memo()
     }
 
     /// The receipt of `step`, if one exists and is readable.
-    pub fn receipt(&self, step: &str) -> Option<Receipt> {
+    pub(crate) fn receipt(&self, step: &str) -> Option<Receipt> {
         // Through `take`: `File::read_to_end` asks for a size hint (statx + lseek per file), which
         // was half the syscalls of a no-op plan; receipts are small.
         let mut bytes = Vec::with_capacity(4096);
@@ -180,38 +181,48 @@ impl StateDir {
             .and_then(|f| f.take(1 << 20).read_to_end(&mut bytes).ok())
             .and_then(|_| serde_json::from_slice(&bytes).ok());
         let entry = receipt.as_ref().map_or(Entry::Absent, summary_entry);
-        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let mut known = self
+            .known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         known.entries.insert(step.to_string(), entry);
         receipt
     }
 
-    pub fn write_receipt(&self, r: &Receipt) -> Result<()> {
+    /// Write a receipt by rename; made durable in batches (see [`Flusher`]).
+    pub(crate) fn write_receipt(&self, r: &Receipt) -> Result<()> {
         let bytes = serde_json::to_vec_pretty(r).expect("receipts serialize");
         let path = self.receipt_path(&r.step);
         self.flusher
             .write(&path, &bytes)
             .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
-        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let mut known = self
+            .known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         known.entries.insert(r.step.clone(), summary_entry(r));
         Ok(())
     }
 
-    pub fn remove_receipt(&self, step: &str) -> Result<()> {
+    pub(crate) fn remove_receipt(&self, step: &str) -> Result<()> {
         let removed = match std::fs::remove_file(self.receipt_path(step)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         };
         // After a failed removal, whether the receipt is still there is unknown.
-        let entry = removed.as_ref().map_or(Entry::Unknown, |_| Entry::Absent);
-        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = removed.as_ref().map_or(Entry::Unknown, |()| Entry::Absent);
+        let mut known = self
+            .known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         known.entries.insert(step.to_string(), entry);
         removed.map_err(|e| Error::io("cannot remove a receipt", e))
     }
 
     /// Take the state directory's lock for the duration of a run.
-    pub fn lock(&self) -> Result<RunLock> {
-        create_dir(&self.root)?;
-        let path = self.root.join("lock");
+    pub(crate) fn lock(&self) -> Result<RunLock> {
+        create_dir(self.paths.root())?;
+        let path = self.paths.lock();
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -228,7 +239,7 @@ impl StateDir {
                     .filter(|s| !s.is_empty())
                     .map_or(String::new(), |pid| format!(" (pid {pid})"));
                 return Err(Error::Locked {
-                    path: self.root.clone(),
+                    path: self.paths.root().to_path_buf(),
                     holder,
                 });
             }
@@ -237,23 +248,26 @@ impl StateDir {
             }
         }
         file.set_len(0)
-            .and_then(|_| write!(file, "{}", std::process::id()))
+            .and_then(|()| write!(file, "{}", std::process::id()))
             .map_err(|e| Error::io("cannot write the lock file", e))?;
         self.exclusive.store(true, Ordering::Relaxed);
         self.remove_leftovers();
         Ok(RunLock { _file: file })
     }
 
-    /// Temp files of runs killed inside [`write_atomic`] (SIGKILL, ENOSPC): receipts of every
+    /// Temp files of runs killed inside [`crate::fs::write_atomic`] or a receipt write (SIGKILL, ENOSPC): receipts of every
     /// recipe and the hash memo. Called under the lock, so no other kiln writes here now; a temp
     /// file of this very process is left alone.
     fn remove_leftovers(&self) {
-        let mut dirs = vec![self.root.clone()];
-        if let Ok(runs) = std::fs::read_dir(self.root.join("runs")) {
+        let mut dirs = vec![self.paths.root().to_path_buf()];
+        if let Ok(runs) = std::fs::read_dir(self.paths.runs()) {
+            let recipes = runs
+                .flatten()
+                .map(|r| r.file_name().to_string_lossy().into_owned());
             // Receipts, and the receipts index next to them.
             dirs.extend(
-                runs.flatten()
-                    .flat_map(|r| [r.path().join("receipts"), r.path()]),
+                recipes
+                    .flat_map(|recipe| [self.paths.receipts(&recipe), self.paths.run_dir(&recipe)]),
             );
         }
         for dir in dirs {
@@ -262,7 +276,7 @@ impl StateDir {
             };
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                if let Some(pid) = tmp_owner(&name) {
+                if let Some(pid) = temp_owner(&name) {
                     if pid != std::process::id() {
                         let _ = std::fs::remove_file(e.path());
                     }
@@ -280,64 +294,8 @@ fn summary_entry(r: &Receipt) -> Entry {
     })
 }
 
-/// The PID in a [`write_atomic`] temp name (`.NAME.tmp-PID`).
-fn tmp_owner(name: &str) -> Option<u32> {
-    let (_, pid) = name.strip_prefix('.')?.rsplit_once(".tmp-")?;
-    pid.parse().ok()
-}
-
-/// Whether process `pid` exists (it may belong to someone else).
-pub fn pid_alive(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return false;
-    };
-    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
-
 /// Held while a run owns the state directory; released on drop or when the process dies.
 #[derive(Debug)]
-pub struct RunLock {
+pub(crate) struct RunLock {
     _file: File,
-}
-
-pub fn create_dir(path: &Path) -> Result<()> {
-    std::fs::create_dir_all(path)
-        .map_err(|e| Error::io(format!("cannot create {}", path.display()), e))
-}
-
-/// Write `bytes` to `path` so readers see the old content or the new, never a mix.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    create_dir(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id()
-    ));
-    let ctx = |e| Error::io(format!("cannot write {}", path.display()), e);
-    let written = File::create(&tmp)
-        .and_then(|mut f| f.write_all(bytes).and_then(|_| f.sync_all()))
-        .and_then(|_| std::fs::rename(&tmp, path));
-    if let Err(e) = written {
-        // A full disk must not also leave a temp file behind.
-        let _ = std::fs::remove_file(&tmp);
-        return Err(ctx(e));
-    }
-    File::open(dir).and_then(|d| d.sync_all()).map_err(ctx)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn temp_names_give_their_owner() {
-        assert_eq!(tmp_owner(".build.json.tmp-4242"), Some(4242));
-        assert_eq!(tmp_owner(".hashmemo.json.tmp-7"), Some(7));
-        assert_eq!(tmp_owner("build.json"), None);
-        assert_eq!(tmp_owner(".x.tmp-notapid"), None);
-        assert!(pid_alive(std::process::id()));
-    }
 }

@@ -8,14 +8,14 @@ use serde::Serialize;
 use crate::process::{self, CommandSpec};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Toolkit {
+pub(crate) struct Toolkit {
     pub path: PathBuf,
     /// Full version from version.json ("13.0.2"), else from the directory name ("13.0").
     pub version: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct CudaFacts {
+pub(crate) struct CudaFacts {
     pub toolkits: Vec<Toolkit>,
     /// Where /usr/local/cuda (or $CUDA_HOME) points.
     pub default: Option<Toolkit>,
@@ -28,7 +28,7 @@ pub struct CudaFacts {
 }
 
 /// Collect toolkit facts under `root` (normally /usr/local) and from the environment.
-pub fn collect(root: &Path) -> CudaFacts {
+pub(crate) fn collect(root: &Path) -> CudaFacts {
     let mut facts = CudaFacts::default();
     if let Ok(entries) = std::fs::read_dir(root) {
         let mut dirs: Vec<PathBuf> = entries
@@ -89,7 +89,7 @@ fn toolkit_at(dir: &Path) -> Option<Toolkit> {
 }
 
 /// ("13.0", "13.0.88") from `nvcc --version`.
-pub fn parse_nvcc_version(text: &str) -> Option<(String, String)> {
+pub(crate) fn parse_nvcc_version(text: &str) -> Option<(String, String)> {
     let line = text
         .lines()
         .find(|l| l.contains("Cuda compilation tools, release"))?;

@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::process::{self, CommandSpec};
 
 /// The fields kiln asks `nvidia-smi --query-gpu` for (with a header, parsed by column name).
-pub const QUERY_FIELDS: &str = "index,name,uuid,driver_version,compute_cap,memory.total,memory.used,\
+pub(crate) const QUERY_FIELDS: &str = "index,name,uuid,driver_version,compute_cap,memory.total,memory.used,\
 pci.bus_id,persistence_mode,ecc.mode.current,power.limit,clocks.max.sm,pcie.link.gen.max,pcie.link.width.max";
 
 const SMI_TIMEOUT: Duration = Duration::from_secs(15);
@@ -33,7 +33,7 @@ impl Gpu {
     }
 }
 
-pub fn parse_cc(text: &str) -> Option<(u32, u32)> {
+pub(crate) fn parse_cc(text: &str) -> Option<(u32, u32)> {
     let (major, minor) = text.trim().split_once('.')?;
     Some((major.parse().ok()?, minor.parse().ok()?))
 }
@@ -41,7 +41,7 @@ pub fn parse_cc(text: &str) -> Option<(u32, u32)> {
 /// How `nvidia-smi` answered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
-pub enum SmiState {
+pub(crate) enum SmiState {
     Ok,
     /// Not on PATH: no NVIDIA driver (or not in this container).
     Missing,
@@ -56,7 +56,7 @@ pub enum SmiState {
 
 /// The result of querying the GPUs.
 #[derive(Debug, Clone, Serialize)]
-pub struct GpuQuery {
+pub(crate) struct GpuQuery {
     pub smi: SmiState,
     pub gpus: Vec<Gpu>,
     /// False when the driver does not know the `compute_cap` field (capability derived from names).
@@ -64,13 +64,13 @@ pub struct GpuQuery {
 }
 
 /// Query the GPUs; `None` when `nvidia-smi` is absent or fails.
-pub fn query_gpus() -> Option<Vec<Gpu>> {
+pub(crate) fn query_gpus() -> Option<Vec<Gpu>> {
     let q = query();
     (q.smi == SmiState::Ok).then_some(q.gpus)
 }
 
 /// Query the GPUs, falling back to a query without `compute_cap` on drivers that lack it.
-pub fn query() -> GpuQuery {
+pub(crate) fn query() -> GpuQuery {
     let mut result = GpuQuery {
         smi: SmiState::Missing,
         gpus: Vec::new(),
@@ -112,7 +112,7 @@ fn failure(message: String) -> SmiState {
 }
 
 /// Run `nvidia-smi ARGS`: stdout on success, else the (trimmed) output as the message.
-pub fn smi(args: &[&str]) -> Result<String, String> {
+pub(crate) fn smi(args: &[&str]) -> Result<String, String> {
     let spec = CommandSpec::new("nvidia-smi", args.iter().copied());
     match process::capture_timeout(&spec, SMI_TIMEOUT) {
         Ok(c) if c.success() => Ok(c.stdout),
@@ -130,7 +130,7 @@ pub fn smi(args: &[&str]) -> Result<String, String> {
 }
 
 /// Parse `--format=csv` output (with a header; units in header and values are dropped).
-pub fn parse_csv(text: &str) -> Vec<Gpu> {
+pub(crate) fn parse_csv(text: &str) -> Vec<Gpu> {
     let mut lines = text.lines().filter(|l| !l.trim().is_empty());
     let Some(header) = lines.next() else {
         return Vec::new();
@@ -166,31 +166,8 @@ pub fn parse_csv(text: &str) -> Vec<Gpu> {
         .collect()
 }
 
-/// Parse `--format=csv,noheader,nounits` output of `index,name,driver_version,compute_cap,memory.total`.
-pub fn parse_query(csv: &str) -> Vec<Gpu> {
-    csv.lines()
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split(',').map(str::trim).collect();
-            if f.len() < 5 {
-                return None;
-            }
-            Some(Gpu {
-                index: f[0].parse().ok()?,
-                name: f[1].to_string(),
-                driver: f[2].to_string(),
-                compute_cap: f[3].to_string(),
-                memory_mib: f[4].parse().unwrap_or(0),
-                uuid: None,
-                bus_id: None,
-                persistence_mode: None,
-                ecc_mode: None,
-            })
-        })
-        .collect()
-}
-
 /// Compute capability of well-known GPUs, for drivers too old to report `compute_cap`.
-pub fn cc_from_name(name: &str) -> Option<&'static str> {
+pub(crate) fn cc_from_name(name: &str) -> Option<&'static str> {
     const TABLE: &[(&str, &str)] = &[
         ("RTX PRO 6000", "12.0"),
         ("RTX 6000D", "12.0"),
@@ -221,7 +198,7 @@ pub fn cc_from_name(name: &str) -> Option<&'static str> {
 }
 
 /// The kernel module's version from `/proc/driver/nvidia/version` (a file read, no NVML).
-pub fn kernel_module_version() -> Option<String> {
+pub(crate) fn kernel_module_version() -> Option<String> {
     let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
     parse_module_version(&text)
 }
@@ -250,7 +227,7 @@ mod tests {
             (g.index, g.name.as_str(), g.compute_cap.as_str()),
             (0, "NVIDIA H200", "9.0")
         );
-        assert_eq!((g.driver.as_str(), g.memory_mib), ("580.159.04", 143771));
+        assert_eq!((g.driver.as_str(), g.memory_mib), ("580.159.04", 143_771));
         assert_eq!(g.bus_id.as_deref(), Some("00000000:00:06.0"));
         assert_eq!(g.persistence_mode.as_deref(), Some("Enabled"));
         assert_eq!(g.cc(), Some((9, 0)));

@@ -1,16 +1,16 @@
 //! Host facts: what this machine is (OS, CPU, RAM, GPUs, CUDA toolkits, Python envs). Recipes' `when`,
 //! `${host.*}` and `kiln doctor` read them.
 
-pub mod cuda;
-pub mod gpu;
-pub mod python;
-pub mod system;
-pub mod topology;
+pub(crate) mod cuda;
+pub(crate) mod gpu;
+pub(crate) mod python;
+pub(crate) mod system;
+pub(crate) mod topology;
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-pub use gpu::{query_gpus, Gpu};
+pub(crate) use gpu::{query_gpus, Gpu};
 
 /// Fact names a recipe may use in `when` (and as `${host.NAME}`).
 pub const FACT_KEYS: &[&str] = &[
@@ -39,6 +39,7 @@ impl Facts {
     }
 
     /// Pin a fact (tests, and `KILN_FACT_<NAME>` for cross-targeting from another machine).
+    #[must_use]
     pub fn with_override(mut self, key: &str, value: &str) -> Self {
         self.overrides.insert(key.to_string(), value.to_string());
         self
@@ -98,7 +99,7 @@ fn read_trim(path: &str) -> Option<String> {
 }
 
 /// A field of /proc/meminfo in KiB.
-pub fn meminfo_kib(field: &str) -> Option<u64> {
+pub(crate) fn meminfo_kib(field: &str) -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     parse_meminfo(&text, field)
 }
@@ -111,7 +112,7 @@ fn parse_meminfo(text: &str, field: &str) -> Option<u64> {
 }
 
 /// Bytes of RAM available for new work right now.
-pub fn available_memory_bytes() -> Option<u64> {
+pub(crate) fn available_memory_bytes() -> Option<u64> {
     meminfo_kib("MemAvailable").map(|k| k * 1024)
 }
 

@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::dist;
 use crate::process::{self, CommandSpec};
 
 const SCRIPT: &str = include_str!("python_facts.py");
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct TorchFacts {
+pub(crate) struct TorchFacts {
     pub version: Option<String>,
     /// `torch.version.cuda` ("13.0"); None for CPU builds.
     pub cuda: Option<String>,
@@ -25,7 +26,7 @@ pub struct TorchFacts {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct PythonFacts {
+pub(crate) struct PythonFacts {
     pub executable: String,
     pub version: String,
     pub purelib: Option<PathBuf>,
@@ -68,18 +69,17 @@ fn cache_key(python: &str, purelib: Option<&Path>) -> CacheKey {
         python: python.to_string(),
         python_mtime_ns: mtime_ns(&exe),
         purelib_mtime_ns: purelib.map_or(0, mtime_ns),
-        script: crate::engine::hashing::sha256_bytes(SCRIPT.as_bytes()),
+        script: crate::hash::sha256_bytes(SCRIPT.as_bytes()),
         visible_devices: std::env::var("CUDA_VISIBLE_DEVICES").ok(),
     }
 }
 
-/// Like [`collect`], but reuses the facts stored under `cache_dir` while the interpreter and its
-/// site-packages are unchanged (importing torch takes seconds; the check takes microseconds).
-pub fn collect_cached(python: &str, cache_dir: &Path) -> Result<PythonFacts, String> {
-    let name = crate::engine::hashing::sha256_bytes(python.as_bytes());
-    let path = cache_dir
-        .join("python-facts")
-        .join(format!("{}.json", &name[..16]));
+/// Like [`collect`], but reuses the facts stored in `dir` (`StatePaths::python_facts`) while the
+/// interpreter and its site-packages are unchanged (importing torch takes seconds; the check
+/// takes microseconds).
+pub(crate) fn collect_cached(python: &str, dir: &Path) -> Result<PythonFacts, String> {
+    let name = crate::hash::sha256_bytes(python.as_bytes());
+    let path = dir.join(format!("{}.json", &name[..16]));
     if let Some(entry) = std::fs::read(&path)
         .ok()
         .and_then(|b| serde_json::from_slice::<CacheEntry>(&b).ok())
@@ -98,13 +98,13 @@ pub fn collect_cached(python: &str, cache_dir: &Path) -> Result<PythonFacts, Str
     };
     if let Ok(bytes) = serde_json::to_vec(&entry) {
         // A cache that cannot be written only costs time on the next run.
-        let _ = crate::engine::state::write_atomic(&path, &bytes);
+        let _ = crate::fs::write_atomic(&path, &bytes);
     }
     Ok(entry.facts)
 }
 
 /// Run the facts script with `python`; an error names what went wrong in one line.
-pub fn collect(python: &str) -> Result<PythonFacts, String> {
+pub(crate) fn collect(python: &str) -> Result<PythonFacts, String> {
     let mut spec = CommandSpec::new(python, ["-c", SCRIPT]);
     // Keep torch quiet and fast: no CUDA context just to count devices.
     spec.env
@@ -120,52 +120,32 @@ pub fn collect(python: &str) -> Result<PythonFacts, String> {
         .stdout
         .lines()
         .find_map(|l| l.strip_prefix("KILN_FACTS "));
-    match line {
-        Some(json) => {
-            serde_json::from_str(json).map_err(|e| format!("unreadable facts from `{python}`: {e}"))
-        }
-        None => {
-            let tail: Vec<&str> = out.stderr.lines().rev().take(3).collect();
-            Err(format!(
-                "`{python}` failed ({}): {}",
-                out.code
-                    .map(|c| format!("exit {c}"))
-                    .unwrap_or_else(|| "killed".into()),
-                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-            ))
-        }
+    if let Some(json) = line {
+        serde_json::from_str(json).map_err(|e| format!("unreadable facts from `{python}`: {e}"))
+    } else {
+        let tail: Vec<&str> = out.stderr.lines().rev().take(3).collect();
+        Err(format!(
+            "`{python}` failed ({}): {}",
+            out.code
+                .map_or_else(|| "killed".into(), |c| format!("exit {c}")),
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        ))
     }
 }
 
-/// Package versions from the `*.dist-info/METADATA` files of a site-packages directory (a file read).
-pub fn dist_versions(site: &Path) -> BTreeMap<String, String> {
+/// Package versions from the `*.dist-info/METADATA` files of a site-packages directory (a file
+/// read), by normalised name.
+pub(crate) fn dist_versions(site: &Path) -> BTreeMap<String, String> {
     let mut versions = BTreeMap::new();
-    let Ok(entries) = std::fs::read_dir(site) else {
-        return versions;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.ends_with(".dist-info") {
-            continue;
-        }
-        let Ok(meta) = std::fs::read_to_string(entry.path().join("METADATA")) else {
+    for (_, metadata) in dist::dist_infos(site).unwrap_or_default() {
+        let Ok(text) = std::fs::read_to_string(&metadata) else {
             continue;
         };
-        let field = |key: &str| {
-            meta.lines()
-                .find_map(|l| l.strip_prefix(key))
-                .map(|v| v.trim().to_string())
-        };
-        if let (Some(n), Some(v)) = (field("Name:"), field("Version:")) {
-            versions.insert(normalize(&n), v);
+        if let (Some(n), Some(v)) = dist::name_and_version(&text) {
+            versions.insert(dist::normalize(&n), v);
         }
     }
     versions
-}
-
-/// PEP 503 name normalization ("Flash_Attn" → "flash-attn").
-pub fn normalize(name: &str) -> String {
-    name.to_ascii_lowercase().replace(['_', '.'], "-")
 }
 
 #[cfg(test)]
@@ -197,13 +177,14 @@ mod tests {
         };
         let python = python.display().to_string();
         let cache = tempfile::tempdir().unwrap();
-        let first = collect_cached(&python, cache.path()).unwrap();
+        let dir = cache.path().join("python-facts");
+        let first = collect_cached(&python, &dir).unwrap();
         assert!(!first.cached);
-        let second = collect_cached(&python, cache.path()).unwrap();
+        let second = collect_cached(&python, &dir).unwrap();
         assert!(second.cached);
         assert_eq!(second.version, first.version);
         // An install touches site-packages; simulate by bumping the recorded mtime.
-        let entry_path = std::fs::read_dir(cache.path().join("python-facts"))
+        let entry_path = std::fs::read_dir(&dir)
             .unwrap()
             .next()
             .unwrap()
@@ -213,7 +194,7 @@ mod tests {
             serde_json::from_slice(&std::fs::read(&entry_path).unwrap()).unwrap();
         entry.key.purelib_mtime_ns += 1;
         std::fs::write(&entry_path, serde_json::to_vec(&entry).unwrap()).unwrap();
-        assert!(!collect_cached(&python, cache.path()).unwrap().cached);
+        assert!(!collect_cached(&python, &dir).unwrap().cached);
     }
 
     #[test]

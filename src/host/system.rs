@@ -5,7 +5,7 @@ use std::path::Path;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct SystemFacts {
+pub(crate) struct SystemFacts {
     /// PRETTY_NAME from /etc/os-release ("Ubuntu 24.04.3 LTS").
     pub os: Option<String>,
     pub kernel: Option<String>,
@@ -15,7 +15,7 @@ pub struct SystemFacts {
     pub mem_available_bytes: Option<u64>,
 }
 
-pub fn collect() -> SystemFacts {
+pub(crate) fn collect() -> SystemFacts {
     SystemFacts {
         os: std::fs::read_to_string("/etc/os-release")
             .ok()
@@ -24,9 +24,7 @@ pub fn collect() -> SystemFacts {
             .ok()
             .map(|s| s.trim().to_string()),
         arch: std::env::consts::ARCH.to_string(),
-        cores: std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
+        cores: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
         mem_total_bytes: super::meminfo_kib("MemTotal").map(|k| k * 1024),
         mem_available_bytes: super::meminfo_kib("MemAvailable").map(|k| k * 1024),
     }
@@ -40,12 +38,12 @@ fn os_release_name(text: &str) -> Option<String> {
 
 /// Free bytes (for an unprivileged user) on the filesystem holding `path`, or its nearest
 /// existing ancestor.
-pub fn free_disk_bytes(path: &Path) -> Option<u64> {
+pub(crate) fn free_disk_bytes(path: &Path) -> Option<u64> {
     let existing = path.ancestors().find(|p| p.exists())?;
     let c_path = std::ffi::CString::new(existing.as_os_str().as_encoded_bytes()).ok()?;
     // SAFETY: statvfs writes into the zeroed struct we own; the path is a valid C string.
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::statvfs(c_path.as_ptr(), &mut stat) };
+    let rc = unsafe { libc::statvfs(c_path.as_ptr(), &raw mut stat) };
     (rc == 0).then(|| stat.f_bavail as u64 * stat.f_frsize as u64)
 }
 

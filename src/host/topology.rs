@@ -4,14 +4,14 @@ use serde::Serialize;
 
 /// A square matrix of GPU-to-GPU cells as `nvidia-smi topo` prints it ("X" on the diagonal).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Matrix {
+pub(crate) struct Matrix {
     pub gpus: Vec<String>,
     pub cells: Vec<Vec<String>>,
 }
 
 impl Matrix {
     /// Every off-diagonal cell once (i < j).
-    pub fn pairs(&self) -> impl Iterator<Item = (usize, usize, &str)> {
+    pub(crate) fn pairs(&self) -> impl Iterator<Item = (usize, usize, &str)> {
         self.cells.iter().enumerate().flat_map(|(i, row)| {
             row.iter()
                 .enumerate()
@@ -21,12 +21,12 @@ impl Matrix {
     }
 
     /// True when no GPU pair is joined by NVLink (`NV#`).
-    pub fn pcie_only(&self) -> bool {
+    pub(crate) fn pcie_only(&self) -> bool {
         self.pairs().all(|(_, _, c)| !c.starts_with("NV"))
     }
 
     /// The distinct off-diagonal cells, sorted ("NODE", "SYS").
-    pub fn kinds(&self) -> Vec<String> {
+    pub(crate) fn kinds(&self) -> Vec<String> {
         let mut kinds: Vec<String> = self.pairs().map(|(_, _, c)| c.to_string()).collect();
         kinds.sort();
         kinds.dedup();
@@ -53,7 +53,7 @@ fn strip_ansi(line: &str) -> String {
 }
 
 /// Parse the GPU part of a `topo -m` or `topo -p2p` matrix; NIC rows and columns are dropped.
-pub fn parse_matrix(text: &str) -> Option<Matrix> {
+pub(crate) fn parse_matrix(text: &str) -> Option<Matrix> {
     let lines: Vec<String> = text.lines().map(strip_ansi).collect();
     let header_at = lines.iter().position(|l| {
         let mut words = l.split_whitespace();
@@ -88,7 +88,7 @@ pub fn parse_matrix(text: &str) -> Option<Matrix> {
         }
         let row: Option<Vec<String>> = gpu_columns
             .iter()
-            .map(|&c| words.get(c + 1).map(|w| w.to_string()))
+            .map(|&c| words.get(c + 1).map(std::string::ToString::to_string))
             .collect();
         gpus.push(label.to_string());
         cells.push(row?);

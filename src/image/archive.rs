@@ -16,19 +16,19 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use super::human_bytes;
 use super::layer::{self, LayerSummary};
 use super::stream::HashingStream;
 use crate::error::{Error, Result};
+use crate::units::human_bytes;
 
-pub const MEDIA_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-pub const MEDIA_INDEX: &str = "application/vnd.oci.image.index.v1+json";
-pub const MEDIA_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
-pub const MEDIA_LAYER: &str = "application/vnd.oci.image.layer.v1.tar";
+pub(crate) const MEDIA_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub(crate) const MEDIA_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub(crate) const MEDIA_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+pub(crate) const MEDIA_LAYER: &str = "application/vnd.oci.image.layer.v1.tar";
 
 /// What to export.
 #[derive(Debug, Default)]
-pub struct ExportOptions {
+pub(crate) struct ExportOptions {
     /// Absolute directories, one layer each, in this order.
     pub prefixes: Vec<PathBuf>,
     /// `name[:tag]`
@@ -40,15 +40,14 @@ pub struct ExportOptions {
 }
 
 #[derive(Debug)]
-pub struct LayerInfo {
+pub(crate) struct LayerInfo {
     pub prefix: PathBuf,
     pub digest: String,
     pub size: u64,
-    pub summary: LayerSummary,
 }
 
 #[derive(Debug)]
-pub struct Exported {
+pub(crate) struct Exported {
     pub manifest_digest: String,
     pub layers: Vec<LayerInfo>,
     pub archive_size: u64,
@@ -56,7 +55,7 @@ pub struct Exported {
 
 /// Write the archive to `output` (atomically: a temp file next to it, renamed at the end).
 /// `note` receives progress lines.
-pub fn export(opts: &ExportOptions, output: &Path, note: &dyn Fn(&str)) -> Result<Exported> {
+pub(crate) fn export(opts: &ExportOptions, output: &Path, note: &dyn Fn(&str)) -> Result<Exported> {
     let file_name = output
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -73,7 +72,7 @@ pub fn export(opts: &ExportOptions, output: &Path, note: &dyn Fn(&str)) -> Resul
                     e,
                 )
             })?;
-            exported.archive_size = std::fs::metadata(output).map(|m| m.len()).unwrap_or(0);
+            exported.archive_size = std::fs::metadata(output).map_or(0, |m| m.len());
             Ok(exported)
         }
         Err(e) => {
@@ -134,7 +133,6 @@ fn write_archive(opts: &ExportOptions, file: File, note: &dyn Fn(&str)) -> Resul
             prefix: prefix.clone(),
             digest,
             size,
-            summary,
         });
     }
     let config = config_json(opts, &layers);
@@ -216,13 +214,13 @@ fn oci_architecture() -> &'static str {
 
 /// `name[:tag]` split at the tag's colon (not a registry port's).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImageName {
+pub(crate) struct ImageName {
     pub name: String,
     pub tag: String,
 }
 
 impl ImageName {
-    pub fn parse(text: &str) -> ImageName {
+    pub(crate) fn parse(text: &str) -> ImageName {
         let slash = text.rfind('/').map_or(0, |i| i + 1);
         match text[slash..].rfind(':') {
             Some(i) => ImageName {
@@ -237,7 +235,7 @@ impl ImageName {
     }
 
     /// The fully qualified form containerd records (`docker.io/library/x:tag`).
-    pub fn full(&self) -> String {
+    pub(crate) fn full(&self) -> String {
         let first = self.name.split('/').next().unwrap_or_default();
         let has_registry = self.name.contains('/')
             && (first.contains('.') || first.contains(':') || first == "localhost");
@@ -253,7 +251,7 @@ impl ImageName {
 }
 
 /// `1970-01-01T00:00:00Z` for an epoch second.
-pub fn rfc3339(epoch: u64) -> String {
+pub(crate) fn rfc3339(epoch: u64) -> String {
     let days = (epoch / 86_400) as i64;
     let rem = epoch % 86_400;
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
@@ -326,7 +324,7 @@ impl Outer {
     }
 
     fn blob_bytes(&mut self, bytes: &[u8]) -> Result<String> {
-        let digest = crate::engine::hashing::sha256_bytes(bytes);
+        let digest = crate::hash::sha256_bytes(bytes);
         self.entry(&format!("blobs/sha256/{digest}"), bytes)?;
         Ok(digest)
     }

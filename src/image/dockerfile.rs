@@ -5,22 +5,20 @@
 use std::fmt::Write;
 
 use crate::error::{Error, Result};
-use crate::recipe::interp::shell_quote;
 use crate::recipe::Recipe;
+use crate::shell::quote as shell_quote;
 
-/// Default base of the provisioning stage.
-pub const DEFAULT_BASE: &str = "nvidia/cuda:13.0.1-devel-ubuntu24.04";
 /// `KILN_HOME` inside the image.
-pub const IMAGE_KILN_HOME: &str = "/var/lib/kiln";
+pub(crate) const IMAGE_KILN_HOME: &str = "/var/lib/kiln";
 /// Where recipe directories land inside the image.
-pub const IMAGE_RECIPES: &str = "/etc/kiln/recipes";
+pub(crate) const IMAGE_RECIPES: &str = "/etc/kiln/recipes";
 /// The arguments the build runs the recipe with (`kiln up …`). Serving never happens at build
 /// time: the image's entrypoint serves.
-pub const UP_ARGS: &[&str] = &["up", "--no-serve"];
+pub(crate) const UP_ARGS: &[&str] = &["up", "--no-serve"];
 
 /// Where the build finds the recipe.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RecipeSource {
+pub(crate) enum RecipeSource {
     /// A recipe shipped inside kiln, by name.
     Shipped(String),
     /// A recipe file, relative to the build context (its directory is copied into the image).
@@ -28,7 +26,7 @@ pub enum RecipeSource {
 }
 
 /// The Dockerfile text.
-pub fn render(
+pub(crate) fn render(
     recipe: &Recipe,
     source: &RecipeSource,
     base: &str,
@@ -105,7 +103,7 @@ pub fn render(
         .join(" \\\n    ");
     let up = UP_ARGS
         .iter()
-        .map(|a| a.to_string())
+        .map(std::string::ToString::to_string)
         .chain([recipe_in_image.clone()]);
     let _ = writeln!(
         w,
@@ -132,9 +130,10 @@ fn pick_profile<'r>(
 ) -> Result<Option<(String, &'r crate::recipe::Profile)>> {
     let names: Vec<&str> = recipe.profiles.keys().map(String::as_str).collect();
     match wanted {
-        Some(name) => match recipe.profiles.get(name) {
-            Some(p) => Ok(Some((name.to_string(), p))),
-            None => {
+        Some(name) => {
+            if let Some(p) = recipe.profiles.get(name) {
+                Ok(Some((name.to_string(), p)))
+            } else {
                 let guess = crate::diagnostic::did_you_mean(name, names.iter().copied())
                     .map(|g| format!("did you mean `{g}`? "))
                     .unwrap_or_default();
@@ -148,7 +147,7 @@ fn pick_profile<'r>(
                     Some(format!("{guess}{known}")),
                 ))
             }
-        },
+        }
         None if names.len() > 1 => Err(Error::usage(
             format!(
                 "recipe `{}` has {} profiles; the image serves one",

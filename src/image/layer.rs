@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 
 /// What went into a layer.
 #[derive(Debug, Default, Clone)]
-pub struct LayerSummary {
+pub(crate) struct LayerSummary {
     pub files: u64,
     pub dirs: u64,
     pub symlinks: u64,
@@ -23,7 +23,11 @@ pub struct LayerSummary {
 
 /// Write `prefix` (an absolute directory) as a tar stream into `out`, at its own absolute path
 /// (`/opt/kiln/x` becomes the entries `opt/`, `opt/kiln/`, `opt/kiln/x/`, …). Returns `out`.
-pub fn write_layer<W: Write>(prefix: &Path, out: W, mtime: u64) -> Result<(W, LayerSummary)> {
+pub(crate) fn write_layer<W: Write>(
+    prefix: &Path,
+    out: W,
+    mtime: u64,
+) -> Result<(W, LayerSummary)> {
     let mut builder = Builder::new(out);
     let mut summary = LayerSummary::default();
     let relative = relative_in_image(prefix)?;
@@ -47,13 +51,12 @@ pub fn write_layer<W: Write>(prefix: &Path, out: W, mtime: u64) -> Result<(W, La
 }
 
 /// `/opt/kiln/x` → `opt/kiln/x`; rejects relative paths and `..`.
-pub fn relative_in_image(prefix: &Path) -> Result<PathBuf> {
+pub(crate) fn relative_in_image(prefix: &Path) -> Result<PathBuf> {
     let mut rel = PathBuf::new();
     for component in prefix.components() {
         match component {
-            Component::RootDir => {}
+            Component::RootDir | Component::CurDir => {}
             Component::Normal(c) => rel.push(c),
-            Component::CurDir => {}
             _ => {
                 return Err(Error::usage(
                     format!("prefix {} is not a plain absolute path", prefix.display()),
@@ -165,8 +168,8 @@ fn append_file<W: Write>(
     header.set_cksum();
     let out = builder.get_mut();
     out.write_all(header.as_bytes())
-        .and_then(|_| copy_exact(&mut file, out, size))
-        .and_then(|_| {
+        .and_then(|()| copy_exact(&mut file, out, size))
+        .and_then(|()| {
             let rest = (512 - size % 512) % 512;
             out.write_all(&[0u8; 512][..rest as usize])
         })

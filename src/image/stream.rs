@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 const CHUNK: usize = 1 << 20;
 const WRITEBACK_EVERY: u64 = 64 << 20;
 
-pub struct HashingStream<'a> {
+pub(super) struct HashingStream<'a> {
     out: &'a mut BufWriter<File>,
     chunk: Vec<u8>,
     /// Chunks to hash; hashed chunks come back on `free` to be filled again.
@@ -25,7 +25,7 @@ pub struct HashingStream<'a> {
 }
 
 impl<'a> HashingStream<'a> {
-    pub fn new(out: &'a mut BufWriter<File>) -> Self {
+    pub(super) fn new(out: &'a mut BufWriter<File>) -> Self {
         let (to_hash, work) = mpsc::sync_channel::<Vec<u8>>(4);
         let (give_back, free) = mpsc::channel::<Vec<u8>>();
         let hasher = std::thread::spawn(move || {
@@ -72,7 +72,7 @@ impl<'a> HashingStream<'a> {
     }
 
     /// The hex sha256 and the byte count of everything written.
-    pub fn finish(mut self) -> io::Result<(String, u64)> {
+    pub(super) fn finish(mut self) -> io::Result<(String, u64)> {
         self.ship()?;
         drop(self.to_hash.take());
         let h = self
@@ -81,7 +81,7 @@ impl<'a> HashingStream<'a> {
             .expect("joined once")
             .join()
             .map_err(|_| io::Error::other("the hashing thread panicked"))?;
-        Ok((crate::engine::hashing::hex(&h.finalize()), self.written))
+        Ok((crate::hash::hex(&h.finalize()), self.written))
     }
 }
 
@@ -138,7 +138,7 @@ mod tests {
         let (hex, n) = s.finish().unwrap();
         out.flush().unwrap();
         assert_eq!(n, data.len() as u64);
-        assert_eq!(hex, crate::engine::hashing::sha256_bytes(&data));
+        assert_eq!(hex, crate::hash::sha256_bytes(&data));
         assert_eq!(std::fs::read(&path).unwrap(), data);
     }
 }

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use super::{Reference, Registry};
 use crate::error::{Error, Result};
-use crate::image::HashingWriter;
+use crate::hash::HashingWriter;
 
 pub const ARTIFACT_TYPE: &str = "application/vnd.kiln.wheel-cache.v1";
 pub const MEDIA_WHEEL: &str = "application/vnd.kiln.wheel.v1+zip";
@@ -138,7 +138,7 @@ pub fn push_wheels(
             note(&format!(
                 "pushed {} ({})",
                 e.entry.wheel,
-                crate::image::human_bytes(size as f64)
+                crate::units::human_bytes(size as f64)
             ));
         }
         layers.retain(|l| {
@@ -165,7 +165,7 @@ pub fn push_wheels(
             .cmp(&b["annotations"][ANNOTATION_ID].as_str())
     });
     let empty = b"{}";
-    let empty_digest = format!("sha256:{}", crate::engine::hashing::sha256_bytes(empty));
+    let empty_digest = format!("sha256:{}", crate::hash::sha256_bytes(empty));
     if !registry.has_blob(&empty_digest)? {
         registry.push_blob(&empty_digest, empty.len() as u64, &empty[..])?;
     }
@@ -205,7 +205,7 @@ pub fn pull_wheels(
     };
     let layers = remote_layers(&registry)?;
     let mut summary = PullSummary::default();
-    crate::engine::state::create_dir(wheels_dir)?;
+    crate::fs::create_dir(wheels_dir)?;
     for layer in &layers {
         let remote = RemoteWheel::from_layer(layer, reference)?;
         let final_dir = wheels_dir.join(&remote.id);
@@ -218,7 +218,7 @@ pub fn pull_wheels(
         }
         let temp = wheels_dir.join(format!(".pull-{}-{}", remote.id, std::process::id()));
         let _ = fs::remove_dir_all(&temp);
-        crate::engine::state::create_dir(&temp)?;
+        crate::fs::create_dir(&temp)?;
         let result = fetch_into(&registry, &remote, &temp, reference);
         if let Err(e) = result {
             let _ = fs::remove_dir_all(&temp);
@@ -236,7 +236,7 @@ pub fn pull_wheels(
         note(&format!(
             "pulled {} ({})",
             remote.entry.wheel,
-            crate::image::human_bytes(remote.entry.size as f64)
+            crate::units::human_bytes(remote.entry.size as f64)
         ));
     }
     Ok(summary)
@@ -272,7 +272,7 @@ fn fetch_into(
         ));
     }
     let json = serde_json::to_vec_pretty(&remote.entry).expect("json");
-    crate::engine::state::write_atomic(&temp.join("entry.json"), &json)
+    crate::fs::write_atomic(&temp.join("entry.json"), &json)
 }
 
 /// One wheel as a manifest lists it.
@@ -355,7 +355,7 @@ fn remote_layers(registry: &Registry) -> Result<Vec<Value>> {
 fn hash_file(path: &Path) -> Result<(String, u64)> {
     let file =
         File::open(path).map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
-    crate::engine::hashing::sha256_reader(BufReader::with_capacity(1 << 20, file))
+    crate::hash::sha256_reader(BufReader::with_capacity(1 << 20, file))
         .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))
 }
 

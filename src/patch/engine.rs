@@ -9,8 +9,9 @@ use super::set::{self, Patch, PatchSet, Requirement};
 use super::store::{self, FileRecord, Record, Store};
 use super::syntax;
 use super::{Action, Options, PatchReport, Report, Status};
-use crate::engine::hashing::sha256_bytes;
 use crate::error::{Error, Result};
+use crate::hash::sha256_bytes;
+use crate::paths::StatePaths;
 
 /// A file's text before the set and after every patch of it that can be applied.
 struct Working {
@@ -45,7 +46,7 @@ fn located(rel: &str, source: &str, drift: &Drift) -> String {
     }
 }
 
-fn evaluate(set: &PatchSet, site: &Path, opts: &Options) -> Result<Evaluation> {
+fn evaluate(set: &PatchSet, site: &Path, opts: Options) -> Result<Evaluation> {
     let installed = package::find(site, &set.package)?;
     let mut files: BTreeMap<String, Working> = BTreeMap::new();
     let mut reports = Vec::new();
@@ -79,8 +80,8 @@ fn evaluate(set: &PatchSet, site: &Path, opts: &Options) -> Result<Evaluation> {
         if !files.contains_key(&rel) {
             let path = site.join(&rel);
             match std::fs::read(&path) {
-                Ok(bytes) => match String::from_utf8(bytes) {
-                    Ok(text) => {
+                Ok(bytes) => {
+                    if let Ok(text) = String::from_utf8(bytes) {
                         files.insert(
                             rel.clone(),
                             Working {
@@ -89,15 +90,14 @@ fn evaluate(set: &PatchSet, site: &Path, opts: &Options) -> Result<Evaluation> {
                                 patches: vec![],
                             },
                         );
-                    }
-                    Err(_) => {
+                    } else {
                         reports.push(report(
                             Status::Drifted,
                             Some(format!("{rel} is not UTF-8 text")),
                         ));
                         continue;
                     }
-                },
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     reports.push(report(
                         Status::Drifted,
@@ -219,7 +219,7 @@ fn unmet_requirements(
                             _ => other.clone(),
                         };
                         let other_set = set::load(&spec)?;
-                        let evaluation = evaluate(&other_set, site, &Options::default())?;
+                        let evaluation = evaluate(&other_set, site, Options::default())?;
                         others.insert(other.clone(), evaluation.patches);
                     }
                     let status = others[other].iter().find(|r| r.id == *id).map(|r| r.status).ok_or_else(|| {
@@ -275,7 +275,7 @@ fn effective(patches: &[PatchReport]) -> bool {
     })
 }
 
-pub fn check(set: &PatchSet, site: &Path, opts: &Options) -> Result<Report> {
+pub(super) fn check(set: &PatchSet, site: &Path, opts: Options) -> Result<Report> {
     let evaluation = evaluate(set, site, opts)?;
     let mut report = report_of(Action::Check, set, site, &evaluation);
     let unmet = unmet_requirements(set, site, &report.patches)?;
@@ -297,11 +297,11 @@ pub fn check(set: &PatchSet, site: &Path, opts: &Options) -> Result<Report> {
 /// The writer seam: production writes atomically; tests can fail on purpose.
 pub type WriteFile<'a> = &'a mut dyn FnMut(&Path, &[u8]) -> Result<()>;
 
-pub fn apply(
+pub(super) fn apply(
     set: &PatchSet,
     site: &Path,
-    state_dir: &Path,
-    opts: &Options,
+    paths: &StatePaths,
+    opts: Options,
     write: WriteFile<'_>,
 ) -> Result<Report> {
     let evaluation = evaluate(set, site, opts)?;
@@ -365,7 +365,7 @@ pub fn apply(
     if changed.is_empty() {
         return Ok(report);
     }
-    let store = Store::new(state_dir);
+    let store = Store::new(paths);
     let previous = store.load(&set.name, site)?;
     let mut record = Record {
         set: set.name.clone(),
@@ -465,14 +465,19 @@ fn write_all_or_nothing(targets: &[(PathBuf, &[u8], &[u8])], write: WriteFile<'_
     Ok(())
 }
 
-pub fn revert(set: &PatchSet, site: &Path, state_dir: &Path, opts: &Options) -> Result<Report> {
-    let store = Store::new(state_dir);
+pub(super) fn revert(
+    set: &PatchSet,
+    site: &Path,
+    paths: &StatePaths,
+    opts: Options,
+) -> Result<Report> {
+    let store = Store::new(paths);
     let evaluation = evaluate(
         set,
         site,
-        &Options {
+        Options {
             skip_experimental: false,
-            ..*opts
+            ..opts
         },
     )?;
     let mut report = report_of(Action::Revert, set, site, &evaluation);
@@ -539,7 +544,7 @@ pub fn revert(set: &PatchSet, site: &Path, state_dir: &Path, opts: &Options) -> 
         report.pycache_removed += store::remove_pycache(path)?;
     }
     store.remove(&set.name, site)?;
-    let after = evaluate(set, site, &Options::default())?;
+    let after = evaluate(set, site, Options::default())?;
     report.patches = after.patches;
     Ok(report)
 }

@@ -4,20 +4,20 @@
 
 pub mod diff;
 mod engine;
+mod op_table;
 pub mod ops;
 pub mod package;
 mod render;
 pub mod set;
-pub mod shipped;
 pub mod store;
 pub mod syntax;
-pub mod version;
 
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::error::Result;
+use crate::paths::StatePaths;
 
 pub use engine::WriteFile;
 pub use package::site_packages_of;
@@ -110,10 +110,10 @@ pub struct Report {
 pub fn apply(
     set: &PatchSet,
     site_packages: &Path,
-    state_dir: &Path,
+    paths: &StatePaths,
     opts: &Options,
 ) -> Result<Report> {
-    engine::apply(set, site_packages, state_dir, opts, &mut |path, bytes| {
+    engine::apply(set, site_packages, paths, *opts, &mut |path, bytes| {
         store::write_preserving(path, bytes)
     })
 }
@@ -122,39 +122,39 @@ pub fn apply(
 pub fn apply_with(
     set: &PatchSet,
     site_packages: &Path,
-    state_dir: &Path,
+    paths: &StatePaths,
     opts: &Options,
     write: WriteFile<'_>,
 ) -> Result<Report> {
-    engine::apply(set, site_packages, state_dir, opts, write)
+    engine::apply(set, site_packages, paths, *opts, write)
 }
 
 /// Report each patch as applied / not applied / obsolete / drifted; writes nothing.
 pub fn check(set: &PatchSet, site_packages: &Path, opts: &Options) -> Result<Report> {
-    engine::check(set, site_packages, opts)
+    engine::check(set, site_packages, *opts)
 }
 
 /// Restore the byte-identical originals recorded by apply.
 pub fn revert(
     set: &PatchSet,
     site_packages: &Path,
-    state_dir: &Path,
+    paths: &StatePaths,
     opts: &Options,
 ) -> Result<Report> {
-    engine::revert(set, site_packages, state_dir, opts)
+    engine::revert(set, site_packages, paths, *opts)
 }
 
 /// Apply a patch set given by shipped name or path: what a recipe step of kind `patch` calls.
 pub fn apply_named(
     set: &str,
     site_packages: &Path,
-    state_dir: &Path,
+    paths: &StatePaths,
     dry_run: bool,
 ) -> Result<Report> {
     apply(
         &load(set)?,
         site_packages,
-        state_dir,
+        paths,
         &Options {
             dry_run,
             ..Options::default()

@@ -149,7 +149,7 @@ pub fn splice(source: &str, splices: &[Splice]) -> String {
 }
 
 /// Exactly one candidate, or a drift naming the lines of all of them.
-fn only_one<'t>(candidates: Vec<Node<'t>>, source: &str, what: &str) -> Result<Node<'t>, Drift> {
+fn only_one<'t>(candidates: &[Node<'t>], source: &str, what: &str) -> Result<Node<'t>, Drift> {
     match candidates.len() {
         0 => Err(drift(format!("no {what} found"), None)),
         1 => Ok(candidates[0]),
@@ -205,7 +205,7 @@ fn dict_add_key(
     value: &DictValue,
 ) -> Result<Vec<Splice>, Drift> {
     let assignment = only_one(
-        assignments_to(root, source, dict),
+        &assignments_to(root, source, dict),
         source,
         &format!("assignment to `{dict}`"),
     )?;
@@ -330,7 +330,7 @@ fn or_chain_add_name(
                 .is_some_and(|n| text(n, source) == function)
         })
         .collect();
-    let function_node = only_one(functions, source, &format!("function `{function}`"))?;
+    let function_node = only_one(&functions, source, &format!("function `{function}`"))?;
     let is_or = |n: &Node<'_>| {
         n.kind() == "boolean_operator"
             && n.child_by_field_name("operator")
@@ -359,13 +359,15 @@ fn or_chain_add_name(
         Some(a) => format!("`or` chain holding `{a}` in the return of `{function}`"),
         None => format!("`or` chain in the return of `{function}`"),
     };
-    let chain =
-        only_one(chains.into_iter().map(|(n, _)| n).collect(), source, &what).map_err(|d| {
-            Drift {
-                at: d.at.or(Some(function_node.start_byte())),
-                ..d
-            }
-        })?;
+    let chain = only_one(
+        &chains.into_iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        source,
+        &what,
+    )
+    .map_err(|d| Drift {
+        at: d.at.or(Some(function_node.start_byte())),
+        ..d
+    })?;
     Ok(vec![Splice {
         range: chain.end_byte()..chain.end_byte(),
         text: format!(" or {name}"),
@@ -407,7 +409,7 @@ fn import_add_name<'t>(
     {
         return Ok(vec![]);
     }
-    let stmt = only_one(imports, source, &format!("`from {module} import ...`"))?;
+    let stmt = only_one(&imports, source, &format!("`from {module} import ...`"))?;
     let names = imported(stmt);
     let anchor = match after {
         Some(a) => names
@@ -459,7 +461,7 @@ fn insert_after_assignment(
         .into_iter()
         .filter_map(|a| a.parent().filter(|p| p.kind() == "expression_statement"))
         .collect();
-    let statement = only_one(statements, source, &format!("assignment to `{target}`"))?;
+    let statement = only_one(&statements, source, &format!("assignment to `{target}`"))?;
     let block = statement
         .parent()
         .expect("a statement sits in a block or module");
@@ -528,7 +530,7 @@ fn replace_call_kwarg_list(
         .map(|f| format!(" inside `{f}`"))
         .unwrap_or_default();
     let value = only_one(
-        values,
+        &values,
         source,
         &format!("call of `{call}({kwarg}=...)`{scope}"),
     )?;

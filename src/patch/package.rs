@@ -3,8 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::version::Version;
+use crate::dist::{dist_infos, name_and_version, normalize};
 use crate::error::{Error, Result};
+use crate::version::Version;
 
 /// A distribution found in a site-packages directory.
 #[derive(Debug, Clone)]
@@ -14,44 +15,20 @@ pub struct Installed {
     pub metadata: PathBuf,
 }
 
-/// PEP 503 normalisation: lower case, runs of `-`, `_`, `.` become `-`.
-pub fn normalize(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for c in name.chars() {
-        if matches!(c, '-' | '_' | '.') {
-            if !out.ends_with('-') {
-                out.push('-');
-            }
-        } else {
-            out.push(c.to_ascii_lowercase());
-        }
-    }
-    out
-}
-
 /// Find `package` in `site` by its dist-info directory and read name and version from METADATA.
 pub fn find(site: &Path, package: &str) -> Result<Installed> {
-    let entries = std::fs::read_dir(site).map_err(|e| {
-        Error::io(
-            format!("cannot read site-packages directory {}", site.display()),
-            e,
-        )
-    })?;
     let wanted = normalize(package);
-    let mut found = Vec::new();
-    for entry in entries.flatten() {
-        let file_name = entry.file_name().to_string_lossy().into_owned();
-        let Some(stem) = file_name.strip_suffix(".dist-info") else {
-            continue;
-        };
-        // `<name>-<version>`: names are escaped with `_`, so the last `-` splits them.
-        let Some((name, _)) = stem.rsplit_once('-') else {
-            continue;
-        };
-        if normalize(name) == wanted {
-            found.push(entry.path().join("METADATA"));
-        }
-    }
+    let mut found: Vec<PathBuf> = dist_infos(site)
+        .map_err(|e| {
+            Error::io(
+                format!("cannot read site-packages directory {}", site.display()),
+                e,
+            )
+        })?
+        .into_iter()
+        .filter(|(name, _)| *name == wanted)
+        .map(|(_, metadata)| metadata)
+        .collect();
     let metadata = match found.len() {
         1 => found.remove(0),
         0 => {
@@ -74,21 +51,15 @@ pub fn find(site: &Path, package: &str) -> Result<Installed> {
     };
     let text = std::fs::read_to_string(&metadata)
         .map_err(|e| Error::io(format!("cannot read {}", metadata.display()), e))?;
-    let header = |key: &str| {
-        text.lines().take_while(|l| !l.is_empty()).find_map(|l| {
-            l.strip_prefix(key)
-                .and_then(|r| r.strip_prefix(':'))
-                .map(|v| v.trim().to_string())
-        })
-    };
+    let (name, version) = name_and_version(&text);
     let bad = |what: &str| {
         Error::other(
             format!("{} has no valid `{what}:` header", metadata.display()),
             Some("reinstall the package".into()),
         )
     };
-    let name = header("Name").ok_or_else(|| bad("Name"))?;
-    let version = header("Version")
+    let name = name.ok_or_else(|| bad("Name"))?;
+    let version = version
         .and_then(|v| Version::parse(&v))
         .ok_or_else(|| bad("Version"))?;
     Ok(Installed {

@@ -7,14 +7,14 @@ use std::path::{Component, Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::diff::UnifiedDiff;
-use super::ops::{DictValue, Edit};
-use super::shipped;
+use super::op_table;
+use super::ops::Edit;
 use super::syntax;
-use super::version::{Range, Version};
 use crate::diagnostic::{did_you_mean, Diagnostic};
+use crate::embedded;
 use crate::error::{Error, Result};
-use crate::recipe::source::{SourceFile, Sources};
+use crate::source::{SourceFile, Sources};
+use crate::version::{Range, Version};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -137,14 +137,14 @@ pub fn load(spec: &str) -> Result<PatchSet> {
             text,
             dir: Some(path.parent().map(Path::to_path_buf).unwrap_or_default()),
         }
-    } else if let Some(text) = shipped::get(spec) {
+    } else if let Some(text) = embedded::named(embedded::PATCH_SETS, spec) {
         SourceFile {
             path: PathBuf::from(format!("<embedded>/recipes/patches/{spec}.toml")),
             text: text.to_string(),
             dir: None,
         }
     } else {
-        let names = shipped::names();
+        let names = embedded::names_in(embedded::PATCH_SETS);
         let close = did_you_mean(spec, names.iter().copied())
             .map(|n| format!("did you mean `{n}`? "))
             .unwrap_or_default();
@@ -367,22 +367,15 @@ impl Validator<'_> {
             ("to", &e.to),
             ("diff", &e.diff),
         ];
-        let (required, optional): (&[&str], &[&str]) = match op {
-            "dict-add-key" => (&["dict", "key"], &["value", "copy_from"]),
-            "or-chain-add-name" => (&["function", "name"], &["after"]),
-            "import-add-name" => (&["module", "name"], &["after"]),
-            "insert-after-assignment" => (&["target", "code"], &[]),
-            "replace-call-kwarg-list" => (&["call", "kwarg", "to"], &["function", "from"]),
-            "diff" => (&["diff"], &[]),
-            other => {
-                let ops = OPS;
-                let hint = match did_you_mean(other, ops.iter().copied()) {
-                    Some(c) => format!("did you mean `{c}`?"),
-                    None => format!("operations: {}", ops.join(", ")),
-                };
-                return Err(self.diag(e.op.span(), format!("unknown operation `{other}`"), hint));
-            }
+        let Some(spec) = op_table::op(op) else {
+            let names: Vec<&str> = op_table::OPS.iter().map(|o| o.name).collect();
+            let hint = match did_you_mean(op, names.iter().copied()) {
+                Some(c) => format!("did you mean `{c}`?"),
+                None => format!("operations: {}", names.join(", ")),
+            };
+            return Err(self.diag(e.op.span(), format!("unknown operation `{op}`"), hint));
         };
+        let (required, optional) = (spec.required, spec.optional);
         for (name, value) in fields {
             if let Some(v) = value {
                 if !required.contains(&name) && !optional.contains(&name) {
@@ -402,15 +395,6 @@ impl Validator<'_> {
                 .find(|(n, _)| *n == name)
                 .and_then(|(_, v)| v.as_ref())
         };
-        let need = |name: &str| -> Result<String> {
-            get(name).map(|v| v.get_ref().clone()).ok_or_else(|| {
-                self.diag(
-                    span.clone(),
-                    format!("operation `{op}` needs `{name}`"),
-                    format!("add `{name} = \"...\"` to this edit"),
-                )
-            })
-        };
         // Python fragments must parse on their own, so a typo is caught here and not in the file.
         for name in ["key", "value", "copy_from", "code", "from", "to"] {
             if let Some(v) = get(name) {
@@ -425,68 +409,12 @@ impl Validator<'_> {
                 }
             }
         }
-        let optional_text = |name: &str| get(name).map(|v| v.get_ref().clone());
-        Ok(match op {
-            "dict-add-key" => {
-                let value = match (get("value"), get("copy_from")) {
-                    (Some(v), None) => DictValue::Given(v.get_ref().clone()),
-                    (None, Some(c)) => DictValue::CopyFrom(c.get_ref().clone()),
-                    _ => {
-                        return Err(self.diag(
-                            span.clone(),
-                            "`dict-add-key` needs exactly one of `value` and `copy_from`",
-                            "give the value as Python text, or the key to copy it from",
-                        ))
-                    }
-                };
-                Edit::DictAddKey {
-                    dict: need("dict")?,
-                    key: need("key")?,
-                    value,
-                }
-            }
-            "or-chain-add-name" => Edit::OrChainAddName {
-                function: need("function")?,
-                name: need("name")?,
-                after: optional_text("after"),
-            },
-            "import-add-name" => Edit::ImportAddName {
-                module: need("module")?,
-                name: need("name")?,
-                after: optional_text("after"),
-            },
-            "insert-after-assignment" => Edit::InsertAfterAssignment {
-                target: need("target")?,
-                code: need("code")?,
-            },
-            "replace-call-kwarg-list" => Edit::ReplaceCallKwargList {
-                function: optional_text("function"),
-                call: need("call")?,
-                kwarg: need("kwarg")?,
-                from: optional_text("from"),
-                to: need("to")?,
-            },
-            _ => {
-                let text = get("diff").expect("checked above");
-                let diff = UnifiedDiff::parse(text.get_ref()).map_err(|m| {
-                    self.diag(
-                        text.span(),
-                        format!("invalid unified diff: {m}"),
-                        "write the output of `diff -u` or `git diff` for this one file",
-                    )
-                })?;
-                Edit::Diff(diff)
-            }
+        let diag = |span, message: String, hint: String| self.diag(span, message, hint);
+        (spec.build)(&op_table::Fields {
+            op,
+            span,
+            values: &fields,
+            diag: &diag,
         })
     }
 }
-
-/// Every operation name a patch-set file may use.
-pub const OPS: &[&str] = &[
-    "dict-add-key",
-    "or-chain-add-name",
-    "import-add-name",
-    "insert-after-assignment",
-    "replace-call-kwarg-list",
-    "diff",
-];

@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::hashing::sha256_bytes;
-use crate::engine::state::write_atomic;
 use crate::error::{Error, Result};
+use crate::fs::write_atomic;
+use crate::hash::sha256_bytes;
+use crate::paths::StatePaths;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Record {
@@ -35,9 +36,9 @@ pub struct Store {
 }
 
 impl Store {
-    pub fn new(state_dir: &Path) -> Store {
+    pub fn new(paths: &StatePaths) -> Store {
         Store {
-            root: state_dir.join("patches"),
+            root: paths.patches(),
         }
     }
 
@@ -156,7 +157,7 @@ mod tests {
     #[test]
     fn backups_are_verified_and_pycache_is_scoped() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::new(dir.path());
+        let store = Store::new(&StatePaths::new(dir.path().to_path_buf(), None));
         let sha = store.backup(b"x = 1\n").unwrap();
         assert_eq!(store.read_backup(&sha).unwrap(), b"x = 1\n");
         std::fs::write(dir.path().join("patches/backups").join(&sha), b"tampered").unwrap();

@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::redact::Redactor;
 
-pub mod watchdog;
+pub(crate) mod watchdog;
 
 /// How many trailing output lines an error shows.
-pub const TAIL_LINES: usize = 40;
+pub(crate) const TAIL_LINES: usize = 40;
 
 /// A fully resolved command: no shell unless the program is one.
 #[derive(Debug, Clone, Default)]
-pub struct CommandSpec {
+pub(crate) struct CommandSpec {
     pub program: String,
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
@@ -26,7 +26,7 @@ pub struct CommandSpec {
 }
 
 impl CommandSpec {
-    pub fn new(
+    pub(crate) fn new(
         program: impl Into<String>,
         args: impl IntoIterator<Item = impl Into<String>>,
     ) -> Self {
@@ -38,29 +38,24 @@ impl CommandSpec {
     }
 
     /// The command as a human would type it (for logs and messages).
-    pub fn display(&self) -> String {
+    pub(crate) fn display(&self) -> String {
         std::iter::once(&self.program)
             .chain(&self.args)
-            .map(|a| crate::recipe::interp::shell_quote(a))
+            .map(|a| crate::shell::quote(a))
             .collect::<Vec<_>>()
             .join(" ")
     }
 
-    fn expression(&self, out: &os_pipe::PipeWriter) -> Result<duct::Expression> {
+    /// The one child-process builder: stdin null, its own process group, SIGTERM when kiln dies,
+    /// the spec's environment and directory; a non-zero exit is the caller's to judge. Every
+    /// way kiln runs a child (logged, captured, captured with a timeout) starts here;
+    /// `spawn_detached` applies the same [`own_group`] to a plain `Command`.
+    fn expression(&self) -> duct::Expression {
         let mut expr = duct::cmd(&self.program, &self.args)
             .stdin_null()
-            .stdout_file(
-                out.try_clone()
-                    .map_err(|e| Error::io("cannot create a pipe", e))?,
-            )
-            .stderr_file(
-                out.try_clone()
-                    .map_err(|e| Error::io("cannot create a pipe", e))?,
-            )
             .unchecked()
             .before_spawn(|cmd| {
-                cmd.process_group(0);
-                die_with_parent(cmd);
+                own_group(cmd, true);
                 Ok(())
             });
         for (k, v) in &self.env {
@@ -69,7 +64,16 @@ impl CommandSpec {
         if let Some(dir) = &self.cwd {
             expr = expr.dir(dir);
         }
-        Ok(expr)
+        expr
+    }
+}
+
+/// A child in its own process group (pgid = pid), so that kiln can end it with everything it
+/// started; `tie_to_parent`: it also dies with kiln.
+fn own_group(cmd: &mut std::process::Command, tie_to_parent: bool) {
+    cmd.process_group(0);
+    if tie_to_parent {
+        die_with_parent(cmd);
     }
 }
 
@@ -91,7 +95,7 @@ fn die_with_parent(cmd: &mut std::process::Command) {
 
 /// How a logged run ended.
 #[derive(Debug)]
-pub struct Finished {
+pub(crate) struct Finished {
     pub code: Option<i32>,
     pub signal: Option<i32>,
     pub timed_out: bool,
@@ -99,11 +103,11 @@ pub struct Finished {
 }
 
 impl Finished {
-    pub fn success(&self) -> bool {
+    pub(crate) fn success(&self) -> bool {
         self.code == Some(0) && !self.timed_out
     }
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match (self.timed_out, self.code, self.signal) {
             (true, _, _) => "timed out".into(),
             (_, Some(c), _) => format!("exited with status {c}"),
@@ -114,7 +118,7 @@ impl Finished {
 }
 
 /// Run `spec`, writing every output line (secrets redacted) to `log` and passing it to `on_line`.
-pub fn run_logged(
+pub(crate) fn run_logged(
     spec: &CommandSpec,
     log: &mut dyn Write,
     timeout: Option<Duration>,
@@ -122,8 +126,15 @@ pub fn run_logged(
 ) -> Result<Finished> {
     let redactor = Redactor::from_env(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     let (reader, writer) = os_pipe::pipe().map_err(|e| Error::io("cannot create a pipe", e))?;
+    let pipe = || {
+        writer
+            .try_clone()
+            .map_err(|e| Error::io("cannot create a pipe", e))
+    };
     let handle = spec
-        .expression(&writer)?
+        .expression()
+        .stdout_file(pipe()?)
+        .stderr_file(pipe()?)
         .start()
         .map_err(|e| spawn_error(spec, e))?;
     drop(writer);
@@ -197,7 +208,7 @@ pub fn run_logged(
 }
 
 /// End a process group: SIGTERM, a short grace period, then SIGKILL.
-pub fn kill_group(pgid: u32) {
+pub(crate) fn kill_group(pgid: u32) {
     let pgid = pgid as libc::pid_t;
     // SAFETY: plain syscalls on a process group this module created.
     unsafe {
@@ -218,14 +229,14 @@ pub fn kill_group(pgid: u32) {
 }
 
 /// Run a short command and return its stdout; an error carries the exit status and stderr.
-pub fn capture(program: &str, args: &[&str]) -> Result<String> {
-    let out = duct::cmd(program, args)
-        .stdin_null()
+pub(crate) fn capture(program: &str, args: &[&str]) -> Result<String> {
+    let spec = CommandSpec::new(program, args.iter().copied());
+    let out = spec
+        .expression()
         .stdout_capture()
         .stderr_capture()
-        .unchecked()
         .run()
-        .map_err(|e| spawn_error(&CommandSpec::new(program, args.iter().copied()), e))?;
+        .map_err(|e| spawn_error(&spec, e))?;
     if !out.status.success() {
         return Err(Error::other(
             format!(
@@ -282,7 +293,7 @@ fn nul_byte_in(spec: &CommandSpec) -> Option<String> {
 
 /// What a short command printed and how it ended (see [`capture_timeout`]).
 #[derive(Debug, Clone)]
-pub struct Captured {
+pub(crate) struct Captured {
     pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
@@ -290,7 +301,7 @@ pub struct Captured {
 }
 
 impl Captured {
-    pub fn success(&self) -> bool {
+    pub(crate) fn success(&self) -> bool {
         self.code == Some(0) && !self.timed_out
     }
 }
@@ -298,23 +309,13 @@ impl Captured {
 /// Run `spec` in its own process group with stdout and stderr captured separately; after
 /// `timeout` the whole group is ended and `timed_out` is set. A non-zero exit is not an error
 /// here (callers judge it); only a failure to start is.
-pub fn capture_timeout(spec: &CommandSpec, timeout: Duration) -> Result<Captured> {
-    let mut expr = duct::cmd(&spec.program, &spec.args)
-        .stdin_null()
+pub(crate) fn capture_timeout(spec: &CommandSpec, timeout: Duration) -> Result<Captured> {
+    let handle = spec
+        .expression()
         .stdout_capture()
         .stderr_capture()
-        .unchecked()
-        .before_spawn(|cmd| {
-            cmd.process_group(0);
-            Ok(())
-        });
-    for (k, v) in &spec.env {
-        expr = expr.env(k, v);
-    }
-    if let Some(dir) = &spec.cwd {
-        expr = expr.dir(dir);
-    }
-    let handle = expr.start().map_err(|e| spawn_error(spec, e))?;
+        .start()
+        .map_err(|e| spawn_error(spec, e))?;
     let deadline = Instant::now() + timeout;
     let mut timed_out = false;
     loop {
@@ -350,14 +351,14 @@ pub fn capture_timeout(spec: &CommandSpec, timeout: Duration) -> Result<Captured
 
 /// A child started into its own process group whose output goes to a log file.
 #[derive(Debug)]
-pub struct Detached {
+pub(crate) struct Detached {
     pub pid: u32,
     child: std::process::Child,
 }
 
 impl Detached {
     /// Its exit status, once it has ended (`None` while it runs).
-    pub fn try_exit(&mut self) -> Option<std::process::ExitStatus> {
+    pub(crate) fn try_exit(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().ok().flatten()
     }
 }
@@ -365,7 +366,7 @@ impl Detached {
 /// Start `spec` in its own process group (pgid = pid), stdin null, stdout and stderr appended to
 /// `log`. With `tie_to_parent` the child gets SIGTERM when kiln dies; without it, it keeps running
 /// after kiln exits (`--detach`). The caller ends it with `kill_group(pid)`.
-pub fn spawn_detached(
+pub(crate) fn spawn_detached(
     spec: &CommandSpec,
     log: &std::path::Path,
     tie_to_parent: bool,
@@ -384,12 +385,9 @@ pub fn spawn_detached(
         .stdin(std::process::Stdio::null())
         .stdout(file)
         .stderr(err);
-    cmd.process_group(0);
+    own_group(&mut cmd, tie_to_parent);
     if let Some(dir) = &spec.cwd {
         cmd.current_dir(dir);
-    }
-    if tie_to_parent {
-        die_with_parent(&mut cmd);
     }
     let child = cmd.spawn().map_err(|e| spawn_error(spec, e))?;
     Ok(Detached {
@@ -400,13 +398,23 @@ pub fn spawn_detached(
 
 /// Whether any process of group `pgid` is still alive (zombies of our own children count as gone
 /// once reaped by `Detached::try_exit`).
-pub fn group_alive(pgid: u32) -> bool {
+pub(crate) fn group_alive(pgid: u32) -> bool {
     // SAFETY: signal 0 only probes for existence.
     unsafe { libc::killpg(pgid as libc::pid_t, 0) == 0 }
 }
 
+/// Whether process `pid` exists (it may belong to someone else; a zombie counts).
+pub(crate) fn pid_exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
 /// Whether process `pid` exists and is not a zombie.
-pub fn pid_alive(pid: u32) -> bool {
+pub(crate) fn pid_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat
             .rsplit_once(')')
@@ -416,7 +424,7 @@ pub fn pid_alive(pid: u32) -> bool {
 }
 
 /// The command names (`comm`) of every live process in group `pgid`.
-pub fn group_commands(pgid: u32) -> Vec<String> {
+pub(crate) fn group_commands(pgid: u32) -> Vec<String> {
     let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return out;
@@ -445,7 +453,7 @@ extern "C" fn note_interrupt(_: libc::c_int) {
 
 /// From now on, SIGINT (Ctrl-C), SIGTERM and SIGHUP only set a flag that `interrupted()` reads, so a
 /// long wait can end its children's process groups before returning.
-pub fn catch_interrupts() {
+pub(crate) fn catch_interrupts() {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
         unsafe {
@@ -458,6 +466,38 @@ pub fn catch_interrupts() {
 }
 
 /// Whether a signal caught by `catch_interrupts` arrived.
-pub fn interrupted() -> bool {
+pub(crate) fn interrupted() -> bool {
     INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The parent-death signal the child runs with (PR_GET_PDEATHSIG), read by the child itself.
+    const PDEATHSIG: &str = "import ctypes; s = ctypes.c_int(); \
+        ctypes.CDLL(None).prctl(2, ctypes.byref(s)); print(s.value)";
+
+    #[test]
+    fn this_process_exists() {
+        assert!(pid_exists(std::process::id()));
+    }
+
+    #[test]
+    fn every_way_to_run_a_child_ties_it_to_kiln() {
+        let sigterm = libc::SIGTERM.to_string();
+        let out = capture("python3", &["-c", PDEATHSIG]).unwrap();
+        assert_eq!(out.trim(), sigterm, "capture");
+        let spec = CommandSpec::new("python3", ["-c", PDEATHSIG]);
+        let got = capture_timeout(&spec, Duration::from_secs(30)).unwrap();
+        assert_eq!(got.stdout.trim(), sigterm, "capture_timeout: {got:?}");
+        let mut log = Vec::new();
+        let done = run_logged(&spec, &mut log, None, &mut |_| {}).unwrap();
+        assert!(done.success());
+        assert!(
+            String::from_utf8_lossy(&log).contains(&sigterm),
+            "run_logged: {}",
+            String::from_utf8_lossy(&log)
+        );
+    }
 }

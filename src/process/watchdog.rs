@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 static REGISTRY: OnceLock<PathBuf> = OnceLock::new();
 
 /// The running watchdog; dropping it (a normal end of kiln) ends it too.
-pub struct Watchdog {
+pub(crate) struct Watchdog {
     child: std::process::Child,
 }
 
@@ -28,7 +28,7 @@ impl Drop for Watchdog {
 
 /// Register step process groups under `dir`, end leftovers of an earlier run there, and start
 /// the watchdog for this process.
-pub fn start(dir: &Path) -> Result<Watchdog> {
+pub(crate) fn start(dir: &Path) -> Result<Watchdog> {
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
     reap(dir);
@@ -61,7 +61,7 @@ pub(super) fn unregister(pgid: u32) {
 }
 
 /// End every registered group under `dir` and forget it.
-pub fn reap(dir: &Path) {
+pub(crate) fn reap(dir: &Path) {
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         if let Ok(pgid) = entry.file_name().to_string_lossy().parse::<u32>() {
             if pgid > 1 {
@@ -73,7 +73,7 @@ pub fn reap(dir: &Path) {
 }
 
 /// The watchdog's body: wait until `parent` is gone, then end what it left running.
-pub fn watch(parent: u32, dir: &Path) -> ! {
+pub(crate) fn watch(parent: u32, dir: &Path) -> ! {
     // SAFETY: getppid has no preconditions.
     while unsafe { libc::getppid() } as u32 == parent {
         std::thread::sleep(Duration::from_millis(100));

@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::source::Sources;
 use super::{shipped, LoadOptions, Recipe, StepKind};
 use crate::host::FACT_KEYS;
+use crate::source::Sources;
 
 /// Bumped when the entry format or the meaning of a cached recipe changes.
 const FORMAT: &str = "kiln-recipe-cache 1";
@@ -41,7 +41,7 @@ struct Inputs {
 }
 
 fn hex_sha256(bytes: &[u8]) -> String {
-    crate::engine::hashing::hex(&Sha256::digest(bytes))
+    crate::hash::hex(&Sha256::digest(bytes))
 }
 
 /// The slot for loading `spec` with `opts`, or `None` when the cache is off.
@@ -78,12 +78,13 @@ pub(super) fn slot(spec: Option<&str>, opts: &LoadOptions) -> Option<Slot> {
         part(k.as_bytes());
         part(v.as_bytes());
     }
-    part(opts.state_dir.as_os_str().as_encoded_bytes());
-    part(opts.cache_dir.as_os_str().as_encoded_bytes());
-    let key = crate::engine::hashing::hex(&h.finalize());
+    part(opts.paths.root().as_os_str().as_encoded_bytes());
+    part(opts.paths.cache().as_os_str().as_encoded_bytes());
+    let key = crate::hash::hex(&h.finalize());
     Some(Slot {
         path: opts
-            .state_dir
+            .paths
+            .root()
             .join("recipe-cache")
             .join(format!("{}.json", &key[..32])),
     })
@@ -180,7 +181,7 @@ fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         path.file_name().unwrap_or_default().to_string_lossy(),
         std::process::id()
     ));
-    let written = std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, path));
+    let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }

@@ -3,6 +3,8 @@
 //! `$$` is a literal `$` (so `$${x}` is the text `${x}`); a `$` not followed by `{` is literal. A value is substituted as data: in an argv element it stays inside that
 //! one argument; in shell text it is single-quoted, so `$(...)` in a value is never executed.
 
+use crate::shell::quote as shell_quote;
+
 /// A parsed template: literal text and variable references with their byte offsets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Template {
@@ -206,17 +208,6 @@ pub fn python_quote(s: &str) -> String {
     serde_json::to_string(s).expect("strings serialize")
 }
 
-/// Quote `s` as one POSIX shell word.
-pub fn shell_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
-    {
-        return s.to_string();
-    }
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,7 +262,7 @@ mod tests {
     fn shell_values_are_quoted() {
         assert_eq!(
             expand("echo ${evil}", true),
-            r#"echo '$(touch pwned); `id` '\''x'\'''"#
+            r"echo '$(touch pwned); `id` '\''x'\'''"
         );
     }
 

@@ -7,24 +7,24 @@
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
-use super::source::{SourceFile, Sources};
 use super::{cache, shipped, validate, wire, Recipe};
 use crate::diagnostic::Diagnostic;
 use crate::error::{Error, Result};
 use crate::host::Facts;
+use crate::paths::StatePaths;
+use crate::source::{SourceFile, Sources};
 
 /// The largest recipe (or imported) file kiln reads.
-pub const MAX_FILE_BYTES: u64 = 4 << 20;
+pub(super) const MAX_FILE_BYTES: u64 = 4 << 20;
 /// How deep imports may nest (a imports b imports c ...).
-pub const MAX_IMPORT_DEPTH: usize = 32;
+pub(super) const MAX_IMPORT_DEPTH: usize = 32;
 
 pub struct LoadOptions<'a> {
     /// `--set key=value`, in order.
     pub overrides: &'a [(String, String)],
     pub facts: &'a Facts,
-    pub state_dir: &'a Path,
-    /// Downloads and compiled wheels (`$KILN_CACHE_DIR`, else `<state>/cache`).
-    pub cache_dir: &'a Path,
+    /// The state directory (and its cache) the recipe's `${kiln.*}` paths point into.
+    pub paths: &'a StatePaths,
 }
 
 /// Where a file lives: on disk, or inside the binary.
@@ -43,7 +43,7 @@ pub(super) struct Loaded {
 /// Load a recipe by path or shipped name (`None`: the default recipe).
 pub fn load(spec: Option<&str>, opts: &LoadOptions) -> Result<Recipe> {
     let origin = resolve(spec)?;
-    let shipped_root = opts.state_dir.join("shipped");
+    let shipped_root = opts.paths.shipped();
     if matches!(origin, Origin::Embedded(_)) {
         shipped::materialize(&shipped_root)?;
     }
@@ -120,15 +120,14 @@ fn tree_root(recipe: &Path) -> Option<PathBuf> {
 
 fn read_tree(
     origin: &Origin,
-    imported_at: Option<(usize, std::ops::Range<usize>)>,
+    imported_at: Option<&(usize, std::ops::Range<usize>)>,
     loaded: &mut Loaded,
     stack: &mut Vec<Origin>,
     seen: &mut Vec<Origin>,
     roots: &Roots,
 ) -> Result<()> {
-    let shipped_root = roots.shipped;
     let located = |loaded: &Loaded, message: String, hint: &str| -> Error {
-        match &imported_at {
+        match imported_at {
             Some((file, span)) => loaded
                 .sources
                 .diag(loaded.sources.loc(*file, span.clone()), message)
@@ -155,55 +154,14 @@ fn read_tree(
             "flatten the chain: import the shared files from the recipe itself",
         ));
     }
-    let file = match origin {
-        Origin::Disk(path) => {
-            if imported_at.is_some() {
-                if let Err((message, hint)) = import_allowed(path, &identity, roots.tree) {
-                    return Err(located(loaded, message, &hint));
-                }
-            }
-            let text = match read_text(path) {
-                Ok(text) => text,
-                Err(ReadError::Utf8(d)) => return Err((*d).into()),
-                Err(ReadError::Other(e)) => {
-                    return Err(match imported_at {
-                        Some(_) => located(
-                            loaded,
-                            format!("cannot read imported file {}: {e}", path.display()),
-                            "imports are relative to the importing file",
-                        ),
-                        None => Error::usage(
-                            format!("cannot read recipe {}: {e}", path.display()),
-                            Some(format!(
-                                "shipped recipes: {}; or pass the path of a recipe file",
-                                shipped::recipe_names().join(", ")
-                            )),
-                        ),
-                    })
-                }
-            };
-            SourceFile {
-                path: path.clone(),
-                text,
-                dir: Some(path.parent().map(Path::to_path_buf).unwrap_or_default()),
-            }
-        }
-        Origin::Embedded(key) => {
-            let text = shipped::get(key).ok_or_else(|| {
-                located(
-                    loaded,
-                    format!("no shipped file `{key}`"),
-                    "shipped recipes may import only other shipped files",
-                )
-            })?;
-            SourceFile {
-                path: PathBuf::from(format!("<kiln>/{key}")),
-                text: text.to_string(),
-                // Materialized copies of the shipped files: companion scripts resolve there.
-                dir: shipped_root.join(key).parent().map(Path::to_path_buf),
-            }
-        }
-    };
+    let file = source_file(
+        origin,
+        imported_at.is_some(),
+        &identity,
+        loaded,
+        roots,
+        &located,
+    )?;
     let id = loaded.sources.add(file);
     let parsed: wire::File = loaded.sources.parse(id).map_err(|d| {
         if is_toml(&loaded.sources.files[id].path) {
@@ -234,7 +192,7 @@ fn read_tree(
         };
         read_tree(
             &target,
-            Some((id, import.span())),
+            Some(&(id, import.span())),
             loaded,
             stack,
             seen,
@@ -245,6 +203,68 @@ fn read_tree(
     seen.push(identity);
     loaded.files.push((id, parsed));
     Ok(())
+}
+
+/// The text of `origin` (read from disk, or shipped), refused with `located` where an import may
+/// not go or cannot be read.
+fn source_file(
+    origin: &Origin,
+    imported: bool,
+    identity: &Origin,
+    loaded: &Loaded,
+    roots: &Roots,
+    located: &dyn Fn(&Loaded, String, &str) -> Error,
+) -> Result<SourceFile> {
+    Ok(match origin {
+        Origin::Disk(path) => {
+            if imported {
+                if let Err((message, hint)) = import_allowed(path, identity, roots.tree) {
+                    return Err(located(loaded, message, &hint));
+                }
+            }
+            let text = match read_text(path) {
+                Ok(text) => text,
+                Err(ReadError::Utf8(d)) => return Err((*d).into()),
+                Err(ReadError::Other(e)) => {
+                    return Err(if imported {
+                        located(
+                            loaded,
+                            format!("cannot read imported file {}: {e}", path.display()),
+                            "imports are relative to the importing file",
+                        )
+                    } else {
+                        Error::usage(
+                            format!("cannot read recipe {}: {e}", path.display()),
+                            Some(format!(
+                                "shipped recipes: {}; or pass the path of a recipe file",
+                                shipped::recipe_names().join(", ")
+                            )),
+                        )
+                    })
+                }
+            };
+            SourceFile {
+                path: path.clone(),
+                text,
+                dir: Some(path.parent().map(Path::to_path_buf).unwrap_or_default()),
+            }
+        }
+        Origin::Embedded(key) => {
+            let text = shipped::get(key).ok_or_else(|| {
+                located(
+                    loaded,
+                    format!("no shipped file `{key}`"),
+                    "shipped recipes may import only other shipped files",
+                )
+            })?;
+            SourceFile {
+                path: PathBuf::from(format!("<kiln>/{key}")),
+                text: text.to_string(),
+                // Materialized copies of the shipped files: companion scripts resolve there.
+                dir: roots.shipped.join(key).parent().map(Path::to_path_buf),
+            }
+        }
+    })
 }
 
 fn is_toml(path: &Path) -> bool {

@@ -1,13 +1,12 @@
 //! Recipes: the wire format (TOML), validation with located diagnostics, and the domain types the
 //! engine runs.
 
+pub mod api;
 mod cache;
 pub mod graph;
 pub mod interp;
 mod load;
 pub mod shipped;
-pub mod source;
-pub mod units;
 mod validate;
 pub mod when;
 mod wire;
@@ -16,6 +15,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use api::Api;
 pub use load::{load, LoadOptions};
 
 /// A validated recipe: variables resolved, steps in dependency order.
@@ -168,6 +168,7 @@ pub struct Step {
     pub mem_per_job: Option<u64>,
 }
 
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
@@ -188,8 +189,8 @@ pub struct Profile {
     pub expect: Vec<String>,
     pub url: Option<String>,
     pub port: Option<u16>,
-    /// `sglang` or `openai`.
-    pub api: Option<String>,
+    /// The API the server speaks (`APIS`); none given means `openai`.
+    pub api: Option<Api>,
     /// Health endpoint path.
     pub ready: Option<String>,
     /// Signature set name or path (resolved against the recipe's directory).

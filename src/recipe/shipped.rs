@@ -1,4 +1,5 @@
-//! Recipes, toolchains and profiles shipped inside the binary.
+//! The shipped recipes (files in `crate::embedded`): the defaults, their names, and writing them
+//! to disk for their companion files.
 
 /// The recipe `kiln up` runs when none is named, on a host with an NVIDIA GPU.
 pub const DEFAULT: &str = "glm5-nvfp4-sm120";
@@ -18,49 +19,15 @@ pub fn default_for(gpus: usize) -> &'static str {
         .unwrap_or("demo")
 }
 
-/// Embedded files by their path in the repository.
-pub const FILES: &[(&str, &str)] = &[
-    ("recipes/demo.toml", include_str!("../../recipes/demo.toml")),
-    (
-        "recipes/glm5-nvfp4-sm120.toml",
-        include_str!("../../recipes/glm5-nvfp4-sm120.toml"),
-    ),
-    (
-        "recipes/llama-cuda.toml",
-        include_str!("../../recipes/llama-cuda.toml"),
-    ),
-    (
-        "recipes/tiny-cpu.toml",
-        include_str!("../../recipes/tiny-cpu.toml"),
-    ),
-    (
-        "recipes/tiny-cpu/make_tiny_gguf.py",
-        include_str!("../../recipes/tiny-cpu/make_tiny_gguf.py"),
-    ),
-    (
-        "toolchains/cuda-12.8.toml",
-        include_str!("../../toolchains/cuda-12.8.toml"),
-    ),
-    (
-        "toolchains/cuda-13.0.1.toml",
-        include_str!("../../toolchains/cuda-13.0.1.toml"),
-    ),
-    (
-        "toolchains/sglang-0.5.9-cu130.toml",
-        include_str!("../../toolchains/sglang-0.5.9-cu130.toml"),
-    ),
-];
-
+/// The shipped file at `key` (its path in the repository: `recipes/demo.toml`).
 pub fn get(key: &str) -> Option<&'static str> {
-    FILES.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+    crate::embedded::get(key)
 }
 
 /// Names of shipped recipes (`recipes/NAME.toml`).
 pub fn recipe_names() -> Vec<String> {
-    FILES
-        .iter()
-        .filter_map(|(k, _)| k.strip_prefix("recipes/")?.strip_suffix(".toml"))
-        .filter(|n| !n.contains('/'))
+    crate::embedded::names_in("recipes")
+        .into_iter()
         .map(str::to_string)
         .collect()
 }
@@ -68,10 +35,10 @@ pub fn recipe_names() -> Vec<String> {
 /// Write the shipped files under `root` (only those that differ), so an embedded recipe's
 /// companion files (scripts it runs, `inputs` it hashes) exist on disk: `root/recipes/...`.
 pub fn materialize(root: &std::path::Path) -> crate::error::Result<()> {
-    for (key, text) in FILES {
+    for (key, text) in crate::embedded::all() {
         let path = root.join(key);
         if std::fs::read(&path).ok().as_deref() != Some(text.as_bytes()) {
-            crate::engine::state::write_atomic(&path, text.as_bytes())?;
+            crate::fs::write_atomic(&path, text.as_bytes())?;
         }
     }
     Ok(())

@@ -117,7 +117,7 @@ fn lex(src: &str) -> Result<Vec<(usize, Tok)>, ParseError> {
             }
         };
         i += if matches!(tok, Tok::Open | Tok::Close | Tok::Not)
-            || matches!(tok, Tok::Op(Op::Lt) | Tok::Op(Op::Gt))
+            || matches!(tok, Tok::Op(Op::Lt | Op::Gt))
         {
             1
         } else {
@@ -207,7 +207,7 @@ impl Parser {
                 };
                 self.pos += 1;
                 match self.peek().cloned() {
-                    Some(Tok::Lit(v)) | Some(Tok::Ident(v)) => {
+                    Some(Tok::Lit(v) | Tok::Ident(v)) => {
                         self.pos += 1;
                         Ok(Expr::Cmp(ident, op, v))
                     }
@@ -295,20 +295,9 @@ impl Expr {
     }
 }
 
-/// Versions (`12.0`, `580.82.07`) compare component-wise as numbers; anything else as text.
+/// Versions (`12.0`, `580.82.07`) compare as versions (`crate::version`); anything else as text.
 pub fn compare(a: &str, b: &str) -> Ordering {
-    fn nums(s: &str) -> Option<Vec<u64>> {
-        s.split('.').map(|p| p.parse().ok()).collect()
-    }
-    match (nums(a), nums(b)) {
-        (Some(mut x), Some(mut y)) => {
-            let n = x.len().max(y.len());
-            x.resize(n, 0);
-            y.resize(n, 0);
-            x.cmp(&y)
-        }
-        _ => a.cmp(b),
-    }
+    crate::version::compare(a, b)
 }
 
 #[cfg(test)]

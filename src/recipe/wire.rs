@@ -11,7 +11,7 @@ use toml::Spanned;
 /// One TOML file: a recipe, or a fragment it imports (toolchain, profiles, shared steps).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct File {
+pub(super) struct File {
     pub recipe: Option<Meta>,
     #[serde(default)]
     pub vars: BTreeMap<Spanned<String>, Spanned<toml::Value>>,
@@ -25,7 +25,7 @@ pub struct File {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Meta {
+pub(super) struct Meta {
     pub name: Option<Spanned<String>>,
     pub description: Option<String>,
     pub version: Option<String>,
@@ -36,14 +36,14 @@ pub struct Meta {
 /// A command: an argv list, or (with `shell = true`) one shell script string. The script's
 /// location is the span of the value that holds it.
 #[derive(Debug, Clone)]
-pub enum Command {
+pub(super) enum Command {
     Argv(Vec<Spanned<String>>),
     Script(String),
 }
 
 /// `check = ["cmd", "arg"]`, `check = "script"` (with `shell`) or `check = { paths = [...] }`.
 #[derive(Debug, Clone)]
-pub enum Check {
+pub(super) enum Check {
     Paths(Vec<Spanned<String>>),
     Command(Command),
 }
@@ -109,7 +109,7 @@ impl<'de> Deserialize<'de> for Check {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Step {
+pub(super) struct Step {
     pub id: Spanned<String>,
     pub kind: Spanned<String>,
     pub description: Option<String>,
@@ -169,7 +169,7 @@ pub struct Step {
 /// `sass = { module = "flash_attn_2_cuda", arch = "sm_120" }`: the extension must carry that SASS.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Sass {
+pub(super) struct Sass {
     pub module: Spanned<String>,
     pub arch: Spanned<String>,
 }
@@ -177,7 +177,7 @@ pub struct Sass {
 /// A server launch profile (used by `serve`; parsed strictly here so typos fail early).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Profile {
+pub(super) struct Profile {
     pub description: Option<String>,
     pub extends: Option<Spanned<String>>,
     pub cmd: Option<Vec<Spanned<String>>>,
@@ -201,48 +201,3 @@ pub struct Profile {
     /// How long to wait for readiness, e.g. `30m` (default 1800 s).
     pub timeout: Option<Spanned<String>>,
 }
-
-/// Step kinds and the keys each adds to the common ones.
-pub const STEP_KINDS: &[(&str, &[&str])] = &[
-    ("run", &["cmd", "shell"]),
-    ("fetch", &["url", "sha256", "filename"]),
-    (
-        "extract",
-        &[
-            "from",
-            "archive",
-            "dest",
-            "strip_components",
-            "max_size",
-            "keep_setid",
-        ],
-    ),
-    (
-        "python",
-        &[
-            "venv",
-            "python",
-            "install",
-            "index_url",
-            "extra_index_urls",
-            "build",
-            "build_isolation",
-            "system_site_packages",
-            "verify",
-            "sass",
-        ],
-    ),
-    ("patch", &["set", "venv", "site_packages"]),
-    (
-        "cuda",
-        &[
-            "url",
-            "sha256",
-            "filename",
-            "version",
-            "install_path",
-            "link",
-            "driver_floor",
-        ],
-    ),
-];

@@ -17,7 +17,7 @@ pub struct LogTail {
 impl LogTail {
     /// Follow `path` from its current end (a log appended to by earlier runs is not re-read).
     pub fn from_end(path: &Path) -> LogTail {
-        let offset = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        let offset = std::fs::metadata(path).map_or(0, |m| m.len());
         LogTail {
             path: path.to_path_buf(),
             offset,

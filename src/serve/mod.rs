@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::bench::client::{self, Api, Request};
-use crate::engine::state::{create_dir, write_atomic};
 use crate::error::{Error, Result};
+use crate::fs::{create_dir, write_atomic};
+use crate::paths::StatePaths;
 use crate::process::{self, CommandSpec, Detached};
 use crate::recipe::Profile;
 use logtail::LogTail;
@@ -29,7 +30,7 @@ pub struct Launch<'a> {
     pub profile_name: &'a str,
     pub profile: &'a Profile,
     pub sigs: &'a Signatures,
-    pub state_dir: &'a Path,
+    pub paths: &'a StatePaths,
     /// Keep running after kiln exits (no parent-death signal).
     pub detach: bool,
     pub timeout: Duration,
@@ -47,12 +48,12 @@ pub struct Record {
     pub started_unix: u64,
 }
 
-pub fn record_path(state_dir: &Path, recipe: &str) -> PathBuf {
-    state_dir.join("serve").join(format!("{recipe}.json"))
+pub fn record_path(paths: &StatePaths, recipe: &str) -> PathBuf {
+    paths.serve_record(recipe)
 }
 
-pub fn read_record(state_dir: &Path, recipe: &str) -> Option<Record> {
-    let text = std::fs::read_to_string(record_path(state_dir, recipe)).ok()?;
+pub fn read_record(paths: &StatePaths, recipe: &str) -> Option<Record> {
+    let text = std::fs::read_to_string(record_path(paths, recipe)).ok()?;
     serde_json::from_str(&text).ok()
 }
 
@@ -61,6 +62,9 @@ pub struct Running {
     pub record: Record,
     pub api: Api,
     pub log: Vec<String>,
+    /// Where this launch's lines start in `record.log` (the file is appended to, launch after
+    /// launch): verdicts read from here instead of the whole file.
+    pub log_start: u64,
     pub ready_after: Duration,
     child: Option<Detached>,
 }
@@ -75,12 +79,12 @@ impl Running {
     }
 
     /// End the whole process group and forget the record.
-    pub fn stop(mut self, state_dir: &Path) {
+    pub fn stop(mut self, paths: &StatePaths) {
         process::kill_group(self.record.pid);
         if let Some(c) = &mut self.child {
             let _ = c.try_exit();
         }
-        let _ = std::fs::remove_file(record_path(state_dir, &self.record.recipe));
+        let _ = std::fs::remove_file(record_path(paths, &self.record.recipe));
     }
 
     /// Give up the handle without stopping the server (`--detach`).
@@ -94,11 +98,10 @@ pub fn base_url(p: &Profile) -> Option<String> {
         .or_else(|| p.port.map(|port| format!("http://127.0.0.1:{port}")))
 }
 
+/// The API the profile declares; `openai` when it declares none (validation rejected any
+/// unknown name with its location).
 pub fn profile_api(p: &Profile) -> Api {
-    match p.api.as_deref() {
-        Some("sglang") => Api::Sglang,
-        _ => Api::Openai,
-    }
+    p.api.unwrap_or(Api::Openai)
 }
 
 /// Start the profile and wait until it is ready. On any failure the process group is ended and
@@ -120,7 +123,7 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
         )
         .is_ok()
         {
-            let holder = read_record(l.state_dir, l.recipe)
+            let holder = read_record(l.paths, l.recipe)
                 .filter(|r| process::pid_alive(r.pid))
                 .map_or(String::new(), |r| {
                     format!(
@@ -140,11 +143,11 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
             ));
         }
     }
-    let dir = l.state_dir.join("serve");
-    create_dir(&dir)?;
-    let log_path = dir.join(format!("{}-{}.log", l.recipe, l.profile_name));
+    let log_path = l.paths.serve_log(l.recipe, l.profile_name);
+    create_dir(&l.paths.serve_dir())?;
     let mut spec = CommandSpec::new(program.clone(), rest.iter().chain(&p.args).cloned());
     spec.env = p.env.clone();
+    let log_start;
     {
         use std::io::Write;
         let mut f = std::fs::OpenOptions::new()
@@ -152,6 +155,7 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
             .append(true)
             .open(&log_path)
             .map_err(|e| Error::io(format!("cannot open {}", log_path.display()), e))?;
+        log_start = f.metadata().map_or(0, |m| m.len());
         let _ = writeln!(
             f,
             "=== kiln serve {} --profile {}: {}",
@@ -178,7 +182,7 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
             .map_or(0, |d| d.as_secs()),
     };
     write_atomic(
-        &record_path(l.state_dir, l.recipe),
+        &record_path(l.paths, l.recipe),
         serde_json::to_string_pretty(&record)
             .expect("records serialize")
             .as_bytes(),
@@ -190,6 +194,7 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
         log_path.display()
     ));
     let mut running = Running {
+        log_start,
         record,
         api,
         log: Vec::new(),
@@ -208,9 +213,48 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
             if let Some(c) = &mut running.child {
                 let _ = c.try_exit();
             }
-            let _ = std::fs::remove_file(record_path(l.state_dir, l.recipe));
+            let _ = std::fs::remove_file(record_path(l.paths, l.recipe));
             Err(e)
         }
+    }
+}
+
+/// The error of a profile that was not ready within its timeout.
+fn not_ready(l: &Launch, lines: &[String], phase: Option<&String>, log: &Path) -> Error {
+    let phase = phase.map_or("before any milestone".to_string(), |p| {
+        format!("after `{p}`")
+    });
+    Error::other(
+        format!(
+            "profile `{}` was not ready after {} s ({phase}); its process group was ended\n--- last lines of the server log ---\n{}",
+            l.profile_name,
+            l.timeout.as_secs(),
+            logtail::crash_tail(lines, 20).join("\n")
+        ),
+        Some(format!(
+            "full log: {}; raise `timeout` in the profile if it was still making progress",
+            log.display()
+        )),
+    )
+}
+
+/// What a quiet server is doing: compiling (a known compiler runs in its group), or waiting.
+fn quiet_note(l: &Launch, pgid: u32, started: Instant, last_output: Instant) -> String {
+    let compiling: Vec<String> = process::group_commands(pgid)
+        .into_iter()
+        .filter(|c| l.sigs.compilers.iter().any(|k| k == c))
+        .collect();
+    let at = started.elapsed().as_secs_f64();
+    if compiling.is_empty() {
+        format!(
+            "  [{at:>7.1}s] waiting (no output for {} s)",
+            last_output.elapsed().as_secs()
+        )
+    } else {
+        format!(
+            "  [{at:>7.1}s] still compiling ({}), not hung",
+            dedup(compiling).join(", ")
+        )
     }
 }
 
@@ -222,15 +266,16 @@ fn wait_ready(
     say: &mut dyn FnMut(&str),
 ) -> Result<()> {
     let url = run.record.url.clone();
-    let ready_path = l.profile.ready.clone().unwrap_or_else(|| match run.api {
-        Api::Sglang => "/health_generate".into(),
-        Api::Openai => "/health".into(),
-    });
+    let ready_path = l
+        .profile
+        .ready
+        .clone()
+        .unwrap_or_else(|| run.api.spec().ready.to_string());
     let mut last_phase_at = Duration::ZERO;
     let mut seen_phases = Vec::<String>::new();
     let mut last_output = Instant::now();
     let mut last_compile_note = Instant::now();
-    let mut last_probe = Instant::now() - Duration::from_secs(10);
+    let mut last_probe = Instant::now().checked_sub(Duration::from_secs(10)).unwrap();
     let mut fatal_at: Option<Instant> = None;
     let mut log_ready = false;
     loop {
@@ -245,7 +290,7 @@ fn wait_ready(
                     say(&format!(
                         "  [{:>7.1}s] {phase} (+{:.1}s)",
                         at.as_secs_f64(),
-                        (at - last_phase_at).as_secs_f64()
+                        at.checked_sub(last_phase_at).unwrap().as_secs_f64()
                     ));
                     last_phase_at = at;
                     seen_phases.push(phase.clone());
@@ -297,41 +342,18 @@ fn wait_ready(
         }
         if started.elapsed() > l.timeout {
             tail.poll(true);
-            let phase = seen_phases
-                .last()
-                .map_or("before any milestone".to_string(), |p| {
-                    format!("after `{p}`")
-                });
-            return Err(Error::other(
-                format!(
-                    "profile `{}` was not ready after {} s ({phase}); its process group was ended\n--- last lines of the server log ---\n{}",
-                    l.profile_name,
-                    l.timeout.as_secs(),
-                    logtail::crash_tail(&tail.lines(), 20).join("\n")
-                ),
-                Some(format!("full log: {}; raise `timeout` in the profile if it was still making progress", run.record.log.display())),
+            return Err(not_ready(
+                l,
+                &tail.lines(),
+                seen_phases.last(),
+                &run.record.log,
             ));
         }
         if last_output.elapsed() > Duration::from_secs(20)
             && last_compile_note.elapsed() > Duration::from_secs(20)
         {
-            let compiling: Vec<String> = process::group_commands(run.record.pid)
-                .into_iter()
-                .filter(|c| l.sigs.compilers.iter().any(|k| k == c))
-                .collect();
             last_compile_note = Instant::now();
-            let at = started.elapsed().as_secs_f64();
-            if compiling.is_empty() {
-                say(&format!(
-                    "  [{at:>7.1}s] waiting (no output for {} s)",
-                    last_output.elapsed().as_secs()
-                ));
-            } else {
-                say(&format!(
-                    "  [{at:>7.1}s] still compiling ({}), not hung",
-                    dedup(compiling).join(", ")
-                ));
-            }
+            say(&quiet_note(l, run.record.pid, started, last_output));
         }
         if let Some(base) = &url {
             if last_probe.elapsed() >= Duration::from_millis(if log_ready { 100 } else { 500 }) {
@@ -344,7 +366,7 @@ fn wait_ready(
                     say(&format!(
                         "  [{:>7.1}s] {ready_path} answered 200 (+{:.1}s)",
                         at.as_secs_f64(),
-                        (at - last_phase_at).as_secs_f64()
+                        at.checked_sub(last_phase_at).unwrap().as_secs_f64()
                     ));
                     check_generation(base, run.api, l.profile_name)?;
                     say(&format!(
@@ -442,14 +464,14 @@ pub fn fetch_text(url: &str) -> Option<String> {
 }
 
 /// Stop the server recorded for `recipe`; false when none was recorded or it was gone already.
-pub fn stop_recorded(state_dir: &Path, recipe: &str) -> Result<Option<Record>> {
-    let Some(r) = read_record(state_dir, recipe) else {
+pub fn stop_recorded(paths: &StatePaths, recipe: &str) -> Result<Option<Record>> {
+    let Some(r) = read_record(paths, recipe) else {
         return Ok(None);
     };
     let alive = process::group_alive(r.pid);
     if alive {
         process::kill_group(r.pid);
     }
-    let _ = std::fs::remove_file(record_path(state_dir, recipe));
+    let _ = std::fs::remove_file(record_path(paths, recipe));
     Ok(alive.then_some(r))
 }

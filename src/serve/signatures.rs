@@ -6,23 +6,8 @@ use std::path::{Path, PathBuf};
 use regex::Regex;
 use serde::Deserialize;
 
+use crate::embedded;
 use crate::error::{Error, Result};
-
-/// Signature sets shipped inside the binary (the files under recipes/signatures/).
-const SHIPPED: &[(&str, &str)] = &[
-    (
-        "sglang-0.5.9",
-        include_str!("../../recipes/signatures/sglang-0.5.9.toml"),
-    ),
-    (
-        "llama-server",
-        include_str!("../../recipes/signatures/llama-server.toml"),
-    ),
-    (
-        "torch-symm-mem-probe",
-        include_str!("../../recipes/signatures/torch-symm-mem-probe.toml"),
-    ),
-];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -177,17 +162,13 @@ impl Signatures {
                 return Signatures::parse(&text, &path.display().to_string());
             }
         }
-        match SHIPPED.iter().find(|(name, _)| *name == spec) {
-            Some((name, text)) => Signatures::parse(text, &format!("shipped signatures `{name}`")),
+        match embedded::named(embedded::SIGNATURES, spec) {
+            Some(text) => Signatures::parse(text, &format!("shipped signatures `{spec}`")),
             None => Err(Error::usage(
                 format!("no log signatures named `{spec}`"),
                 Some(format!(
                     "shipped sets: {}; or give a path to a TOML file",
-                    SHIPPED
-                        .iter()
-                        .map(|(n, _)| *n)
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    embedded::names_in(embedded::SIGNATURES).join(", ")
                 )),
             )),
         }
@@ -335,9 +316,10 @@ mod tests {
 
     #[test]
     fn shipped_sets_parse() {
-        for (name, text) in SHIPPED {
+        for name in embedded::names_in(embedded::SIGNATURES) {
+            let text = embedded::named(embedded::SIGNATURES, name).unwrap();
             let s = Signatures::parse(text, name).unwrap();
-            assert_eq!(&s.name, name);
+            assert_eq!(s.name, name);
         }
     }
 

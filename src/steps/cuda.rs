@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::process::{self, CommandSpec};
 use crate::recipe::{when::compare, CudaStep, Step};
 
-pub fn run(
+pub(crate) fn run(
     step: &Step,
     c: &CudaStep,
     ctx: &StepContext,
@@ -61,7 +61,7 @@ fn check_driver(c: &CudaStep, ctx: &StepContext) -> Result<()> {
 }
 
 /// The toolkit version at `path`: version.json's `cuda.version`, else nvcc's `release X.Y`.
-pub fn installed_version(path: &Path) -> Option<String> {
+pub(crate) fn installed_version(path: &Path) -> Option<String> {
     if let Ok(text) = std::fs::read_to_string(path.join("version.json")) {
         let v: serde_json::Value = serde_json::from_str(&text).ok()?;
         return v["cuda"]["version"].as_str().map(str::to_string);

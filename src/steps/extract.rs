@@ -13,17 +13,17 @@ use std::io::{BufReader, Read, Write};
 use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 
-use crate::engine::state::create_dir;
 use crate::error::{Error, Result};
+use crate::fs::create_dir;
 
 /// Default `max_size`: the uncompressed bytes an archive may unpack to (64 GiB).
-pub const DEFAULT_MAX_SIZE: u64 = 64 << 30;
+pub(crate) const DEFAULT_MAX_SIZE: u64 = 64 << 30;
 /// Entries one archive may hold.
-pub const MAX_ENTRIES: u64 = 1_000_000;
+pub(crate) const MAX_ENTRIES: u64 = 1_000_000;
 
 /// How one extract step unpacks.
 #[derive(Debug, Clone, Copy)]
-pub struct Options {
+pub(crate) struct Options {
     pub strip: u32,
     /// Uncompressed bytes allowed (file data and tar headers together).
     pub max_size: u64,
@@ -31,7 +31,12 @@ pub struct Options {
     pub keep_setid: bool,
 }
 
-pub fn extract(archive: &Path, dest: &Path, opts: Options, log: &mut dyn Write) -> Result<()> {
+pub(crate) fn extract(
+    archive: &Path,
+    dest: &Path,
+    opts: Options,
+    log: &mut dyn Write,
+) -> Result<()> {
     let parent = dest.parent().unwrap_or(Path::new("."));
     create_dir(parent)?;
     let prefix = format!(
@@ -67,7 +72,7 @@ fn remove_stale_staging(parent: &Path, prefix: &str) {
         let pid = name
             .strip_prefix(prefix)
             .and_then(|p| p.parse::<u32>().ok());
-        if pid.is_some_and(|p| !crate::engine::state::pid_alive(p)) {
+        if pid.is_some_and(|p| !crate::process::pid_exists(p)) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
@@ -97,17 +102,14 @@ struct Capped {
 impl Read for Capped {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
-        match self.left.checked_sub(n as u64) {
-            Some(left) => {
-                self.left = left;
-                Ok(n)
-            }
-            None => {
-                self.hit.set(true);
-                Err(std::io::Error::other(
-                    "the archive unpacks past its size limit",
-                ))
-            }
+        if let Some(left) = self.left.checked_sub(n as u64) {
+            self.left = left;
+            Ok(n)
+        } else {
+            self.hit.set(true);
+            Err(std::io::Error::other(
+                "the archive unpacks past its size limit",
+            ))
         }
     }
 }

@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use crate::engine::hashing::{hex, HashMemo};
-use crate::engine::state::create_dir;
 use crate::error::{Error, Result};
+use crate::fs::create_dir;
+use crate::hash::{hex, HashMemo};
 
-pub fn fetch(
+pub(crate) fn fetch(
     url: &str,
     sha256: &str,
     path: &Path,
@@ -32,7 +32,7 @@ pub fn fetch(
     let downloads = dir.parent().expect("cache paths have a grandparent");
     create_dir(downloads)?;
     remove_stale_partials(downloads);
-    let tmp = tempfile_in(downloads)?;
+    let tmp = tempfile_in(downloads);
     let _ = writeln!(log, "fetching {url}");
     let result = download(url, tmp.path(), deadline).and_then(|(actual, _)| {
         if actual != sha256 {
@@ -72,7 +72,7 @@ impl Drop for TempFile {
 
 /// Remove `.partial-PID-*` downloads whose process is gone (SIGKILL, a crash). The cache may be
 /// shared by runs with other state directories, so a live PID's file is left alone.
-pub fn remove_stale_partials(downloads: &Path) {
+pub(crate) fn remove_stale_partials(downloads: &Path) {
     let Ok(entries) = std::fs::read_dir(downloads) else {
         return;
     };
@@ -83,26 +83,24 @@ pub fn remove_stale_partials(downloads: &Path) {
             .and_then(|rest| rest.split('-').next())
             .and_then(|p| p.parse::<u32>().ok());
         if let Some(pid) = pid {
-            if pid != std::process::id() && !crate::engine::state::pid_alive(pid) {
+            if pid != std::process::id() && !crate::process::pid_exists(pid) {
                 let _ = std::fs::remove_file(e.path());
             }
         }
     }
 }
 
-fn tempfile_in(dir: &Path) -> Result<TempFile> {
+fn tempfile_in(dir: &Path) -> TempFile {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    Ok(TempFile(
-        dir.join(format!(".partial-{}-{nanos}", std::process::id())),
-    ))
+    TempFile(dir.join(format!(".partial-{}-{nanos}", std::process::id())))
 }
 
 /// Connecting to a download server.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Without one byte arriving, a download has stalled.
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn download(url: &str, to: &Path, deadline: Option<Duration>) -> Result<(String, u64)> {
     let fail = |reason: String| Error::Download {

@@ -1,39 +1,37 @@
 //! Step kinds: what running one step means. One file per kind.
 
-pub mod cuda;
-pub mod extract;
-pub mod fetch;
-pub mod patch;
-pub mod python;
-pub mod run;
+pub(crate) mod cuda;
+pub(crate) mod extract;
+pub(crate) mod fetch;
+pub(crate) mod patch;
+pub(crate) mod python;
+pub(crate) mod run;
 
 use std::io::Write;
 
-use std::path::PathBuf;
-
-use crate::engine::hashing::HashMemo;
 use crate::error::{Error, Result};
+use crate::hash::HashMemo;
 use crate::host::Facts;
+use crate::paths::StatePaths;
 use crate::recipe::{Check, Step, StepKind};
 
 /// What steps may use besides their own definition.
-pub struct StepContext<'a> {
+pub(crate) struct StepContext<'a> {
     pub memo: &'a HashMemo,
     pub facts: &'a Facts,
-    /// Downloads, compiled wheels and tools kiln installs for itself (uv).
-    pub cache_dir: PathBuf,
-    /// kiln's state directory (patch backups live there).
-    pub state_dir: PathBuf,
+    /// The state directory (patch backups) and its cache (downloads, compiled wheels, tools
+    /// kiln installs for itself such as uv).
+    pub paths: &'a StatePaths,
 }
 
 /// Run one attempt of `step`, logging to `log`; `on_line` sees each output line.
-pub fn execute(
+pub(crate) fn execute(
     step: &Step,
     ctx: &StepContext,
     log: &mut dyn Write,
     on_line: &mut dyn FnMut(&str),
 ) -> Result<()> {
-    crate::engine::state::create_dir(&step.cwd)?;
+    crate::fs::create_dir(&step.cwd)?;
     match &step.kind {
         StepKind::Run { cmd } => run::run(step, cmd, log, on_line),
         StepKind::Fetch { url, sha256, path } => {
@@ -63,7 +61,7 @@ pub fn execute(
 }
 
 /// Prove the step's result exists: its `check` passes (no check: success is enough).
-pub fn check(step: &Step, log: &mut dyn Write) -> Result<()> {
+pub(crate) fn check(step: &Step, log: &mut dyn Write) -> Result<()> {
     match &step.check {
         None => Ok(()),
         Some(Check::Paths(paths)) => match paths.iter().find(|p| !p.exists()) {
@@ -90,7 +88,7 @@ pub fn check(step: &Step, log: &mut dyn Write) -> Result<()> {
 }
 
 /// The step's env, plus `MAX_JOBS` sized to free RAM when it declares `mem_per_job`.
-pub fn build_env(step: &Step) -> std::collections::BTreeMap<String, String> {
+pub(crate) fn build_env(step: &Step) -> std::collections::BTreeMap<String, String> {
     let mut env = step.env.clone();
     if let Some(jobs) = max_jobs(step) {
         env.entry("MAX_JOBS".into())
@@ -100,9 +98,9 @@ pub fn build_env(step: &Step) -> std::collections::BTreeMap<String, String> {
 }
 
 /// `min(cores, available RAM / mem_per_job)`, at least 1; `None` without `mem_per_job`.
-pub fn max_jobs(step: &Step) -> Option<usize> {
+pub(crate) fn max_jobs(step: &Step) -> Option<usize> {
     let per_job = step.mem_per_job?.max(1);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let free = crate::host::available_memory_bytes().unwrap_or(per_job);
     Some(((free / per_job) as usize).clamp(1, cores))
 }

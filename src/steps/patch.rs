@@ -7,7 +7,7 @@ use super::StepContext;
 use crate::error::{Error, Result};
 use crate::recipe::{SitePackages, Step};
 
-pub fn run(
+pub(crate) fn run(
     step: &Step,
     set: &str,
     site: &SitePackages,
@@ -23,7 +23,7 @@ pub fn run(
         "applying patch set {set} to {}",
         site_packages.display()
     );
-    let report = crate::patch::apply_named(set, &site_packages, &ctx.state_dir, false)?;
+    let report = crate::patch::apply_named(set, &site_packages, ctx.paths, false)?;
     let _ = writeln!(log, "{}", crate::patch::render(&report));
     let check = crate::patch::check_named(set, &site_packages)?;
     let _ = writeln!(log, "{}", crate::patch::render(&check));

@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use super::{run::run_spec, StepContext};
 use crate::cache::wheels::{WheelCache, WheelKey, PARALLELISM_VARS};
-use crate::engine::hashing::sha256_reader;
 use crate::error::{Error, Result};
+use crate::hash::sha256_reader;
 use crate::process::{self, CommandSpec};
 use crate::recipe::{PythonStep, Step};
 
@@ -20,7 +20,7 @@ enum Installer {
     Pip,
 }
 
-pub fn run(
+pub(crate) fn run(
     step: &Step,
     p: &PythonStep,
     ctx: &StepContext,
@@ -33,7 +33,9 @@ pub fn run(
     };
     let installer = find_uv(ctx, log, &mut sh);
     let vpy = p.venv.join("bin").join("python");
-    if !vpy.exists() {
+    if vpy.exists() {
+        let _ = writeln!(log, "venv exists: {}", p.venv.display());
+    } else {
         let spec = match &installer {
             Installer::Uv(uv) => {
                 CommandSpec::new(uv.display().to_string(), ["venv", "--seed", "--python"])
@@ -48,8 +50,6 @@ pub fn run(
         };
         let spec = spec.arg(p.venv.display().to_string());
         sh(spec.with_env(&env), log)?;
-    } else {
-        let _ = writeln!(log, "venv exists: {}", p.venv.display());
     }
     let index_args = index_args(p);
     let plain: Vec<&String> = p.install.iter().filter(|r| !p.build.contains(r)).collect();
@@ -65,7 +65,7 @@ pub fn run(
             log,
         )?;
     }
-    let cache = WheelCache::new(&ctx.cache_dir);
+    let cache = WheelCache::new(&ctx.paths.wheels());
     for req in &p.build {
         let wheel = build_or_reuse(req, p, &vpy, &env, &index_args, &cache, log, &mut sh)?;
         let mut spec = install_spec(
@@ -133,7 +133,7 @@ fn find_uv(
     if let Ok(uv) = which::which("uv") {
         return Installer::Uv(uv);
     }
-    let target = ctx.cache_dir.join("tools").join("uv");
+    let target = ctx.paths.tool("uv");
     let uv = target.join("bin").join("uv");
     if uv.exists() {
         return Installer::Uv(uv);
@@ -212,6 +212,7 @@ fn pinned(req: &str) -> Result<(String, String)> {
 }
 
 #[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_lines)] // split once issue 10's changes to it have landed
 fn build_or_reuse(
     req: &str,
     p: &PythonStep,
@@ -238,7 +239,7 @@ fn build_or_reuse(
         .join("build")
         .join(format!("{package}-{version}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
-    crate::engine::state::create_dir(&work)?;
+    crate::fs::create_dir(&work)?;
     let result = (|| {
         let (sdist, source_sha256) = match &local {
             Some(dir) => (dir.clone(), tree_sha256(dir)?),
@@ -430,7 +431,7 @@ fn tree_sha256(dir: &Path) -> Result<String> {
             f.strip_prefix(dir).unwrap_or(f).display()
         ));
     }
-    Ok(crate::engine::hashing::sha256_bytes(listing.as_bytes()))
+    Ok(crate::hash::sha256_bytes(listing.as_bytes()))
 }
 
 fn python_output(vpy: &Path, code: &str) -> Option<String> {

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::process::{self, CommandSpec};
 use crate::recipe::{Cmd, Step};
 
-pub fn spec(step: &Step, cmd: &Cmd) -> CommandSpec {
+pub(crate) fn spec(step: &Step, cmd: &Cmd) -> CommandSpec {
     let (program, args) = match cmd {
         Cmd::Argv(argv) => (argv[0].clone(), argv[1..].to_vec()),
         Cmd::Shell(script) => ("sh".to_string(), vec!["-c".to_string(), script.clone()]),
@@ -19,7 +19,7 @@ pub fn spec(step: &Step, cmd: &Cmd) -> CommandSpec {
     }
 }
 
-pub fn run(
+pub(crate) fn run(
     step: &Step,
     cmd: &Cmd,
     log: &mut dyn Write,
@@ -29,7 +29,7 @@ pub fn run(
 }
 
 /// Run one command of a step; a failure becomes `StepFailed` with the output tail.
-pub fn run_spec(
+pub(crate) fn run_spec(
     step: &str,
     spec: &CommandSpec,
     timeout: Option<std::time::Duration>,

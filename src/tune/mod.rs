@@ -6,7 +6,7 @@
 //! the full benchmark (the seed's format), which is what the table reports for it. A variant whose tuning fell back or whose greedy
 //! output is wrong is disqualified at its first launch and never ranked.
 
-pub mod render;
+pub(crate) mod render;
 
 use serde::Serialize;
 
@@ -14,14 +14,14 @@ use crate::error::{Error, Result};
 
 /// One setting to vary: a recipe variable (`ubatch`) or a server flag (`-ub`, `--flash-attn`).
 #[derive(Debug, Clone, Serialize)]
-pub struct Axis {
+pub(crate) struct Axis {
     pub key: String,
     pub values: Vec<String>,
 }
 
 impl Axis {
     /// `KEY=v1,v2,...`
-    pub fn parse(spec: &str) -> Result<Axis> {
+    pub(crate) fn parse(spec: &str) -> Result<Axis> {
         let bad = |why: &str| {
             Error::usage(
                 format!("`--vary {spec}`: {why}"),
@@ -48,19 +48,19 @@ impl Axis {
     }
 
     /// Whether the key is a server flag (added to the profile's arguments) rather than a variable.
-    pub fn is_flag(&self) -> bool {
+    pub(crate) fn is_flag(&self) -> bool {
         self.key.starts_with('-')
     }
 }
 
 /// One point of the space: a value per axis, in axis order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Variant {
+pub(crate) struct Variant {
     pub settings: Vec<(String, String)>,
 }
 
 impl Variant {
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         self.settings
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
@@ -70,7 +70,7 @@ impl Variant {
 }
 
 /// Every combination, the first axis varying slowest.
-pub fn grid(axes: &[Axis]) -> Vec<Variant> {
+pub(crate) fn grid(axes: &[Axis]) -> Vec<Variant> {
     let mut out = vec![Variant { settings: vec![] }];
     for axis in axes {
         out = out
@@ -88,7 +88,7 @@ pub fn grid(axes: &[Axis]) -> Vec<Variant> {
 }
 
 /// At most `budget` variants, spread evenly over the grid (first and last included).
-pub fn sample(variants: Vec<Variant>, budget: Option<usize>) -> Vec<Variant> {
+pub(crate) fn sample(variants: Vec<Variant>, budget: Option<usize>) -> Vec<Variant> {
     let n = variants.len();
     match budget {
         Some(b) if b >= 1 && b < n => {
@@ -105,7 +105,7 @@ pub fn sample(variants: Vec<Variant>, budget: Option<usize>) -> Vec<Variant> {
 
 /// How long one measurement is: warm-up requests, measured runs, tokens per request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Rung {
+pub(crate) struct Rung {
     pub warmup: u32,
     pub runs: u32,
     pub max_tokens: u32,
@@ -113,7 +113,7 @@ pub struct Rung {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Method {
+pub(crate) enum Method {
     /// Every variant gets the full benchmark.
     Grid,
     /// Successive halving down to two, which get the full benchmark.
@@ -123,7 +123,7 @@ pub enum Method {
 /// The rungs of a search over `n` variants. Grid measures everyone at `full`. Halving halves the
 /// field each round until one is left, doubling the tokens per request each round (two runs each,
 /// starting at 1/16 of `full`'s tokens for 8 variants), then gives that one the `full` benchmark.
-pub fn rungs(method: Method, n: usize, full: Rung) -> Vec<Rung> {
+pub(crate) fn rungs(method: Method, n: usize, full: Rung) -> Vec<Rung> {
     if method == Method::Grid || n <= 1 {
         return vec![full];
     }
@@ -146,7 +146,7 @@ pub fn rungs(method: Method, n: usize, full: Rung) -> Vec<Rung> {
 
 /// What one launch of a variant found.
 #[derive(Debug, Clone, Serialize)]
-pub struct Measurement {
+pub(crate) struct Measurement {
     pub rung: Rung,
     /// Median decode tok/s (end-to-end where the server streams no per-token timing).
     pub tok_s: f64,
@@ -156,7 +156,7 @@ pub struct Measurement {
 
 /// A variant's record through the search.
 #[derive(Debug, Clone, Serialize)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub variant: Variant,
     /// Why it cannot win: a tuning fell back or crashed, wrong greedy output, a failed launch.
     pub disqualified: Option<String>,
@@ -166,19 +166,19 @@ pub struct Entry {
 }
 
 impl Entry {
-    pub fn last(&self) -> Option<&Measurement> {
+    pub(crate) fn last(&self) -> Option<&Measurement> {
         self.measurements.last()
     }
 }
 
 /// What the evaluator does for one launch: on the first (`qualify`), judge the tunings and
 /// compare greedy output; always, benchmark at `rung`.
-pub trait Evaluate {
+pub(crate) trait Evaluate {
     fn evaluate(&mut self, variant: &Variant, rung: Rung, qualify: bool, entry: &mut Entry);
 }
 
 /// Run the search; entries come back ranked (the winner first, disqualified last).
-pub fn search(
+pub(crate) fn search(
     method: Method,
     variants: Vec<Variant>,
     full: Rung,
@@ -214,7 +214,7 @@ fn speed(e: &Entry) -> f64 {
 }
 
 /// Qualified entries first, by how far they got (later rungs first), then by speed.
-pub fn rank(mut entries: Vec<Entry>) -> Vec<Entry> {
+pub(crate) fn rank(mut entries: Vec<Entry>) -> Vec<Entry> {
     entries.sort_by(|a, b| {
         let key = |e: &Entry| (e.disqualified.is_none(), e.measurements.len());
         key(b)

@@ -8,7 +8,7 @@ use super::{Entry, Method};
 use crate::recipe::Profile;
 
 /// The ranked table: the winner first, then everyone else, disqualified last with the reason.
-pub fn table(entries: &[Entry], rungs: usize) -> String {
+pub(crate) fn table(entries: &[Entry], rungs: usize) -> String {
     let width = entries
         .iter()
         .map(|e| e.variant.name().len())
@@ -59,7 +59,7 @@ pub fn table(entries: &[Entry], rungs: usize) -> String {
 }
 
 /// Horizontal bars of each variant's last median tok/s; disqualified variants are grey and say why.
-pub fn svg(title: &str, entries: &[Entry]) -> String {
+pub(crate) fn svg(title: &str, entries: &[Entry]) -> String {
     let row = 26.0_f64;
     let (left, right, top) = (260.0_f64, 140.0_f64, 48.0_f64);
     let w = 900.0_f64;
@@ -125,7 +125,7 @@ fn escape(s: &str) -> String {
 /// A small recipe holding the winner as `[profile.NAME]` (resolved: every variable expanded) and,
 /// when there is one, the baseline it was compared with, so `kiln serve FILE --profile NAME` and
 /// `kiln verify FILE --profile NAME` work on it directly.
-pub struct WinnerFile<'a> {
+pub(crate) struct WinnerFile<'a> {
     pub recipe: &'a str,
     pub name: &'a str,
     pub profile: &'a Profile,
@@ -135,7 +135,7 @@ pub struct WinnerFile<'a> {
 }
 
 impl WinnerFile<'_> {
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut profiles = toml::Table::new();
         if let Some((name, p)) = self.baseline {
             profiles.insert(name.to_string(), profile_table(p, None).into());
@@ -190,7 +190,7 @@ fn profile_table(p: &Profile, baseline: Option<&str>) -> toml::Table {
         t.insert("url".into(), url.clone().into());
     }
     if let Some(api) = &p.api {
-        t.insert("api".into(), api.clone().into());
+        t.insert("api".into(), api.name().into());
     }
     if let Some(ready) = &p.ready {
         t.insert("ready".into(), ready.clone().into());

@@ -9,7 +9,7 @@ use crate::common::{test_cache, Workspace};
 use crate::serve::free_port;
 
 /// Build (once) and return the tiny-cpu prefix.
-pub fn tiny_cpu() -> PathBuf {
+pub(crate) fn tiny_cpu() -> PathBuf {
     let root = test_cache();
     std::fs::create_dir_all(&root).unwrap();
     let lock = std::fs::File::create(root.join(".tiny-cpu.lock")).unwrap();

@@ -7,27 +7,27 @@ use std::path::{Path, PathBuf};
 use assert_cmd::Command;
 
 /// A temp directory holding recipes and a private `KILN_HOME`.
-pub struct Workspace {
+pub(crate) struct Workspace {
     pub dir: tempfile::TempDir,
 }
 
 impl Workspace {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Workspace {
             dir: tempfile::tempdir().expect("temp dir"),
         }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
-    pub fn state(&self) -> PathBuf {
+    pub(crate) fn state(&self) -> PathBuf {
         self.path().join("state")
     }
 
     /// Write a file relative to the workspace, creating parent directories.
-    pub fn write(&self, rel: &str, content: &str) -> PathBuf {
+    pub(crate) fn write(&self, rel: &str, content: &str) -> PathBuf {
         let p = self.path().join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(&p, content).unwrap();
@@ -35,7 +35,7 @@ impl Workspace {
     }
 
     /// `kiln` with cwd = workspace, KILN_HOME = workspace/state, no progress bars.
-    pub fn kiln(&self) -> Command {
+    pub(crate) fn kiln(&self) -> Command {
         let mut c = Command::cargo_bin("kiln").expect("kiln binary");
         c.current_dir(self.path())
             .env("KILN_HOME", self.state())
@@ -51,22 +51,23 @@ impl Workspace {
 }
 
 /// Replace the workspace path in output so snapshots are stable.
-pub fn scrub(text: &str, ws: &Workspace) -> String {
+pub(crate) fn scrub(text: &str, ws: &Workspace) -> String {
     text.replace(&ws.path().display().to_string(), "[WS]")
 }
 
 /// Where tests cache what they download (wheels), shared across runs: `$KILN_TEST_CACHE`, else
 /// `target/test-cache`.
-pub fn test_cache() -> PathBuf {
-    std::env::var_os("KILN_TEST_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-cache"))
+pub(crate) fn test_cache() -> PathBuf {
+    std::env::var_os("KILN_TEST_CACHE").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-cache"),
+        PathBuf::from,
+    )
 }
 
 /// A real wheel from PyPI (`pip download --no-deps`), unpacked once into a cached
 /// site-packages directory, which is returned. `spec` is e.g. `sglang==0.5.9`.
 /// Callers that modify files must copy the tree first (see `copy_tree`).
-pub fn wheel_site(spec: &str) -> PathBuf {
+pub(crate) fn wheel_site(spec: &str) -> PathBuf {
     let root = test_cache().join("wheels");
     let site = root
         .join("site")
@@ -122,7 +123,7 @@ pub fn wheel_site(spec: &str) -> PathBuf {
 }
 
 /// Copy a directory tree (regular files and directories; symlinks are recreated).
-pub fn copy_tree(from: &Path, to: &Path) {
+pub(crate) fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap().flatten() {
         let (src, dst) = (entry.path(), to.join(entry.file_name()));
@@ -138,13 +139,13 @@ pub fn copy_tree(from: &Path, to: &Path) {
 }
 
 /// Run `cmd`, require exit `code`, and return its stderr.
-pub fn stderr_of(cmd: &mut assert_cmd::Command, code: i32) -> String {
+pub(crate) fn stderr_of(cmd: &mut assert_cmd::Command, code: i32) -> String {
     let out = cmd.assert().code(code).get_output().clone();
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// Run `cmd`, require success, and return its stdout (the command and both streams on failure).
-pub fn run_ok(cmd: &mut std::process::Command) -> String {
+pub(crate) fn run_ok(cmd: &mut std::process::Command) -> String {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));

@@ -35,7 +35,7 @@ fn setup() -> Workspace {
     nvcc(&root.join("cuda-12.8"), "12.8");
     std::os::unix::fs::symlink(root.join("cuda-12.8"), root.join("cuda")).unwrap();
     let runfile = ws.write("dl/cuda_13.0.1_fake.run", FAKE_RUNFILE);
-    let sha = kiln::engine::hashing::sha256_bytes(FAKE_RUNFILE.as_bytes());
+    let sha = kiln::hash::sha256_bytes(FAKE_RUNFILE.as_bytes());
     ws.write(
         "cuda.toml",
         &format!(

@@ -77,10 +77,8 @@ fn assert_exit_matches(code: i32, report: &Value) {
         .collect();
     let want = if statuses.contains(&"fail") {
         2
-    } else if statuses.contains(&"warn") {
-        1
     } else {
-        0
+        i32::from(statuses.contains(&"warn"))
     };
     assert_eq!(code, want, "{statuses:?}");
 }

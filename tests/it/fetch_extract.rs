@@ -16,8 +16,10 @@ use crate::common::{scrub, Workspace};
 fn sha256(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+        .fold(String::new(), |mut out, b| {
+            out.push_str(&format!("{b:02x}"));
+            out
+        })
 }
 
 /// What the server answers on one path: a body, and optionally a Content-Length that lies.
@@ -71,7 +73,7 @@ impl Server {
                     Some(r) => {
                         let len = r.claimed_len.unwrap_or(r.body.len());
                         write!(stream, "HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n")
-                            .and_then(|_| stream.write_all(&r.body))
+                            .and_then(|()| stream.write_all(&r.body))
                     }
                     None => stream.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\nConnection: close\r\n\r\nnot found"),
                 };

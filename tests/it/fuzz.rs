@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use kiln::host::{Facts, FACT_KEYS};
 use kiln::recipe::interp::{Quoting, Template};
-use kiln::recipe::{load, units, when, LoadOptions};
+use kiln::recipe::{load, when, LoadOptions};
+use kiln::units;
 
 /// Cases per target in CI (recipe, when, template, units).
 const DEFAULT_CASES: u64 = 6000;
@@ -214,7 +215,7 @@ fn fuzz(name: &str, target: &dyn Fn(&[u8], &Path)) {
     let mut rng = Rng(b.seed
         ^ name
             .bytes()
-            .fold(0u64, |h, c| h.wrapping_mul(31) ^ c as u64)
+            .fold(0u64, |h, c| h.wrapping_mul(31) ^ u64::from(c))
         | 1);
     let work = tempfile::tempdir().unwrap();
     // A case still running after 20 s is a hang: say which and stop the whole binary.
@@ -287,8 +288,7 @@ fn fuzz_recipe_loader_and_validator() {
         let opts = LoadOptions {
             overrides: &[("x".into(), "${y}".into())],
             facts: &facts,
-            state_dir: &dir.join("state"),
-            cache_dir: &dir.join("cache"),
+            paths: &kiln::paths::StatePaths::new(dir.join("state"), Some(dir.join("cache"))),
         };
         if let Err(e) = load(Some(path.to_str().unwrap()), &opts) {
             let _ = e.render();

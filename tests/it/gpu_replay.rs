@@ -18,7 +18,7 @@ fn judge(profile: &str, log: PathBuf, metrics: Option<PathBuf>) -> (i32, String)
     let ws = Workspace::new();
     let mut cmd = ws.kiln();
     cmd.args(["serve", "llama-cuda", "--profile", profile, "--log"])
-        .arg(&log);
+        .arg(log);
     if let Some(m) = metrics {
         cmd.arg("--metrics").arg(m);
     }
@@ -72,7 +72,7 @@ fn acceptance_from_metrics_when_the_log_has_no_request_yet() {
     let cut: String = full
         .lines()
         .take_while(|l| !l.contains("draft acceptance"))
-        .map(|l| format!("{l}\n"))
+        .flat_map(|l| [l, "\n"])
         .collect();
     let ws = Workspace::new();
     let log = ws.write("spec-start.log", &cut);

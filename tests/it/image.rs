@@ -10,7 +10,7 @@ use crate::common::{run_ok, test_cache, wheel_site, Workspace};
 const BASE_IMAGE: &str = "kiln-test-base:bookworm";
 
 fn sha256_file(path: &Path) -> String {
-    kiln::engine::hashing::sha256_reader(std::fs::File::open(path).unwrap())
+    kiln::hash::sha256_reader(std::fs::File::open(path).unwrap())
         .unwrap()
         .0
 }
@@ -256,7 +256,7 @@ fn docker_buildkit() -> Command {
 }
 
 /// The base image, made once per machine: a minimal Debian with a C compiler (for the demo).
-pub fn base_image() -> &'static str {
+pub(crate) fn base_image() -> &'static str {
     let cache = test_cache().join("image");
     std::fs::create_dir_all(&cache).unwrap();
     let lock = std::fs::File::create(cache.join(".lock")).unwrap();
@@ -340,7 +340,7 @@ fn dockerfile_builds_an_image_whose_plan_is_all_fresh() {
 // ---- the wheel cache in a real registry -------------------------------------------------
 
 /// Debian's `docker-registry` on 127.0.0.1 with its own storage; killed on drop.
-pub struct LocalRegistry {
+pub(crate) struct LocalRegistry {
     child: std::process::Child,
     pub port: u16,
     storage: PathBuf,
@@ -348,7 +348,7 @@ pub struct LocalRegistry {
 }
 
 impl LocalRegistry {
-    pub fn start() -> LocalRegistry {
+    pub(crate) fn start() -> LocalRegistry {
         let dir = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -417,7 +417,7 @@ fn add_entry(wheels_dir: &Path, spec: &str) -> String {
     let name = wheel.file_name().unwrap().to_string_lossy().into_owned();
     let key =
         serde_json::json!({"requirement": spec, "python": "cp311", "platform": "linux_x86_64"});
-    let id = kiln::engine::hashing::sha256_bytes(serde_json::to_string(&key).unwrap().as_bytes());
+    let id = kiln::hash::sha256_bytes(serde_json::to_string(&key).unwrap().as_bytes());
     let dir = wheels_dir.join(&id);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(&wheel, dir.join(&name)).unwrap();

@@ -1,5 +1,10 @@
 //! One integration-test binary: every test runs the real `kiln` executable in a temp dir.
 
+// Tests print diagnostics of what they ran; the lint is for the product.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+// A scenario test reads top to bottom, setup to last assertion.
+#![allow(clippy::too_many_lines)]
+
 mod archive_safety;
 mod bench;
 mod common;
@@ -19,6 +24,8 @@ mod patch_step;
 mod python_step;
 mod receipts_index;
 mod recipes;
+mod report_html;
 mod serve;
 mod shipped;
+mod tune;
 mod up_e2e;

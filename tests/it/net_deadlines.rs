@@ -60,27 +60,27 @@ fn answer(mut stream: TcpStream, how: Misbehave) {
     let _ = match how {
         Misbehave::StallMidBody => stream
             .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n0123456789")
-            .map(|_| std::thread::sleep(forever)),
+            .map(|()| std::thread::sleep(forever)),
         Misbehave::NeverAnswer => {
             std::thread::sleep(forever);
             Ok(())
         }
         Misbehave::Endless => stream
             .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
-            .and_then(|_| loop {
+            .and_then(|()| loop {
                 stream.write_all(b": still thinking\n")?;
                 std::thread::sleep(Duration::from_millis(5));
             }),
         Misbehave::HugeLine => stream
             .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n: ")
-            .and_then(|_| stream.write_all(&vec![b'x'; 8 << 20])),
+            .and_then(|()| stream.write_all(&vec![b'x'; 8 << 20])),
         Misbehave::HugeBody => {
             let mut line = vec![b'x'; 64 << 10];
             line[0] = b':';
             *line.last_mut().unwrap() = b'\n';
             stream
                 .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
-                .and_then(|_| (0..1600).try_for_each(|_| stream.write_all(&line)))
+                .and_then(|()| (0..1600).try_for_each(|_| stream.write_all(&line)))
         }
     };
 }

@@ -24,7 +24,7 @@ fn site(ws: &Workspace, specs: &[&str]) -> PathBuf {
 }
 
 fn sha256(path: &Path) -> String {
-    kiln::engine::hashing::sha256_bytes(
+    kiln::hash::sha256_bytes(
         &std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
     )
 }
@@ -330,7 +330,14 @@ fn a_failed_write_midway_restores_the_files_already_written() {
         }
         kiln::patch::store::write_preserving(path, bytes)
     };
-    let err = kiln::patch::apply_with(&set, &site, &ws.state(), &opts, &mut failing).unwrap_err();
+    let err = kiln::patch::apply_with(
+        &set,
+        &site,
+        &kiln::paths::StatePaths::new(ws.state(), None),
+        &opts,
+        &mut failing,
+    )
+    .unwrap_err();
     assert!(err.to_string().starts_with("disk full writing "), "{err}");
     assert_eq!(writes, 2, "the first file was written before the failure");
     assert_eq!(patched_dirs(&site), before);

@@ -4,7 +4,7 @@
 use crate::common::{stderr_of, Workspace};
 
 /// Also the recipe tests/it/fleet.rs provisions on every host.
-pub const RECIPE: &str = r#"[recipe]
+pub(crate) const RECIPE: &str = r#"[recipe]
 name = "py"
 [vars]
 venv = "${kiln.work_dir}/venv"

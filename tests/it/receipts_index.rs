@@ -41,9 +41,7 @@ fn kiln_ok(ws: &Workspace, args: &[&str]) -> String {
 fn status_of(plan: &str, id: &str) -> String {
     plan.lines()
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .find(|w| w.get(1) == Some(&id))
-        .map(|w| w.join(" "))
-        .unwrap_or_else(|| panic!("no step {id} in:\n{plan}"))
+        .find(|w| w.get(1) == Some(&id)).map_or_else(|| panic!("no step {id} in:\n{plan}"), |w| w.join(" "))
 }
 
 fn runs(ws: &Workspace, id: &str) -> usize {

@@ -11,7 +11,7 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -76,4 +76,5 @@ fn kiln_up_serves_proves_benches_and_reports_on_the_cpu_demo() {
             && md.contains("## Benchmark"),
         "{md}"
     );
+    crate::report_html::assert_renders_in_chromium(&state.join("reports/tiny-cpu/report.html"));
 }

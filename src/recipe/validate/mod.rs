@@ -1,6 +1,7 @@
 //! Wire → domain: variables resolved, per-kind keys checked, needs and cycles checked, all with
 //! locations and hints.
 
+mod kinds;
 mod profile;
 mod steps;
 mod vars;
@@ -10,10 +11,10 @@ use std::path::PathBuf;
 
 use super::interp::Template;
 use super::load::{LoadOptions, Loaded};
-use super::source::{Loc, Sources};
 use super::{graph, wire, Recipe, Step};
 use crate::diagnostic::did_you_mean;
 use crate::error::{Error, Result};
+use crate::source::{Loc, Sources};
 use profile::profile;
 use steps::{output_path, step};
 use vars::{var_def, Resolver, VarDef};
@@ -22,50 +23,27 @@ pub(super) fn build(loaded: &Loaded, opts: &LoadOptions) -> Result<Recipe> {
     let sources = &loaded.sources;
     let (root_id, root) = loaded.files.last().expect("the root file is always loaded");
     let meta = root.recipe.as_ref();
-    let name = meta
-        .and_then(|m| m.name.as_ref().map(|n| n.get_ref().clone()))
-        .unwrap_or_else(|| {
-            sources.files[*root_id]
-                .path
-                .file_stem()
-                .map_or("recipe".into(), |s| s.to_string_lossy().into_owned())
-        });
-    if name.is_empty()
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-    {
-        let loc = meta
-            .and_then(|m| m.name.as_ref())
-            .map(|n| sources.loc(*root_id, n.span()));
-        let msg = format!("invalid recipe name `{name}`");
-        let hint = "names use letters, digits, `-`, `_` and `.` (they name a state directory)";
-        return Err(match loc {
-            Some(loc) => sources.diag(loc, msg).with_hint(hint).into(),
-            None => Error::usage(msg, Some(hint.into())),
-        });
-    }
-    let recipe_dir = sources.files[*root_id]
-        .dir
-        .clone()
-        .map(|d| {
+    let name = recipe_name(sources, *root_id, meta)?;
+    let recipe_dir = sources.files[*root_id].dir.clone().map_or_else(
+        || std::env::current_dir().unwrap_or_default(),
+        |d| {
             if d.as_os_str().is_empty() {
                 PathBuf::from(".")
             } else {
                 d
             }
-        })
-        .unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
+        },
+    );
     let recipe_dir = std::fs::canonicalize(&recipe_dir).unwrap_or(recipe_dir);
-    let work_dir = opts.state_dir.join("work").join(&name);
+    let work_dir = opts.paths.work(&name);
 
     let mut r = Resolver {
         sources,
         opts,
         defs: BTreeMap::new(),
         builtins: BTreeMap::from([
-            ("kiln.state_dir", opts.state_dir.display().to_string()),
-            ("kiln.cache_dir", opts.cache_dir.display().to_string()),
+            ("kiln.state_dir", opts.paths.root().display().to_string()),
+            ("kiln.cache_dir", opts.paths.cache().display().to_string()),
             ("kiln.work_dir", work_dir.display().to_string()),
             ("recipe.dir", recipe_dir.display().to_string()),
             ("recipe.name", name.clone()),
@@ -81,7 +59,99 @@ pub(super) fn build(loaded: &Loaded, opts: &LoadOptions) -> Result<Recipe> {
             r.defs.insert(key.get_ref().clone(), def);
         }
     }
-    for (key, value) in opts.overrides {
+    apply_overrides(&mut r, opts.overrides)?;
+    // Required variables without a value fail only where something uses them.
+    let var_names: Vec<String> = r
+        .defs
+        .iter()
+        .filter(|(_, d)| d.template.is_some())
+        .map(|(k, _)| k.clone())
+        .collect();
+    for key in &var_names {
+        r.var(key)?;
+    }
+
+    let mut recipe_env = BTreeMap::new();
+    for (file, f) in &loaded.files {
+        for (k, v) in &f.env {
+            recipe_env.insert(k.get_ref().clone(), r.expand(*file, v)?);
+        }
+    }
+
+    let all_steps: Vec<(usize, &wire::Step)> = loaded
+        .files
+        .iter()
+        .flat_map(|(file, f)| f.steps.iter().map(move |s| (*file, s)))
+        .collect();
+    let first_at = step_ids(sources, &all_steps)?;
+    // Output paths first: other steps may interpolate `${steps.ID.path}`.
+    for (file, s) in &all_steps {
+        if let Some(path) = output_path(&mut r, *file, s, &work_dir)? {
+            r.step_paths
+                .insert(s.id.get_ref().clone(), path.display().to_string());
+        }
+    }
+
+    let mut steps = Vec::with_capacity(all_steps.len());
+    for (file, s) in &all_steps {
+        steps.push(step(
+            &mut r,
+            *file,
+            s,
+            &recipe_env,
+            &work_dir,
+            &recipe_dir,
+            &first_at,
+        )?);
+    }
+    let steps = order(sources, &all_steps, steps)?;
+
+    let (resolved_profiles, unavailable_profiles) = profiles(&mut r, loaded)?;
+
+    Ok(Recipe {
+        name,
+        description: meta.and_then(|m| m.description.clone()).unwrap_or_default(),
+        version: meta.and_then(|m| m.version.clone()).unwrap_or_default(),
+        origin: sources.files[*root_id].path.display().to_string(),
+        vars: r.resolved.clone(),
+        steps,
+        profiles: resolved_profiles,
+        unavailable_profiles,
+    })
+}
+
+/// The recipe's name (its `[recipe] name`, else its file's stem), checked to be usable as a
+/// directory name.
+fn recipe_name(sources: &Sources, root_id: usize, meta: Option<&wire::Meta>) -> Result<String> {
+    let name = meta
+        .and_then(|m| m.name.as_ref().map(|n| n.get_ref().clone()))
+        .unwrap_or_else(|| {
+            sources.files[root_id]
+                .path
+                .file_stem()
+                .map_or("recipe".into(), |s| s.to_string_lossy().into_owned())
+        });
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        let loc = meta
+            .and_then(|m| m.name.as_ref())
+            .map(|n| sources.loc(root_id, n.span()));
+        let msg = format!("invalid recipe name `{name}`");
+        let hint = "names use letters, digits, `-`, `_` and `.` (they name a state directory)";
+        return Err(match loc {
+            Some(loc) => sources.diag(loc, msg).with_hint(hint).into(),
+            None => Error::usage(msg, Some(hint.into())),
+        });
+    }
+    Ok(name)
+}
+
+/// `--set KEY=VALUE`: each replaces a variable the recipe defines.
+fn apply_overrides(r: &mut Resolver, overrides: &[(String, String)]) -> Result<()> {
+    for (key, value) in overrides {
         if !r.defs.contains_key(key) {
             let hint = match did_you_mean(key, r.defs.keys().map(String::as_str)) {
                 Some(best) => format!("did you mean `--set {best}=...`?"),
@@ -111,31 +181,16 @@ pub(super) fn build(loaded: &Loaded, opts: &LoadOptions) -> Result<Recipe> {
             },
         );
     }
-    // Required variables without a value fail only where something uses them.
-    let var_names: Vec<String> = r
-        .defs
-        .iter()
-        .filter(|(_, d)| d.template.is_some())
-        .map(|(k, _)| k.clone())
-        .collect();
-    for key in &var_names {
-        r.var(key)?;
-    }
+    Ok(())
+}
 
-    let mut recipe_env = BTreeMap::new();
-    for (file, f) in &loaded.files {
-        for (k, v) in &f.env {
-            recipe_env.insert(k.get_ref().clone(), r.expand(*file, v)?);
-        }
-    }
-
-    let all_steps: Vec<(usize, &wire::Step)> = loaded
-        .files
-        .iter()
-        .flat_map(|(file, f)| f.steps.iter().map(move |s| (*file, s)))
-        .collect();
+/// Every step id, where it is defined; invalid and duplicate ids are errors.
+fn step_ids<'s>(
+    sources: &Sources,
+    all_steps: &[(usize, &'s wire::Step)],
+) -> Result<BTreeMap<&'s str, Loc>> {
     let mut first_at: BTreeMap<&str, Loc> = BTreeMap::new();
-    for (file, s) in &all_steps {
+    for (file, s) in all_steps {
         let loc = sources.loc(*file, s.id.span());
         let id = s.id.get_ref().as_str();
         if id.is_empty()
@@ -162,28 +217,13 @@ pub(super) fn build(loaded: &Loaded, opts: &LoadOptions) -> Result<Recipe> {
         }
         first_at.insert(id, loc);
     }
-    // Output paths first: other steps may interpolate `${steps.ID.path}`.
-    for (file, s) in &all_steps {
-        if let Some(path) = output_path(&mut r, *file, s, &work_dir)? {
-            r.step_paths
-                .insert(s.id.get_ref().clone(), path.display().to_string());
-        }
-    }
+    Ok(first_at)
+}
 
-    let mut steps = Vec::with_capacity(all_steps.len());
-    for (file, s) in &all_steps {
-        steps.push(step(
-            &mut r,
-            *file,
-            s,
-            &recipe_env,
-            &work_dir,
-            &recipe_dir,
-            &first_at,
-        )?);
-    }
-    let steps = order(sources, &all_steps, steps)?;
+type Profiles = (BTreeMap<String, super::Profile>, BTreeMap<String, String>);
 
+/// The profiles that resolve, and those unavailable for a required variable without a value.
+fn profiles(r: &mut Resolver, loaded: &Loaded) -> Result<Profiles> {
     let mut profiles = BTreeMap::new();
     for (file, f) in &loaded.files {
         for (pname, p) in &f.profiles {
@@ -195,7 +235,7 @@ pub(super) fn build(loaded: &Loaded, opts: &LoadOptions) -> Result<Recipe> {
     for pname in profiles.keys() {
         // A profile that needs a required variable without a value is unavailable, not an error:
         // provisioning does not need the model path; serving that profile does.
-        match profile(&mut r, &profiles, pname, &mut Vec::new()) {
+        match profile(r, &profiles, pname, &mut Vec::new()) {
             Ok(p) => {
                 resolved_profiles.insert(pname.clone(), p);
             }
@@ -205,17 +245,7 @@ pub(super) fn build(loaded: &Loaded, opts: &LoadOptions) -> Result<Recipe> {
             Err(e) => return Err(e),
         }
     }
-
-    Ok(Recipe {
-        name,
-        description: meta.and_then(|m| m.description.clone()).unwrap_or_default(),
-        version: meta.and_then(|m| m.version.clone()).unwrap_or_default(),
-        origin: sources.files[*root_id].path.display().to_string(),
-        vars: r.resolved.clone(),
-        steps,
-        profiles: resolved_profiles,
-        unavailable_profiles,
-    })
+    Ok((resolved_profiles, unavailable_profiles))
 }
 
 fn is_missing_required(e: &Error) -> bool {
@@ -255,7 +285,7 @@ fn order(
                 .needs
                 .iter()
                 .find(|n| *n.get_ref() == cycle[1])
-                .map_or(ws.id.span(), |n| n.span());
+                .map_or(ws.id.span(), toml::Spanned::span);
             Err(sources
                 .diag(
                     sources.loc(*file, span),

@@ -5,10 +5,11 @@ use std::path::PathBuf;
 
 use toml::Spanned;
 
-use super::super::{units, wire, Profile};
+use super::super::{wire, Api, Profile};
 use super::vars::Resolver;
 use crate::diagnostic::did_you_mean;
 use crate::error::Result;
+use crate::units;
 
 pub(super) fn profile(
     r: &mut Resolver,
@@ -65,17 +66,13 @@ pub(super) fn profile(
     }
     if let Some(api) = &p.api {
         let text = r.expand(file, api)?;
-        if !["sglang", "openai"].contains(&text.as_str()) {
-            let hint = did_you_mean(&text, ["sglang", "openai"]).map_or(
-                "`api` is `sglang` (/generate) or `openai` (/v1/completions)".into(),
-                |b| format!("did you mean `{b}`?"),
-            );
+        let Some(known) = Api::named(&text) else {
             return Err(r
                 .diag(file, api.span(), format!("unknown api `{text}`"))
-                .with_hint(hint)
+                .with_hint(Api::hint_for(&text))
                 .into());
-        }
-        out.api = Some(text);
+        };
+        out.api = Some(known);
     }
     if let Some(ready) = &p.ready {
         let text = r.expand(file, ready)?;

@@ -6,31 +6,41 @@ use std::path::{Path, PathBuf};
 use toml::Spanned;
 
 use super::super::interp::Quoting;
-use super::super::source::Loc;
-use super::super::{
-    units, when, wire, Check, Cmd, CudaStep, PythonStep, SitePackages, Step, StepKind, When,
-};
+use super::super::{when, wire, Check, Cmd, PythonStep, Step, When};
+use super::kinds::{self, missing, KindInput};
 use super::vars::Resolver;
 use crate::diagnostic::did_you_mean;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::host::FACT_KEYS;
+use crate::source::Loc;
+use crate::units;
 
+/// The `steps.ID.path` a step makes (the download of a fetch, the directory of an extract).
 pub(super) fn output_path(
     r: &mut Resolver,
     file: usize,
     s: &wire::Step,
     work_dir: &Path,
 ) -> Result<Option<PathBuf>> {
-    match s.kind.get_ref().as_str() {
-        "fetch" => download_path(r, file, s),
-        "extract" => match &s.dest {
-            Some(d) => {
-                let cwd = step_cwd(r, file, s, work_dir)?;
-                Ok(Some(r.path(file, d, &cwd)?))
-            }
-            None => Ok(None),
-        },
-        _ => Ok(None),
+    match kinds::kind(s.kind.get_ref()).and_then(|k| k.output) {
+        Some(output) => output(r, file, s, work_dir),
+        None => Ok(None),
+    }
+}
+
+/// The directory an extract step fills.
+pub(super) fn extract_path(
+    r: &mut Resolver,
+    file: usize,
+    s: &wire::Step,
+    work_dir: &Path,
+) -> Result<Option<PathBuf>> {
+    match &s.dest {
+        Some(d) => {
+            let cwd = step_cwd(r, file, s, work_dir)?;
+            Ok(Some(r.path(file, d, &cwd)?))
+        }
+        None => Ok(None),
     }
 }
 
@@ -54,21 +64,20 @@ pub(super) fn download_path(
             .with_hint("compute it with `sha256sum FILE`")
             .into());
     }
-    let filename = match &s.filename {
-        Some(f) => r.expand(file, f)?,
-        None => {
-            let u = r.expand(file, url)?;
-            u.rsplit('/')
-                .next()
-                .unwrap_or_default()
-                .split(['?', '#'])
-                .next()
-                .unwrap_or_default()
-                .to_string()
-        }
+    let filename = if let Some(f) = &s.filename {
+        r.expand(file, f)?
+    } else {
+        let u = r.expand(file, url)?;
+        u.rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .split(['?', '#'])
+            .next()
+            .unwrap_or_default()
+            .to_string()
     };
     if filename.is_empty() || filename == ".." || filename.contains('/') {
-        let span = s.filename.as_ref().map_or(url.span(), |f| f.span());
+        let span = s.filename.as_ref().map_or(url.span(), toml::Spanned::span);
         return Err(r
             .diag(
                 file,
@@ -78,7 +87,7 @@ pub(super) fn download_path(
             .with_hint("set `filename = \"name.tar.gz\"` (no `/`)")
             .into());
     }
-    let dir = r.opts.cache_dir.join("downloads").join(sha.to_lowercase());
+    let dir = r.opts.paths.download(&sha);
     Ok(Some(dir.join(filename)))
 }
 
@@ -104,10 +113,10 @@ pub(super) fn step(
     ids: &BTreeMap<&str, Loc>,
 ) -> Result<Step> {
     let kind_name = s.kind.get_ref().as_str();
-    let Some((_, extra_keys)) = wire::STEP_KINDS.iter().find(|(k, _)| *k == kind_name) else {
-        let kinds: Vec<&str> = wire::STEP_KINDS.iter().map(|(k, _)| *k).collect();
-        let hint = did_you_mean(kind_name, kinds.iter().copied())
-            .map_or(format!("step kinds: {}", kinds.join(", ")), |b| {
+    let Some(spec) = kinds::kind(kind_name) else {
+        let names: Vec<&str> = kinds::KINDS.iter().map(|k| k.name).collect();
+        let hint = did_you_mean(kind_name, names.iter().copied())
+            .map_or(format!("step kinds: {}", names.join(", ")), |b| {
                 format!("did you mean `{b}`?")
             });
         return Err(r
@@ -120,11 +129,11 @@ pub(super) fn step(
             .into());
     };
     for (key, span) in kind_specific_keys(s) {
-        if !extra_keys.contains(&key) {
-            let owner = wire::STEP_KINDS
+        if !spec.keys.contains(&key) {
+            let owner = kinds::KINDS
                 .iter()
-                .find(|(_, ks)| ks.contains(&key))
-                .map_or("another", |(k, _)| *k);
+                .find(|k| k.keys.contains(&key))
+                .map_or("another", |k| k.name);
             return Err(r
                 .diag(
                     file,
@@ -133,209 +142,22 @@ pub(super) fn step(
                 )
                 .with_hint(format!(
                     "`{key}` belongs to `{owner}` steps; keys for `{kind_name}`: {}",
-                    extra_keys.join(", ")
+                    spec.keys.join(", ")
                 ))
                 .into());
         }
     }
-    let missing = |r: &Resolver, key: &str, example: &str| -> Error {
-        let _ = &r;
-        let article = if kind_name.starts_with(['a', 'e', 'i', 'o', 'u']) {
-            "an"
-        } else {
-            "a"
-        };
-        r.diag(
-            file,
-            s.kind.span(),
-            format!("{article} `{kind_name}` step needs `{key}`"),
-        )
-        .with_hint(format!("add `{key} = {example}`"))
-        .into()
-    };
     let cwd = step_cwd(r, file, s, work_dir)?;
     let shell = s.shell.as_ref().is_some_and(|b| *b.get_ref());
-    let mut needs: Vec<String> = Vec::new();
-    for n in &s.needs {
-        if !ids.contains_key(n.get_ref().as_str()) {
-            let hint = did_you_mean(n.get_ref(), ids.keys().copied()).map_or_else(
-                || {
-                    format!(
-                        "`needs` names other steps: {}",
-                        ids.keys().copied().collect::<Vec<_>>().join(", ")
-                    )
-                },
-                |b| format!("did you mean `{b}`?"),
-            );
-            return Err(r
-                .diag(
-                    file,
-                    n.span(),
-                    format!("unknown step `{}` in `needs`", n.get_ref()),
-                )
-                .with_hint(hint)
-                .into());
-        }
-        if n.get_ref() == s.id.get_ref() {
-            return Err(r
-                .diag(file, n.span(), "a step cannot need itself")
-                .with_hint("remove it from `needs`")
-                .into());
-        }
-        needs.push(n.get_ref().clone());
-    }
-
-    let kind = match kind_name {
-        "run" => {
-            let cmd = s
-                .cmd
-                .as_ref()
-                .ok_or_else(|| missing(r, "cmd", "[\"program\", \"arg\"]"))?;
-            StepKind::Run {
-                cmd: command(r, file, cmd, shell)?,
-            }
-        }
-        "fetch" => {
-            let (url, sha256, path) = download(r, file, s, &missing)?;
-            StepKind::Fetch { url, sha256, path }
-        }
-        "python" => StepKind::Python(python_step(r, file, s, &cwd, &missing)?),
-        "patch" => {
-            let set = s
-                .set
-                .as_ref()
-                .ok_or_else(|| missing(r, "set", "\"sglang-0.5.9-sm120\""))?;
-            let name = r.expand(file, set)?;
-            let text = if Path::new(&name).is_file() {
-                std::fs::read_to_string(&name).ok()
-            } else {
-                crate::patch::shipped::get(&name).map(str::to_string)
-            };
-            let Some(text) = text else {
-                let names = crate::patch::shipped::names();
-                let hint = did_you_mean(&name, names.iter().copied()).map_or(
-                    format!("shipped patch sets: {}; or give a path", names.join(", ")),
-                    |b| format!("did you mean `{b}`?"),
-                );
-                return Err(r
-                    .diag(file, set.span(), format!("no patch set `{name}`"))
-                    .with_hint(hint)
-                    .into());
-            };
-            let site_packages = match (&s.venv, &s.site_packages) {
-                (Some(v), None) => SitePackages::Venv(r.path(file, v, &cwd)?),
-                (None, Some(d)) => SitePackages::Dir(r.path(file, d, &cwd)?),
-                (Some(v), Some(_)) => {
-                    return Err(r
-                        .diag(
-                            file,
-                            v.span(),
-                            "give either `venv` or `site_packages`, not both",
-                        )
-                        .with_hint("`venv` finds site-packages through its python")
-                        .into())
-                }
-                (None, None) => {
-                    return Err(missing(
-                        r,
-                        "venv",
-                        "\"${venv}\" (or `site_packages = \"...\"`)",
-                    ))
-                }
-            };
-            StepKind::Patch {
-                set: name,
-                set_sha256: crate::engine::hashing::sha256_bytes(text.as_bytes()),
-                site_packages,
-            }
-        }
-        "cuda" => {
-            let (url, sha256, runfile) = download(r, file, s, &missing)?;
-            let required =
-                |r: &mut Resolver, v: &Option<Spanned<String>>, key: &str, ex: &str| match v {
-                    Some(v) => r.expand(file, v),
-                    None => Err(missing(r, key, ex)),
-                };
-            StepKind::Cuda(CudaStep {
-                url,
-                sha256,
-                runfile,
-                version: required(r, &s.version, "version", "\"13.0.1\"")?,
-                install_path: PathBuf::from(required(
-                    r,
-                    &s.install_path,
-                    "install_path",
-                    "\"/usr/local/cuda-13.0\"",
-                )?),
-                link: match &s.link {
-                    Some(l) => r.path(file, l, &cwd)?,
-                    None => PathBuf::from("/usr/local/cuda"),
-                },
-                driver_floor: required(r, &s.driver_floor, "driver_floor", "\"580.82.07\"")?,
-            })
-        }
-        _ => {
-            let dest = s
-                .dest
-                .as_ref()
-                .ok_or_else(|| missing(r, "dest", "\"dir\""))?;
-            let archive = match (&s.from, &s.archive) {
-                (Some(from), None) => {
-                    let id = from.get_ref();
-                    let Some(p) = r
-                        .step_paths
-                        .get(id)
-                        .filter(|_| ids.contains_key(id.as_str()))
-                    else {
-                        let hint = did_you_mean(id, ids.keys().copied())
-                            .map_or("`from` names a fetch step".to_string(), |b| {
-                                format!("did you mean `{b}`?")
-                            });
-                        return Err(r
-                            .diag(
-                                file,
-                                from.span(),
-                                format!("`from` names no fetch step `{id}`"),
-                            )
-                            .with_hint(hint)
-                            .into());
-                    };
-                    let p = PathBuf::from(p);
-                    if !needs.contains(id) {
-                        needs.push(id.clone());
-                    }
-                    p
-                }
-                (None, Some(a)) => r.path(file, a, &cwd)?,
-                (Some(f), Some(_)) => {
-                    return Err(r
-                        .diag(file, f.span(), "give either `from` or `archive`, not both")
-                        .with_hint("`from` names a fetch step; `archive` is a path")
-                        .into())
-                }
-                (None, None) => {
-                    return Err(missing(
-                        r,
-                        "from",
-                        "\"<fetch step id>\" (or `archive = \"path\"`)",
-                    ))
-                }
-            };
-            StepKind::Extract {
-                archive,
-                dest: r.path(file, dest, &cwd)?,
-                strip_components: s.strip_components.as_ref().map_or(0, |n| *n.get_ref()),
-                max_size: match &s.max_size {
-                    None => None,
-                    Some(m) => Some(units::parse_size(m.get_ref()).map_err(|e| {
-                        r.diag(file, m.span(), e)
-                            .with_hint("e.g. `max_size = \"200GiB\"` (default 64GiB)")
-                    })?),
-                },
-                keep_setid: s.keep_setid.as_ref().is_some_and(|b| *b.get_ref()),
-            }
-        }
-    };
+    let mut needs = needs_of(r, file, s, ids)?;
+    let kind = (spec.validate)(&mut KindInput {
+        r,
+        file,
+        s,
+        cwd: &cwd,
+        ids,
+        needs: &mut needs,
+    })?;
 
     let mut env = recipe_env.clone();
     for (k, v) in &s.env {
@@ -395,20 +217,58 @@ pub(super) fn step(
     })
 }
 
+/// The steps `s` names in `needs`, each checked to exist and not to be `s` itself.
+fn needs_of(
+    r: &Resolver,
+    file: usize,
+    s: &wire::Step,
+    ids: &BTreeMap<&str, Loc>,
+) -> Result<Vec<String>> {
+    let mut needs: Vec<String> = Vec::new();
+    for n in &s.needs {
+        if !ids.contains_key(n.get_ref().as_str()) {
+            let hint = did_you_mean(n.get_ref(), ids.keys().copied()).map_or_else(
+                || {
+                    format!(
+                        "`needs` names other steps: {}",
+                        ids.keys().copied().collect::<Vec<_>>().join(", ")
+                    )
+                },
+                |b| format!("did you mean `{b}`?"),
+            );
+            return Err(r
+                .diag(
+                    file,
+                    n.span(),
+                    format!("unknown step `{}` in `needs`", n.get_ref()),
+                )
+                .with_hint(hint)
+                .into());
+        }
+        if n.get_ref() == s.id.get_ref() {
+            return Err(r
+                .diag(file, n.span(), "a step cannot need itself")
+                .with_hint("remove it from `needs`")
+                .into());
+        }
+        needs.push(n.get_ref().clone());
+    }
+    Ok(needs)
+}
+
 /// The url, sha256 and cache path of a step that downloads (fetch, cuda).
 pub(super) fn download(
     r: &mut Resolver,
     file: usize,
     s: &wire::Step,
-    missing: &dyn Fn(&Resolver, &str, &str) -> Error,
 ) -> Result<(String, String, PathBuf)> {
     let url = s
         .url
         .as_ref()
-        .ok_or_else(|| missing(r, "url", "\"https://...\""))?;
+        .ok_or_else(|| missing(r, file, s, "url", "\"https://...\""))?;
     s.sha256
         .as_ref()
-        .ok_or_else(|| missing(r, "sha256", "\"<64 hex digits>\""))?;
+        .ok_or_else(|| missing(r, file, s, "sha256", "\"<64 hex digits>\""))?;
     let url_text = r.expand(file, url)?;
     if !["http://", "https://", "file://"]
         .iter()
@@ -433,12 +293,11 @@ pub(super) fn python_step(
     file: usize,
     s: &wire::Step,
     cwd: &Path,
-    missing: &dyn Fn(&Resolver, &str, &str) -> Error,
 ) -> Result<PythonStep> {
     let venv = s
         .venv
         .as_ref()
-        .ok_or_else(|| missing(r, "venv", "\"${prefix}/venv\""))?;
+        .ok_or_else(|| missing(r, file, s, "venv", "\"${prefix}/venv\""))?;
     let list =
         |r: &mut Resolver, v: &Option<Spanned<Vec<Spanned<String>>>>| -> Result<Vec<String>> {
             v.as_ref().map_or(Ok(Vec::new()), |l| {
@@ -533,7 +392,10 @@ pub(super) fn condition(r: &mut Resolver, file: usize, w: &Spanned<String>) -> R
             None => FACT_KEYS.contains(&ident.name.as_str()),
         };
         if !ok {
-            let mut names: Vec<String> = FACT_KEYS.iter().map(|s| s.to_string()).collect();
+            let mut names: Vec<String> = FACT_KEYS
+                .iter()
+                .map(std::string::ToString::to_string)
+                .collect();
             names.extend(r.defs.keys().map(|k| format!("var.{k}")));
             let hint = did_you_mean(&ident.name, names.iter().map(String::as_str)).map_or(
                 format!(
@@ -561,85 +423,85 @@ pub(super) fn condition(r: &mut Resolver, file: usize, w: &Spanned<String>) -> R
 pub(super) fn kind_specific_keys(s: &wire::Step) -> Vec<(&'static str, std::ops::Range<usize>)> {
     let mut v = Vec::new();
     if let Some(x) = &s.cmd {
-        v.push(("cmd", x.span()))
+        v.push(("cmd", x.span()));
     }
     if let Some(x) = &s.shell {
-        v.push(("shell", x.span()))
+        v.push(("shell", x.span()));
     }
     if let Some(x) = &s.url {
-        v.push(("url", x.span()))
+        v.push(("url", x.span()));
     }
     if let Some(x) = &s.sha256 {
-        v.push(("sha256", x.span()))
+        v.push(("sha256", x.span()));
     }
     if let Some(x) = &s.filename {
-        v.push(("filename", x.span()))
+        v.push(("filename", x.span()));
     }
     if let Some(x) = &s.from {
-        v.push(("from", x.span()))
+        v.push(("from", x.span()));
     }
     if let Some(x) = &s.archive {
-        v.push(("archive", x.span()))
+        v.push(("archive", x.span()));
     }
     if let Some(x) = &s.dest {
-        v.push(("dest", x.span()))
+        v.push(("dest", x.span()));
     }
     if let Some(x) = &s.strip_components {
-        v.push(("strip_components", x.span()))
+        v.push(("strip_components", x.span()));
     }
     if let Some(x) = &s.max_size {
-        v.push(("max_size", x.span()))
+        v.push(("max_size", x.span()));
     }
     if let Some(x) = &s.keep_setid {
-        v.push(("keep_setid", x.span()))
+        v.push(("keep_setid", x.span()));
     }
     if let Some(x) = &s.venv {
-        v.push(("venv", x.span()))
+        v.push(("venv", x.span()));
     }
     if let Some(x) = &s.python {
-        v.push(("python", x.span()))
+        v.push(("python", x.span()));
     }
     if let Some(x) = &s.install {
-        v.push(("install", x.span()))
+        v.push(("install", x.span()));
     }
     if let Some(x) = &s.index_url {
-        v.push(("index_url", x.span()))
+        v.push(("index_url", x.span()));
     }
     if let Some(x) = &s.extra_index_urls {
-        v.push(("extra_index_urls", x.span()))
+        v.push(("extra_index_urls", x.span()));
     }
     if let Some(x) = &s.build {
-        v.push(("build", x.span()))
+        v.push(("build", x.span()));
     }
     if let Some(x) = &s.build_isolation {
-        v.push(("build_isolation", x.span()))
+        v.push(("build_isolation", x.span()));
     }
     if let Some(x) = &s.system_site_packages {
-        v.push(("system_site_packages", x.span()))
+        v.push(("system_site_packages", x.span()));
     }
     if let Some(x) = &s.verify {
-        v.push(("verify", x.span()))
+        v.push(("verify", x.span()));
     }
     if let Some(x) = &s.sass {
-        v.push(("sass", x.span()))
+        v.push(("sass", x.span()));
     }
     if let Some(x) = &s.version {
-        v.push(("version", x.span()))
+        v.push(("version", x.span()));
     }
     if let Some(x) = &s.set {
-        v.push(("set", x.span()))
+        v.push(("set", x.span()));
     }
     if let Some(x) = &s.site_packages {
-        v.push(("site_packages", x.span()))
+        v.push(("site_packages", x.span()));
     }
     if let Some(x) = &s.install_path {
-        v.push(("install_path", x.span()))
+        v.push(("install_path", x.span()));
     }
     if let Some(x) = &s.link {
-        v.push(("link", x.span()))
+        v.push(("link", x.span()));
     }
     if let Some(x) = &s.driver_floor {
-        v.push(("driver_floor", x.span()))
+        v.push(("driver_floor", x.span()));
     }
     v
 }

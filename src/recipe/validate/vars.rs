@@ -8,10 +8,10 @@ use toml::Spanned;
 
 use super::super::interp::{Quoting, Template, VarRef};
 use super::super::load::LoadOptions;
-use super::super::source::{Loc, Sources};
 use crate::diagnostic::{did_you_mean, Diagnostic};
 use crate::error::{Error, Result};
 use crate::host::FACT_KEYS;
+use crate::source::{Loc, Sources};
 
 pub(super) const BUILTINS: &[&str] = &[
     "kiln.state_dir",

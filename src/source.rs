@@ -1,4 +1,5 @@
-//! Loaded source files and locations inside them, so every later check can point at file:line:col.
+//! Loaded TOML source files (recipes, patch sets) and locations inside them, so every later check
+//! can point at file:line:col.
 
 use std::ops::Range;
 use std::path::PathBuf;
@@ -16,24 +17,26 @@ pub struct SourceFile {
 
 /// A byte range in one of the loaded files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Loc {
+pub(crate) struct Loc {
     pub file: usize,
     pub start: usize,
     pub end: usize,
 }
 
 #[derive(Debug, Default)]
-pub struct Sources {
+pub(crate) struct Sources {
     pub files: Vec<SourceFile>,
 }
 
 impl Sources {
-    pub fn add(&mut self, file: SourceFile) -> usize {
+    pub(crate) fn add(&mut self, file: SourceFile) -> usize {
         self.files.push(file);
         self.files.len() - 1
     }
 
-    pub fn loc(&self, file: usize, span: Range<usize>) -> Loc {
+    // A location is made through the sources it points into (the file index is theirs).
+    #[allow(clippy::unused_self)]
+    pub(crate) fn loc(&self, file: usize, span: Range<usize>) -> Loc {
         Loc {
             file,
             start: span.start,
@@ -41,13 +44,13 @@ impl Sources {
         }
     }
 
-    pub fn diag(&self, loc: Loc, message: impl Into<String>) -> Diagnostic {
+    pub(crate) fn diag(&self, loc: Loc, message: impl Into<String>) -> Diagnostic {
         let f = &self.files[loc.file];
         Diagnostic::at(&f.path, &f.text, loc.start..loc.end, message)
     }
 
     /// The location of bytes `offset..offset + len` of a string value's (unescaped) text.
-    pub fn within(&self, loc: Loc, offset: usize, len: usize) -> Loc {
+    pub(crate) fn within(&self, loc: Loc, offset: usize, len: usize) -> Loc {
         Loc {
             file: loc.file,
             start: self.string_offset(loc, offset),
@@ -56,7 +59,7 @@ impl Sources {
     }
 
     /// The source offset of byte `offset` of a string value's (unescaped) text.
-    pub fn string_offset(&self, loc: Loc, offset: usize) -> usize {
+    pub(crate) fn string_offset(&self, loc: Loc, offset: usize) -> usize {
         let text = &self.files[loc.file].text[loc.start..loc.end.max(loc.start)];
         let (quote, body) = if text.starts_with("\"\"\"") || text.starts_with("'''") {
             (&text[..1], 3)
@@ -91,7 +94,10 @@ impl Sources {
     }
 
     /// Parse one file's TOML into `T`, turning serde's messages into located diagnostics.
-    pub fn parse<T: serde::de::DeserializeOwned>(&self, file: usize) -> Result<T, Diagnostic> {
+    pub(crate) fn parse<T: serde::de::DeserializeOwned>(
+        &self,
+        file: usize,
+    ) -> Result<T, Diagnostic> {
         let f = &self.files[file];
         toml::from_str(&f.text).map_err(|e| {
             let span = e.span().unwrap_or(0..0);

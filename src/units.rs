@@ -1,4 +1,5 @@
-//! Human units in recipes: durations (`90s`, `10m`, `1h30m`) and sizes (`9GiB`, `512MiB`).
+//! Human units: durations (`90s`, `10m`, `1h30m`) and sizes (`9GiB`, `512MiB`) as recipes write
+//! them, and sizes as kiln prints them (`1.5 GiB`).
 
 use std::time::Duration;
 
@@ -60,7 +61,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok((n * mult as f64) as u64)
 }
 
-pub fn format_size(bytes: u64) -> String {
+pub(crate) fn format_size(bytes: u64) -> String {
     const GIB: f64 = (1u64 << 30) as f64;
     const MIB: f64 = (1u64 << 20) as f64;
     let b = bytes as f64;
@@ -68,6 +69,22 @@ pub fn format_size(bytes: u64) -> String {
         format!("{:.1} GiB", b / GIB)
     } else {
         format!("{:.1} MiB", b / MIB)
+    }
+}
+
+/// `1.5 GiB`, `12.0 MiB`, `512 B`.
+pub(crate) fn human_bytes(n: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = n;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{value:.0} {}", UNITS[0])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
     }
 }
 

@@ -1,4 +1,6 @@
-//! Python package versions (the PEP 440 subset wheels use) and ranges like `>=0.5.9, <0.6`.
+//! Versions, one type for all of kiln: Python package versions (the PEP 440 subset wheels use),
+//! ranges like `>=0.5.9, <0.6`, and the same ordering for tool, driver and toolkit versions
+//! (`12.0`, `580.82.07`) in recipe conditions and doctor checks.
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -198,6 +200,23 @@ impl fmt::Display for Range {
     }
 }
 
+/// Order two version texts: as versions when both parse (`12` == `12.0`, `1.10` > `1.9`,
+/// `580.82.07`), else as text (`linux` vs `macos`).
+pub(crate) fn compare(a: &str, b: &str) -> Ordering {
+    match (Version::parse(a), Version::parse(b)) {
+        (Some(x), Some(y)) => x.cmp(&y),
+        _ => a.cmp(b),
+    }
+}
+
+/// The release numbers a version text starts with, for texts that are not PEP 440 versions
+/// (`12.8+cu128` → [12, 8], `580.82.07` → [580, 82, 7]).
+pub(crate) fn numbers(text: &str) -> Vec<u64> {
+    text.split(['.', '-', '+'])
+        .map_while(|p| p.parse().ok())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,6 +253,16 @@ mod tests {
         let compatible = Range::parse("~=0.6.3").unwrap();
         assert!(compatible.contains(&v("0.6.9")) && !compatible.contains(&v("0.7.0")));
         assert!(Range::parse("==0.6.3").unwrap().contains(&v("0.6.3")));
+    }
+
+    #[test]
+    fn loose_comparison_and_leading_numbers() {
+        assert_eq!(compare("12", "12.0"), Ordering::Equal);
+        assert_eq!(compare("1.10", "1.9"), Ordering::Greater);
+        assert_eq!(compare("580.159.04", "580.95.05"), Ordering::Greater);
+        assert_eq!(compare("570.172.08", "580"), Ordering::Less);
+        assert_eq!(compare("linux", "macos"), Ordering::Less);
+        assert_eq!(numbers("12.8+cu128"), [12, 8]);
     }
 
     #[test]

@@ -1,8 +1,9 @@
-//! sha256 of files, with a stat-based memo so an unchanged file is never hashed twice.
+//! sha256 of bytes, readers and files (with a stat-based memo so an unchanged file is never hashed
+//! twice), and a writer that hashes what passes through it.
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::Read;
+use std::io::{self, Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -10,8 +11,8 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::state::write_atomic;
 use crate::error::{Error, Result};
+use crate::fs::write_atomic;
 
 /// Stream a reader through sha256 (1 MiB reads).
 pub fn sha256_reader(mut r: impl Read) -> std::io::Result<(String, u64)> {
@@ -80,8 +81,8 @@ impl HashMemo {
             .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
         let stamp = |sha256: String| Stamp {
             len: meta.len(),
-            mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
-            ctime_ns: meta.ctime() as i128 * 1_000_000_000 + meta.ctime_nsec() as i128,
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
             ino: meta.ino(),
             sha256,
         };
@@ -113,8 +114,8 @@ impl HashMemo {
             .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
         let stamp = Stamp {
             len: meta.len(),
-            mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
-            ctime_ns: meta.ctime() as i128 * 1_000_000_000 + meta.ctime_nsec() as i128,
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
             ino: meta.ino(),
             sha256: sha256.to_string(),
         };
@@ -136,6 +137,45 @@ impl HashMemo {
         let bytes =
             serde_json::to_vec(&*self.entries.lock().expect("memo lock")).expect("memo serializes");
         write_atomic(path, &bytes)
+    }
+}
+
+/// A writer that hashes (sha256) and counts everything passing through it.
+pub struct HashingWriter<W> {
+    inner: W,
+    hasher: Sha256,
+    written: u64,
+}
+
+impl<W: Write> HashingWriter<W> {
+    pub fn new(inner: W) -> Self {
+        HashingWriter {
+            inner,
+            hasher: Sha256::new(),
+            written: 0,
+        }
+    }
+
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// The inner writer, the hex sha256 and the byte count of what was written.
+    pub fn finish(self) -> (W, String, u64) {
+        (self.inner, hex(&self.hasher.finalize()), self.written)
+    }
+}
+
+impl<W: Write> Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
     }
 }
 

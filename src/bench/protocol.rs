@@ -1,0 +1,143 @@
+//! What differs between the generation APIs, one arm per API: the request body, how a streamed
+//! chunk updates the measurement, and how the server describes itself. Adding an API: its row in
+//! `recipe/api.rs` (name, endpoint, readiness path) and its arms here.
+
+use serde_json::{json, Value};
+
+use super::client::{Request, Stream};
+use crate::hash::sha256_bytes;
+use crate::recipe::Api;
+
+/// The JSON body that asks `api` for a streamed completion.
+pub(super) fn request(api: Api, req: &Request) -> Value {
+    let temperature = if req.greedy { 0.0 } else { 1.0 };
+    match api {
+        Api::Sglang => json!({
+            "text": req.prompt,
+            "stream": true,
+            "sampling_params": {
+                "max_new_tokens": req.max_tokens,
+                "temperature": temperature,
+                "ignore_eos": req.ignore_eos,
+            },
+        }),
+        Api::Openai => json!({
+            "prompt": req.prompt,
+            "max_tokens": req.max_tokens,
+            "temperature": temperature,
+            "stream": true,
+            "ignore_eos": req.ignore_eos,
+            "stream_options": {"include_usage": true},
+            "cache_prompt": false,
+        }),
+    }
+}
+
+/// Feed one streamed chunk of `api` into the measurement.
+pub(super) fn chunk(api: Api, s: &mut Stream, v: &Value, now: f64) {
+    match api {
+        Api::Sglang => sglang_chunk(s, v, now),
+        Api::Openai => openai_chunk(s, v, now),
+    }
+}
+
+fn sglang_chunk(s: &mut Stream, v: &Value, now: f64) {
+    let meta = &v["meta_info"];
+    if let Some(ids) = v["output_ids"].as_array() {
+        // Cumulative unless the server runs with --stream-output.
+        let ids: Vec<String> = ids.iter().map(std::string::ToString::to_string).collect();
+        if ids.len() as u64 >= s.pieces.len() as u64 && ids.starts_with(&s.pieces) {
+            s.pieces = ids;
+        } else {
+            s.pieces.extend(ids);
+        }
+    }
+    if let Some(t) = v["text"].as_str() {
+        s.text = t.to_string();
+    }
+    let total = meta["completion_tokens"]
+        .as_u64()
+        .unwrap_or(s.pieces.len() as u64);
+    s.saw_tokens(now, total);
+    s.server_tokens = meta["completion_tokens"].as_u64().or(s.server_tokens);
+    s.prompt_tokens = meta["prompt_tokens"].as_u64().or(s.prompt_tokens);
+    s.verify_ct = meta["spec_verify_ct"].as_u64().or(s.verify_ct);
+    if let Some(f) = meta["finish_reason"].get("type").and_then(Value::as_str) {
+        s.finish = Some(f.to_string());
+    }
+}
+
+fn openai_chunk(s: &mut Stream, v: &Value, now: f64) {
+    if let Some(choice) = v["choices"].as_array().and_then(|c| c.first()) {
+        if let Some(t) = choice["text"].as_str().filter(|t| !t.is_empty()) {
+            s.pieces.push(t.to_string());
+            s.text.push_str(t);
+            let n = s.count() + 1;
+            s.saw_tokens(now, n);
+        }
+        if let Some(f) = choice["finish_reason"].as_str() {
+            s.finish = Some(f.to_string());
+        }
+    }
+    if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+        s.server_tokens = u["completion_tokens"].as_u64();
+        s.prompt_tokens = u["prompt_tokens"].as_u64();
+    }
+    if let Some(r) = v["timings"]["predicted_per_second"].as_f64() {
+        s.server_rate = Some(r);
+    }
+}
+
+/// (server, model, hash of its arguments) from the settings endpoint `get` reads.
+pub(super) fn fingerprint(
+    api: Api,
+    get: &dyn Fn(&str) -> Option<Value>,
+) -> (String, String, String) {
+    let hash = |v: &serde_json::Value| sha256_bytes(v.to_string().as_bytes())[..16].to_string();
+    match api {
+        Api::Sglang => match get("/server_info").or_else(|| get("/get_server_info")) {
+            Some(mut v) => {
+                let version = format!("sglang {}", v["version"].as_str().unwrap_or("?"));
+                let model = v["model_path"].as_str().unwrap_or("?").to_string();
+                if let Some(o) = v.as_object_mut() {
+                    for volatile in [
+                        "internal_states",
+                        "status",
+                        "version",
+                        "max_total_num_tokens",
+                        "max_req_input_len",
+                    ] {
+                        o.remove(volatile);
+                    }
+                }
+                (version, model, hash(&v))
+            }
+            None => ("sglang ?".into(), "?".into(), "?".into()),
+        },
+        Api::Openai => {
+            if let Some(v) = get("/props") {
+                let build = v["build_info"]
+                    .as_str()
+                    .map_or("openai-compatible".to_string(), |b| {
+                        format!("llama.cpp {b}")
+                    });
+                let model = v["model_alias"]
+                    .as_str()
+                    .or(v["model_path"].as_str())
+                    .unwrap_or("?")
+                    .to_string();
+                let args = serde_json::json!([
+                    v["model_path"],
+                    v["total_slots"],
+                    v["default_generation_settings"]["n_ctx"]
+                ]);
+                (build, model, hash(&args))
+            } else {
+                let model = get("/v1/models")
+                    .and_then(|v| v["data"][0]["id"].as_str().map(String::from))
+                    .unwrap_or_else(|| "?".into());
+                ("openai-compatible".into(), model, "?".into())
+            }
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! Filesystem helpers every layer shares: directories that say which path failed, and atomic
+//! writes (readers see the old content or the new, never a mix).
+
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// Create `path` and its parents; the error names the path.
+pub(crate) fn create_dir(path: &Path) -> Result<()> {
+    std::fs::create_dir_all(path)
+        .map_err(|e| Error::io(format!("cannot create {}", path.display()), e))
+}
+
+/// Write `bytes` to `path` so readers see the old content or the new, never a mix. The temp file
+/// (`.NAME.tmp-PID`, see [`temp_owner`]) is removed when the write fails (a full disk).
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    create_dir(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        std::process::id()
+    ));
+    let ctx = |e| Error::io(format!("cannot write {}", path.display()), e);
+    let written = File::create(&tmp)
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        // A full disk must not also leave a temp file behind.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(ctx(e));
+    }
+    File::open(dir).and_then(|d| d.sync_all()).map_err(ctx)
+}
+
+/// The PID in a [`write_atomic`] temp name (`.NAME.tmp-PID`): whose leftover it is.
+pub(crate) fn temp_owner(name: &str) -> Option<u32> {
+    let (_, pid) = name.strip_prefix('.')?.rsplit_once(".tmp-")?;
+    pid.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_names_give_their_owner() {
+        assert_eq!(temp_owner(".build.json.tmp-4242"), Some(4242));
+        assert_eq!(temp_owner(".hashmemo.json.tmp-7"), Some(7));
+        assert_eq!(temp_owner("build.json"), None);
+        assert_eq!(temp_owner(".x.tmp-notapid"), None);
+    }
+}

@@ -1,0 +1,166 @@
+//! The state directory's layout, owned in one place. Every path kiln keeps state under is built
+//! here; nothing else joins a literal directory name onto the state or cache root.
+//!
+//! ```text
+//! <state>/runs/<recipe>/{receipts,logs}/   one recipe's receipts and step logs
+//! <state>/hashmemo.json, <state>/lock      the file-hash memo and the run lock
+//! <state>/work/<recipe>/                   a recipe's default working directory
+//! <state>/shipped/                         embedded recipes written out for their companions
+//! <state>/serve/<recipe>.json, <recipe>-<profile>.log   a recorded server, its log
+//! <state>/reports/<recipe>/                report.{json,md,html} of the last `kiln up`
+//! <state>/bench/                           bench history
+//! <state>/tune/<recipe>/                   `kiln tune` results and winner profiles
+//! <state>/patches/                         originals of patched files (for revert)
+//! <state>/running/                         process groups the watchdog ends with kiln
+//! <cache>/{downloads,wheels,tools,python-facts}/   $KILN_CACHE_DIR, else <state>/cache
+//! ```
+
+use std::path::{Path, PathBuf};
+
+/// Paths under one state directory and its cache directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatePaths {
+    root: PathBuf,
+    cache: PathBuf,
+}
+
+impl StatePaths {
+    /// The state directory `root`, with its cache at `cache` (default: `<root>/cache`).
+    pub fn new(root: PathBuf, cache: Option<PathBuf>) -> StatePaths {
+        let cache = cache.unwrap_or_else(|| root.join("cache"));
+        StatePaths { root, cache }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Downloads and compiled wheels.
+    pub fn cache(&self) -> &Path {
+        &self.cache
+    }
+
+    /// Every recipe's run directory.
+    pub fn runs(&self) -> PathBuf {
+        self.root.join("runs")
+    }
+
+    /// One recipe's run: `receipts/` and `logs/`.
+    pub fn run_dir(&self, recipe: &str) -> PathBuf {
+        self.runs().join(recipe)
+    }
+
+    pub fn receipts(&self, recipe: &str) -> PathBuf {
+        self.run_dir(recipe).join("receipts")
+    }
+
+    pub fn receipt(&self, recipe: &str, step: &str) -> PathBuf {
+        self.receipts(recipe).join(format!("{step}.json"))
+    }
+
+    pub fn step_log(&self, recipe: &str, step: &str) -> PathBuf {
+        self.run_dir(recipe)
+            .join("logs")
+            .join(format!("{step}.log"))
+    }
+
+    pub fn hash_memo(&self) -> PathBuf {
+        self.root.join("hashmemo.json")
+    }
+
+    pub fn lock(&self) -> PathBuf {
+        self.root.join("lock")
+    }
+
+    /// A recipe's default working directory (`${kiln.work_dir}`).
+    pub fn work(&self, recipe: &str) -> PathBuf {
+        self.root.join("work").join(recipe)
+    }
+
+    /// Where embedded recipes and their companion files are written out.
+    pub fn shipped(&self) -> PathBuf {
+        self.root.join("shipped")
+    }
+
+    /// Recorded servers and their logs.
+    pub fn serve_dir(&self) -> PathBuf {
+        self.root.join("serve")
+    }
+
+    /// The record of the server `kiln serve` left running for `recipe`.
+    pub fn serve_record(&self, recipe: &str) -> PathBuf {
+        self.serve_dir().join(format!("{recipe}.json"))
+    }
+
+    /// The log of `profile` of `recipe` served by kiln.
+    pub fn serve_log(&self, recipe: &str, profile: &str) -> PathBuf {
+        self.serve_dir().join(format!("{recipe}-{profile}.log"))
+    }
+
+    /// report.json, report.md and report.html of the last `kiln up` of `recipe`.
+    pub fn reports(&self, recipe: &str) -> PathBuf {
+        self.root.join("reports").join(recipe)
+    }
+
+    /// `kiln tune`'s results for `recipe`: the ranked table, the plot, the winner profile.
+    pub fn tune(&self, recipe: &str) -> PathBuf {
+        self.root.join("tune").join(recipe)
+    }
+
+    pub fn bench(&self) -> PathBuf {
+        self.root.join("bench")
+    }
+
+    /// Originals of the files patch sets changed.
+    pub fn patches(&self) -> PathBuf {
+        self.root.join("patches")
+    }
+
+    /// Process groups the watchdog ends when kiln dies.
+    pub fn running(&self) -> PathBuf {
+        self.root.join("running")
+    }
+
+    /// Verified downloads (and the partial ones of killed runs).
+    pub fn downloads(&self) -> PathBuf {
+        self.cache.join("downloads")
+    }
+
+    /// A verified download, by its sha256.
+    pub fn download(&self, sha256: &str) -> PathBuf {
+        self.downloads().join(sha256.to_lowercase())
+    }
+
+    /// The compiled-wheel cache.
+    pub fn wheels(&self) -> PathBuf {
+        self.cache.join("wheels")
+    }
+
+    /// Tools kiln installs for itself (`uv`).
+    pub fn tool(&self, name: &str) -> PathBuf {
+        self.cache.join("tools").join(name)
+    }
+
+    /// Facts of Python interpreters, cached while they are unchanged.
+    pub fn python_facts(&self) -> PathBuf {
+        self.cache.join("python-facts")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_layout_is_the_documented_one() {
+        let p = StatePaths::new(PathBuf::from("/s"), None);
+        assert_eq!(p.cache(), Path::new("/s/cache"));
+        assert_eq!(p.receipt("r", "a"), Path::new("/s/runs/r/receipts/a.json"));
+        assert_eq!(p.step_log("r", "a"), Path::new("/s/runs/r/logs/a.log"));
+        assert_eq!(p.serve_record("r"), Path::new("/s/serve/r.json"));
+        assert_eq!(p.reports("r"), Path::new("/s/reports/r"));
+        assert_eq!(p.download("AB"), Path::new("/s/cache/downloads/ab"));
+        let moved = StatePaths::new(PathBuf::from("/s"), Some(PathBuf::from("/c")));
+        assert_eq!(moved.wheels(), Path::new("/c/wheels"));
+    }
+}

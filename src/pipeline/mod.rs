@@ -1,0 +1,132 @@
+//! The serve-and-prove pipeline after provisioning: serve a profile, judge its tunings (verdicts),
+//! greedy A/B against a baseline, smoke-bench, and a typed [`Report`]. One function per stage,
+//! each returning a typed result, so `kiln up`, `kiln serve`, `kiln verify` and (later) a tuner
+//! compose the same stages; no command calls another.
+//!
+//! A stage never prints: milestones go to the caller's `say`, result lines (bench runs) to its
+//! [`Narrator`]. What the commands print comes from the typed results.
+//!
+//! One profile variant, start to finish (what a tuner does per candidate):
+//!
+//! ```no_run
+//! # fn tune(s: kiln::pipeline::Session) -> kiln::error::Result<()> {
+//! use kiln::pipeline::{self, AbOptions, BenchOptions, Narrator, Variant};
+//! let base = Variant::pick(s.recipe, Some("baseline"))?;
+//! let mut profile = base.profile.clone();
+//! profile.args.push("--flash-attn".into());
+//! let candidate = Variant { name: "candidate-1", profile: &profile };
+//! let say = &mut |m: &str| eprintln!("kiln: {m}");
+//! let ab = pipeline::greedy_ab(s, base, candidate, &AbOptions::default(), say)?;
+//! let launched = pipeline::launch(s, candidate, false, None, say)?;
+//! let verdicts = pipeline::verdicts(&launched, false);
+//! let url = launched.running.record.url.clone().expect("a server profile has a url");
+//! let mut narrate = Narrator { say, progress: &mut |_| {}, line: &mut |_| {} };
+//! let (bench, _history) = pipeline::measure(
+//!     s.paths, s.facts, &url, launched.running.api, &BenchOptions::default(), &mut narrate,
+//! )?;
+//! launched.stop(s);
+//! println!("{} {} {:?}", ab.verdict, verdicts.len(), bench.decode_tok_s);
+//! # Ok(())
+//! # }
+//! ```
+
+mod html;
+mod report;
+mod stages;
+
+pub use report::{verdict_code, Report, ReportFiles};
+pub use stages::{
+    bench_fingerprint, greedy_ab, greedy_outputs, launch, launch_of, measure, verdicts,
+    verdicts_from_capture, AbOptions, BenchOptions, Launched, Variant,
+};
+
+use crate::host::Facts;
+use crate::paths::StatePaths;
+use crate::recipe::Recipe;
+
+/// One recipe's session: what every stage needs besides its own options.
+#[derive(Clone, Copy)]
+pub struct Session<'a> {
+    pub recipe: &'a Recipe,
+    pub paths: &'a StatePaths,
+    pub facts: &'a Facts,
+}
+
+/// Where a stage's progress goes: `say` for milestones (`kiln: ...` on stderr), `progress` for
+/// raw progress lines (stderr), `line` for result lines as they come (bench runs, on stdout
+/// unless JSON was asked for).
+pub struct Narrator<'n> {
+    pub say: &'n mut dyn FnMut(&str),
+    pub progress: &'n mut dyn FnMut(&str),
+    pub line: &'n mut dyn FnMut(&str),
+}
+
+/// Options of the `kiln up` pipeline.
+pub struct UpOptions<'a> {
+    /// The profile to serve (`None`: `tuned`, else the only one).
+    pub profile: Option<&'a str>,
+    pub ab: AbOptions,
+    pub bench: BenchOptions,
+}
+
+/// `kiln up` after its steps: greedy A/B against the profile's baseline (when it names one),
+/// serve the profile and leave it running, judge its tunings, smoke-bench it, and the report.
+/// `show` receives each result block as it is known (the A/B table, the verdicts, the bench).
+pub fn up(
+    s: Session,
+    opts: &UpOptions,
+    narrate: &mut Narrator,
+    show: &mut dyn FnMut(Shown),
+) -> crate::error::Result<Report> {
+    let v = Variant::pick(s.recipe, opts.profile)?;
+    (narrate.say)(&format!(
+        "serving profile `{}` of {}",
+        v.name, s.recipe.name
+    ));
+    let ab = match &v.profile.baseline {
+        Some(base) => {
+            let base = Variant::pick(s.recipe, Some(base))?;
+            let c = greedy_ab(s, base, v, &opts.ab, narrate.say)?;
+            show(Shown::Ab(&c, base.name, v.name));
+            Some((base.name.to_string(), c))
+        }
+        None => None,
+    };
+    let launched = launch(s, v, true, None, narrate.say)?;
+    let verdicts = verdicts(&launched, false);
+    show(Shown::Verdicts(&launched, &verdicts));
+    let bench = match launched.running.record.url.clone() {
+        Some(url) => {
+            let api = launched.running.api;
+            let (b, history) = measure(s.paths, s.facts, &url, api, &opts.bench, narrate)?;
+            show(Shown::Bench(&b, &history));
+            Some(b)
+        }
+        None => None,
+    };
+    // Judged again once the benchmark has driven the server: counters such as draft acceptance
+    // cover every request by now.
+    let verdicts = if bench.is_some() {
+        let after = stages::verdicts(&launched, true);
+        for (b, a) in verdicts.iter().zip(&after) {
+            if (b.status, &b.reason) != (a.status, &a.reason) {
+                (narrate.say)(&format!("after the benchmark: {}", a.line()));
+            }
+        }
+        after
+    } else {
+        verdicts
+    };
+    let report = Report::new(s.recipe, &launched, verdicts, ab, bench);
+    launched.leave_running();
+    Ok(report)
+}
+
+/// A result block of [`up`], as soon as it is known.
+pub enum Shown<'a> {
+    /// The comparison, the baseline's name and the candidate's.
+    Ab(&'a crate::bench::ab::Comparison, &'a str, &'a str),
+    Verdicts(&'a Launched<'a>, &'a [crate::serve::verdict::Verdict]),
+    /// The bench report and the history file it was appended to.
+    Bench(&'a crate::bench::Report, &'a std::path::Path),
+}

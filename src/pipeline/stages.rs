@@ -1,0 +1,354 @@
+//! The stages, one function each: pick a variant, launch it, judge its tunings, greedy A/B two
+//! variants, bench a running server.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{Narrator, Session};
+use crate::bench::{self, ab, client::Api, Fingerprint};
+use crate::diagnostic::did_you_mean;
+use crate::error::{Error, Result};
+use crate::host::Facts;
+use crate::paths::StatePaths;
+use crate::recipe::{Profile, Recipe};
+use crate::serve::signatures::Signatures;
+use crate::serve::verdict::{self, Verdict};
+use crate::serve::{self, Launch, Running};
+
+/// A profile to serve under a name: one of the recipe's, or a variant a caller built from one
+/// (a tuner's candidate flags).
+#[derive(Debug, Clone, Copy)]
+pub struct Variant<'p> {
+    pub name: &'p str,
+    pub profile: &'p Profile,
+}
+
+impl<'r> Variant<'r> {
+    /// The profile named `name`, else `tuned`, else the only one.
+    pub fn pick(recipe: &'r Recipe, name: Option<&str>) -> Result<Variant<'r>> {
+        let names: Vec<&str> = recipe.profiles.keys().map(String::as_str).collect();
+        let chosen = match name {
+            Some(n) => n,
+            None if recipe.profiles.contains_key("tuned") => "tuned",
+            None if names.len() == 1 => names[0],
+            None if names.is_empty() => {
+                return Err(Error::usage(
+                    format!("recipe `{}` has no server profile", recipe.name),
+                    Some("add a [profile.NAME] table with `cmd`, `args` and `port`".into()),
+                ))
+            }
+            None => {
+                return Err(Error::usage(
+                    format!("recipe `{}` has several profiles; pick one", recipe.name),
+                    Some(format!("pass --profile NAME: {}", names.join(", "))),
+                ))
+            }
+        };
+        if let Some((name, profile)) = recipe.profiles.get_key_value(chosen) {
+            Ok(Variant { name, profile })
+        } else {
+            let hint = did_you_mean(chosen, names.iter().copied()).map_or(
+                format!("profiles of `{}`: {}", recipe.name, names.join(", ")),
+                |b| format!("did you mean `{b}`?"),
+            );
+            Err(Error::usage(
+                format!("recipe `{}` has no profile `{chosen}`", recipe.name),
+                Some(hint),
+            ))
+        }
+    }
+
+    /// The log signatures the profile names (none: no milestones, no verdicts).
+    pub fn signatures(&self) -> Result<Signatures> {
+        match &self.profile.signatures {
+            Some(s) => Signatures::resolve(s, &self.profile.dir),
+            None => Ok(Signatures::empty()),
+        }
+    }
+
+    /// The readiness timeout: `timeout`, else the profile's, else the default.
+    pub fn timeout(&self, timeout: Option<Duration>) -> Duration {
+        timeout
+            .or(self.profile.timeout)
+            .unwrap_or(serve::DEFAULT_TIMEOUT)
+    }
+}
+
+/// A variant that came up (or a batch job that finished).
+pub struct Launched<'p> {
+    pub variant: Variant<'p>,
+    pub sigs: Signatures,
+    pub running: Running,
+}
+
+impl Launched<'_> {
+    /// End the server's process group and forget its record.
+    pub fn stop(self, s: Session) {
+        self.running.stop(s.paths);
+    }
+
+    /// Leave the server running after kiln exits.
+    pub fn leave_running(self) {
+        self.running.leave_running();
+    }
+}
+
+/// Start `v` and wait until it is ready. `detach`: it outlives kiln.
+pub fn launch<'p>(
+    s: Session,
+    v: Variant<'p>,
+    detach: bool,
+    timeout: Option<Duration>,
+    say: &mut dyn FnMut(&str),
+) -> Result<Launched<'p>> {
+    let sigs = v.signatures()?;
+    let launch = Launch {
+        recipe: &s.recipe.name,
+        profile_name: v.name,
+        profile: v.profile,
+        sigs: &sigs,
+        paths: s.paths,
+        detach,
+        timeout: v.timeout(timeout),
+    };
+    let running = serve::start(&launch, say)?;
+    Ok(Launched {
+        variant: v,
+        sigs,
+        running,
+    })
+}
+
+/// The launch description of a running variant (for triaging a later exit).
+pub fn launch_of<'a>(s: Session<'a>, l: &'a Launched, timeout: Option<Duration>) -> Launch<'a> {
+    Launch {
+        recipe: &s.recipe.name,
+        profile_name: l.variant.name,
+        profile: l.variant.profile,
+        sigs: &l.sigs,
+        paths: s.paths,
+        detach: false,
+        timeout: l.variant.timeout(timeout),
+    }
+}
+
+/// Tuning verdicts from the log, the server's metrics and its own settings endpoint. A feature
+/// whose evidence shows only under traffic gets one short greedy request first, unless `served`
+/// says the server has answered requests already (after a benchmark).
+pub fn verdicts(l: &Launched, served: bool) -> Vec<Verdict> {
+    let running = &l.running;
+    let url = running.record.url.as_deref();
+    let mut after_traffic = served;
+    if let (false, true, Some(url)) = (served, l.sigs.needs_traffic(), url) {
+        let req = bench::client::Request {
+            prompt: ab::PROMPTS[0],
+            max_tokens: 32,
+            greedy: true,
+            ignore_eos: true,
+            timeout: Duration::from_secs(120),
+        };
+        after_traffic = bench::client::generate(url, running.api, &req).is_ok();
+    }
+    let log =
+        current_run(&running.record.log, running.log_start).unwrap_or_else(|| running.log.clone());
+    let metrics = url
+        .zip(l.sigs.metrics.as_deref())
+        .and_then(|(u, path)| serve::fetch_text(&format!("{}{path}", u.trim_end_matches('/'))));
+    let ev = verdict::Evidence {
+        log: &log,
+        metrics: metrics.as_deref(),
+        after_traffic,
+    };
+    let mut verdicts = verdict::judge(&l.sigs, l.variant.profile, &ev);
+    let info = url.and_then(|u| serve::server_info(&l.sigs, u));
+    if let Some(info) = info {
+        for v in &mut verdicts {
+            let key = v.feature.replace('-', "_");
+            let value = info.get(format!("enable_{key}")).or_else(|| info.get(&key));
+            if let Some(value) = value {
+                let from = l.sigs.info.as_deref().unwrap_or("info");
+                let note = format!(
+                    "{from}: {}={value}",
+                    if info.get(&key).is_some() {
+                        key.clone()
+                    } else {
+                        format!("enable_{key}")
+                    }
+                );
+                v.evidence = Some(match v.evidence.take() {
+                    Some(e) => format!("{e}; {note}"),
+                    None => note,
+                });
+            }
+        }
+    }
+    verdicts
+}
+
+/// The lines of the server log written by the latest launch (the log is appended to, one
+/// `=== kiln serve` header per launch).
+fn current_run(path: &std::path::Path, start: u64) -> Option<Vec<String>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    f.seek(SeekFrom::Start(start)).ok()?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).ok()?;
+    let lines: Vec<String> = String::from_utf8_lossy(&bytes)
+        .lines()
+        .map(String::from)
+        .collect();
+    let start = latest_launch(&lines)?;
+    Some(lines[start..].to_vec())
+}
+
+/// Where the latest launch's lines start in a server log.
+fn latest_launch(lines: &[String]) -> Option<usize> {
+    lines.iter().rposition(|l| l.starts_with("=== kiln serve"))
+}
+
+/// Verdicts of `v` from a log captured earlier (its latest launch) and the metrics page captured
+/// after its requests: nothing is launched; the server is taken to have answered requests.
+pub fn verdicts_from_capture(
+    v: Variant,
+    log: &std::path::Path,
+    metrics: Option<&std::path::Path>,
+) -> Result<Vec<Verdict>> {
+    let read = |p: &std::path::Path| {
+        std::fs::read(p)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .map_err(|e| Error::io(format!("cannot read {}", p.display()), e))
+    };
+    let sigs = v.signatures()?;
+    let all: Vec<String> = read(log)?.lines().map(String::from).collect();
+    let lines = match latest_launch(&all) {
+        Some(start) => all[start..].to_vec(),
+        None => all,
+    };
+    let metrics = metrics.map(read).transpose()?;
+    let ev = verdict::Evidence {
+        log: &lines,
+        metrics: metrics.as_deref(),
+        after_traffic: true,
+    };
+    Ok(verdict::judge(&sigs, v.profile, &ev))
+}
+
+/// Greedy A/B settings.
+#[derive(Debug, Clone, Copy)]
+pub struct AbOptions {
+    pub max_tokens: u32,
+    /// Agreement on at least this many leading tokens counts as a late divergence, not a failure.
+    pub min_prefix: usize,
+}
+
+impl Default for AbOptions {
+    fn default() -> Self {
+        AbOptions {
+            max_tokens: 64,
+            min_prefix: 32,
+        }
+    }
+}
+
+/// Serve `baseline`, collect greedy outputs, stop it; the same for `candidate`; compare.
+pub fn greedy_ab(
+    s: Session,
+    baseline: Variant,
+    candidate: Variant,
+    opts: &AbOptions,
+    say: &mut dyn FnMut(&str),
+) -> Result<ab::Comparison> {
+    let base = greedy_outputs(s, baseline, opts.max_tokens, say)?;
+    let cand = greedy_outputs(s, candidate, opts.max_tokens, say)?;
+    Ok(ab::compare(&base, &cand, opts.min_prefix))
+}
+
+/// Serve `v`, collect its greedy outputs for the A/B prompts (`max_tokens` each), stop it.
+pub fn greedy_outputs(
+    s: Session,
+    v: Variant,
+    max_tokens: u32,
+    say: &mut dyn FnMut(&str),
+) -> Result<Vec<Vec<String>>> {
+    let launched = launch(s, v, false, None, say)?;
+    let Some(url) = launched.running.record.url.clone() else {
+        launched.stop(s);
+        return Err(Error::usage(
+            format!("profile `{}` has no port or url to query", v.name),
+            None,
+        ));
+    };
+    let got = ab::collect(&url, launched.running.api, max_tokens);
+    launched.stop(s);
+    std::thread::sleep(Duration::from_millis(200));
+    got
+}
+
+/// Smoke-bench settings.
+pub struct BenchOptions {
+    pub max_tokens: u32,
+    pub runs: u32,
+    pub warmup: u32,
+    pub prompt: String,
+    pub timeout: Duration,
+    /// Gate against this earlier report (and the path it was read from).
+    pub baseline: Option<(bench::Report, PathBuf)>,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            max_tokens: 2048,
+            runs: 5,
+            warmup: 2,
+            prompt: bench::DEFAULT_PROMPT.to_string(),
+            timeout: Duration::from_secs(1800),
+            baseline: None,
+        }
+    }
+}
+
+/// What identifies a bench setup: this host's GPU and driver, the server, model and arguments.
+pub fn bench_fingerprint(facts: &Facts, url: &str, api: Api) -> Fingerprint {
+    let (server, model, server_args) = bench::server_fingerprint(url, api);
+    Fingerprint {
+        gpu: facts.get("gpu.name").unwrap_or_else(|| "no GPU".into()),
+        driver: facts.get("gpu.driver").unwrap_or_else(|| "-".into()),
+        server,
+        model,
+        server_args,
+    }
+}
+
+/// Benchmark the server at `url`, gate against the baseline, append to the history under
+/// `paths` (whose path comes back with the report). Needs no recipe: `kiln bench` measures any
+/// server.
+pub fn measure(
+    paths: &StatePaths,
+    facts: &Facts,
+    url: &str,
+    api: Api,
+    opts: &BenchOptions,
+    narrate: &mut Narrator,
+) -> Result<(bench::Report, PathBuf)> {
+    let fp = bench_fingerprint(facts, url, api);
+    (narrate.progress)(&format!(
+        "Benchmarking {url} max_tokens={}, num_runs={}, warmup={}",
+        opts.max_tokens, opts.runs, opts.warmup
+    ));
+    let run = bench::Options {
+        url,
+        api,
+        max_tokens: opts.max_tokens,
+        runs: opts.runs,
+        warmup: opts.warmup,
+        prompt: &opts.prompt,
+        timeout: opts.timeout,
+    };
+    let mut report = bench::run(&run, fp, narrate.progress, narrate.line)?;
+    if let Some((base, path)) = &opts.baseline {
+        report.gate_against(base, path)?;
+    }
+    let history = bench::append_history(paths, &report)?;
+    Ok((report, history))
+}
