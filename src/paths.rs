@@ -58,6 +58,16 @@ impl StatePaths {
         self.receipts(recipe).join(format!("{step}.json"))
     }
 
+    /// The receipts index: a cache of `receipts/` (engine::index).
+    pub fn receipts_index(&self, recipe: &str) -> PathBuf {
+        self.run_dir(recipe).join("receipts.idx")
+    }
+
+    /// Parsed and validated recipes, reused while their inputs are unchanged (recipe::cache).
+    pub fn recipe_cache(&self) -> PathBuf {
+        self.root.join("recipe-cache")
+    }
+
     pub fn step_log(&self, recipe: &str, step: &str) -> PathBuf {
         self.run_dir(recipe)
             .join("logs")

@@ -63,7 +63,7 @@ impl StateDir {
     }
 
     fn index_path(&self) -> PathBuf {
-        self.paths.run_dir(&self.recipe).join("receipts.idx")
+        self.paths.receipts_index(&self.recipe)
     }
 
     /// What is known of the receipts, the index loaded on first use.

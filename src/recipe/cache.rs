@@ -82,11 +82,7 @@ pub(super) fn slot(spec: Option<&str>, opts: &LoadOptions) -> Option<Slot> {
     part(opts.paths.cache().as_os_str().as_encoded_bytes());
     let key = crate::hash::hex(&h.finalize());
     Some(Slot {
-        path: opts
-            .paths
-            .root()
-            .join("recipe-cache")
-            .join(format!("{}.json", &key[..32])),
+        path: opts.paths.recipe_cache().join(format!("{}.json", &key[..32])),
     })
 }
 
