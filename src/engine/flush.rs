@@ -49,7 +49,10 @@ impl Flusher {
             let _ = std::fs::remove_file(&tmp);
             return Err(e);
         }
-        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         state.1 = true;
         if state.0.elapsed() >= SYNC_EVERY {
             syncfs(dir)?;
@@ -60,7 +63,10 @@ impl Flusher {
 
     /// Sync what was written since the last sync (the end of a run).
     pub(super) fn finish(&self, dir: &Path) -> std::io::Result<()> {
-        let mut state = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if state.1 {
             syncfs(dir)?;
             *state = (Instant::now(), false);

@@ -82,7 +82,10 @@ pub(super) fn slot(spec: Option<&str>, opts: &LoadOptions) -> Option<Slot> {
     part(opts.paths.cache().as_os_str().as_encoded_bytes());
     let key = crate::hash::hex(&h.finalize());
     Some(Slot {
-        path: opts.paths.recipe_cache().join(format!("{}.json", &key[..32])),
+        path: opts
+            .paths
+            .recipe_cache()
+            .join(format!("{}.json", &key[..32])),
     })
 }
 

@@ -41,7 +41,8 @@ fn kiln_ok(ws: &Workspace, args: &[&str]) -> String {
 fn status_of(plan: &str, id: &str) -> String {
     plan.lines()
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .find(|w| w.get(1) == Some(&id)).map_or_else(|| panic!("no step {id} in:\n{plan}"), |w| w.join(" "))
+        .find(|w| w.get(1) == Some(&id))
+        .map_or_else(|| panic!("no step {id} in:\n{plan}"), |w| w.join(" "))
 }
 
 fn runs(ws: &Workspace, id: &str) -> usize {
