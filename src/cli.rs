@@ -92,6 +92,10 @@ pub struct UpArgs {
     /// Only provision: do not serve, verify or bench
     #[arg(long)]
     pub no_serve: bool,
+
+    /// Fail (exit 1) on warnings too: bench noise, a late greedy divergence, an unproven tuning
+    #[arg(long)]
+    pub strict: bool,
 }
 
 #[derive(Debug, Args)]

@@ -17,5 +17,6 @@ pub mod process;
 pub mod recipe;
 pub mod redact;
 pub mod report;
+pub mod requires;
 pub mod serve;
 pub mod steps;

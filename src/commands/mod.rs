@@ -9,6 +9,7 @@ mod plan;
 mod preflight;
 mod serve;
 mod up;
+mod up_serve;
 mod verify;
 
 use std::io::IsTerminal;

@@ -72,7 +72,7 @@ pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
     print_verdicts(&name, &running, &verdicts, args.json);
     let code = verdict_code(&verdicts);
     let Some(url) = running.record.url.clone() else {
-        return Ok(code);
+        return verdict_finding(code, &name, &verdicts);
     };
     if args.detach {
         eprintln!(
@@ -80,7 +80,7 @@ pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
             running.record.pid
         );
         running.leave_running();
-        return Ok(code);
+        return verdict_finding(code, &name, &verdicts);
     }
     eprintln!(
         "kiln: serving at {url} (process group {}); Ctrl-C stops it",
@@ -90,7 +90,7 @@ pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
         if crate::process::interrupted() {
             running.stop(&settings.state_dir);
             eprintln!("kiln: stopped");
-            return Ok(code);
+            return verdict_finding(code, &name, &verdicts);
         }
         if !running.alive() {
             let log_lines = read_lines(&running.record.log);
@@ -221,6 +221,29 @@ pub(super) fn print_verdicts(name: &str, running: &Running, verdicts: &[Verdict]
     }
 }
 
+/// The exit of `kiln serve`: 0, or an error that names the tunings not proven active.
+fn verdict_finding(code: u8, profile: &str, verdicts: &[Verdict]) -> Result<u8> {
+    Error::finding(code, || {
+        (verdict_problems(profile, verdicts).join("; "), None)
+    })
+}
+
+/// One phrase per tuning that is not active: "`tuned`: flash-attn fell back (reason)".
+pub(super) fn verdict_problems(profile: &str, verdicts: &[Verdict]) -> Vec<String> {
+    verdicts
+        .iter()
+        .filter(|v| v.status != Status::Active)
+        .map(|v| {
+            format!(
+                "profile `{profile}`: {} {} ({})",
+                v.feature,
+                v.status.label(),
+                v.reason
+            )
+        })
+        .collect()
+}
+
 /// 0 when every tuning is active, 1 when one fell back or is unknown, 2 when one crashed.
 pub(super) fn verdict_code(verdicts: &[Verdict]) -> u8 {
     verdicts
@@ -232,102 +255,4 @@ pub(super) fn verdict_code(verdicts: &[Verdict]) -> u8 {
         })
         .max()
         .unwrap_or(0)
-}
-
-/// The tail of `kiln up`: greedy A/B against the profile's baseline (when it names one), serve
-/// the profile (left running), judge its tunings, smoke-bench it, and write report.json and
-/// report.md next to the recipe's state.
-pub(super) fn up_pipeline(
-    settings: &Settings,
-    recipe: &Recipe,
-    profile: Option<&str>,
-) -> Result<u8> {
-    crate::process::catch_interrupts();
-    let (name, p) = pick_profile(recipe, profile)?;
-    eprintln!("kiln: serving profile `{name}` of {}", recipe.name);
-    let ab = match &p.baseline {
-        Some(base) => Some(super::verify::compare(
-            settings, recipe, base, &name, 64, 32,
-        )?),
-        None => None,
-    };
-    if let (Some(c), Some(base)) = (&ab, &p.baseline) {
-        print!("{}", c.render(base, &name));
-    }
-    let sigs = signatures_for(p)?;
-    let timeout = p.timeout.unwrap_or(serve::DEFAULT_TIMEOUT);
-    let running = launch(settings, recipe, &name, p, &sigs, true, timeout)?;
-    let verdicts = judge(&sigs, p, &running);
-    print_verdicts(&name, &running, &verdicts, false);
-    let bench = match running.record.url.clone() {
-        Some(url) => {
-            let opts = crate::bench::Options {
-                url: &url,
-                api: running.api,
-                max_tokens: 2048,
-                runs: 5,
-                warmup: 2,
-                prompt: crate::bench::DEFAULT_PROMPT,
-                timeout: Duration::from_secs(1800),
-            };
-            Some(super::bench::measure(settings, &opts, false, None)?)
-        }
-        None => None,
-    };
-    let code = [
-        verdict_code(&verdicts),
-        ab.as_ref().map_or(0, |c| c.exit_code()),
-        bench.as_ref().map_or(0, |b| b.exit_code()),
-    ]
-    .into_iter()
-    .max()
-    .unwrap_or(0);
-    let report = serde_json::json!({
-        "recipe": recipe.name,
-        "profile": name,
-        "url": running.record.url,
-        "pid": running.record.pid,
-        "ready_after_s": running.ready_after.as_secs_f64(),
-        "verdicts": verdicts,
-        "ab": ab,
-        "bench": bench,
-        "exit_code": code,
-    });
-    let dir = settings.state_dir.join("reports").join(&recipe.name);
-    crate::engine::state::create_dir(&dir)?;
-    crate::engine::state::write_atomic(
-        &dir.join("report.json"),
-        serde_json::to_string_pretty(&report)
-            .expect("reports serialize")
-            .as_bytes(),
-    )?;
-    let mut md = format!("# kiln up: {} (profile `{name}`)\n\nready after {:.1} s at {}\n\n## Tuning verdicts\n\n| feature | verdict | reason | evidence |\n|---|---|---|---|\n", recipe.name, running.ready_after.as_secs_f64(), running.record.url.as_deref().unwrap_or("-"));
-    for v in &verdicts {
-        md.push_str(&format!(
-            "| {} | {} | {} | {} |\n",
-            v.feature,
-            v.status.label(),
-            v.reason,
-            v.evidence.as_deref().unwrap_or("").replace('|', "\\|")
-        ));
-    }
-    if let (Some(c), Some(base)) = (&ab, &p.baseline) {
-        md.push_str(&format!(
-            "\n## Greedy A/B\n\n```\n{}```\n",
-            c.render(base, &name)
-        ));
-    }
-    if let Some(b) = &bench {
-        md.push_str(&format!("\n## Benchmark\n\n```\n{}```\n", b.render()));
-    }
-    crate::engine::state::write_atomic(&dir.join("report.md"), md.as_bytes())?;
-    eprintln!("kiln: report: {}", dir.join("report.md").display());
-    if let Some(url) = &running.record.url {
-        eprintln!(
-            "kiln: left running at {url} (process group {}); stop it with `kiln serve --stop`",
-            running.record.pid
-        );
-    }
-    running.leave_running();
-    Ok(code)
 }

@@ -1,9 +1,12 @@
-//! `kiln up`: plan, then run every stale step.
+//! `kiln up`: plan, check the host tools the recipe needs, run every stale step, then serve,
+//! prove and bench (see `up_serve`). Any failure after the recipe loaded is also written to the
+//! report, so that report.json always tells how the last run ended.
 
 use super::Settings;
 use crate::cli::UpArgs;
 use crate::engine::{self, hashing::HashMemo, state::StateDir, ExecOptions, Selection};
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::recipe::Recipe;
 use crate::steps::StepContext;
 
 pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
@@ -24,20 +27,54 @@ pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
             );
         } else {
             print!("{}", super::plan::render(&plan, &recipe.origin));
+            print!("{}", super::plan::render_requires(&recipe, &plan));
             println!("dry run: {} step(s) would run", plan.count("stale"));
         }
         return Ok(0);
     }
-    let _lock = state.lock()?;
+    let mut stage = "steps";
+    let result = provision(settings, args, &recipe, &state, &selection, &mut stage);
+    let result = match result {
+        Ok(true) => {
+            stage = "serve";
+            super::up_serve::pipeline(settings, &recipe, args.profile.as_deref(), args.strict)
+        }
+        Ok(false) => Ok(0),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = &result {
+        // Another run holds the state (its report is its own); a finding wrote its report.
+        if !matches!(e, Error::Locked { .. } | Error::Finding { .. }) {
+            super::up_serve::record_failure(settings, &recipe.name, stage, e);
+        }
+    }
+    result
+}
+
+/// The preflights and the steps; `Ok(true)` when the run goes on to serve.
+fn provision(
+    settings: &Settings,
+    args: &UpArgs,
+    recipe: &Recipe,
+    state: &StateDir,
+    selection: &Selection,
+    stage: &mut &'static str,
+) -> Result<bool> {
+    let lock = state.lock()?;
     let memo = HashMemo::load(&state.memo_path());
-    let plan = engine::plan(&recipe, &state, &settings.facts, &selection, &memo)?;
+    let plan = engine::plan(recipe, state, &settings.facts, selection, &memo)?;
     let reporter = super::reporter(args.json);
-    let gpu_stack = recipe
-        .steps
-        .iter()
-        .any(|s| matches!(s.kind, crate::recipe::StepKind::Cuda(_)));
-    if gpu_stack && !args.no_doctor && plan.count("stale") > 0 {
-        super::preflight::run(settings, &recipe, reporter.as_ref())?;
+    if plan.count("stale") > 0 {
+        *stage = "preflight";
+        super::preflight::host_tools(recipe, &plan, reporter.as_ref())?;
+        let gpu_stack = recipe
+            .steps
+            .iter()
+            .any(|s| matches!(s.kind, crate::recipe::StepKind::Cuda(_)));
+        if gpu_stack && !args.no_doctor {
+            super::preflight::run(settings, recipe, reporter.as_ref())?;
+        }
+        *stage = "steps";
     }
     // Only runs that start processes need the watchdog (a no-op re-run stays a few stats).
     let _watchdog = match plan.count("stale") {
@@ -57,16 +94,13 @@ pub fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
         state_dir: settings.state_dir.clone(),
     };
     engine::execute(
-        &recipe,
+        recipe,
         &plan,
-        &state,
+        state,
         &ctx,
         reporter.as_ref(),
         &ExecOptions { jobs, mem_budget },
     )?;
-    if args.no_serve || recipe.profiles.is_empty() || !args.only.is_empty() {
-        return Ok(0);
-    }
-    drop(_lock);
-    super::serve::up_pipeline(settings, &recipe, args.profile.as_deref())
+    drop(lock);
+    Ok(!(args.no_serve || recipe.profiles.is_empty() || !args.only.is_empty()))
 }

@@ -39,7 +39,16 @@ pub fn run(settings: &Settings, args: &VerifyArgs) -> Result<u8> {
     } else {
         print!("{}", cmp.render(&against, &candidate));
     }
-    Ok(cmp.exit_code())
+    Error::finding(cmp.exit_code(), || {
+        (
+            format!(
+                "greedy A/B `{candidate}` against `{against}`: {} ({:.1}% agreement)",
+                cmp.verdict,
+                cmp.agreement * 100.0
+            ),
+            Some("the table above shows where each prompt diverged".into()),
+        )
+    })
 }
 
 /// Serve `against`, collect greedy outputs, stop it; the same for `candidate`; compare.

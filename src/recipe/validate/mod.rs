@@ -2,6 +2,7 @@
 //! locations and hints.
 
 mod profile;
+mod requires;
 mod steps;
 mod vars;
 
@@ -215,6 +216,7 @@ pub(super) fn build(loaded: Loaded, opts: &LoadOptions) -> Result<Recipe> {
         steps,
         profiles: resolved_profiles,
         unavailable_profiles,
+        requires: requires::of_recipe(sources, &loaded.files)?,
     })
 }
 
