@@ -37,6 +37,17 @@ pub enum Command {
     Image(ImageArgs),
     /// Inspect and move kiln's caches
     Cache(CacheArgs),
+    /// Print a shell completion script: `source <(kiln completions bash)`
+    Completions {
+        /// The shell to complete in
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print kiln's man page (roff): `kiln man | man -l -`; `kiln man up` for one command
+    Man {
+        /// A subcommand whose page to print [default: the main page]
+        command: Option<String>,
+    },
     /// (internal) End the process groups a killed kiln left behind
     #[command(name = "__watchdog", hide = true)]
     Watchdog { parent: u32, dir: PathBuf },

@@ -8,6 +8,7 @@ mod patch;
 mod plan;
 mod preflight;
 mod serve;
+mod shell_help;
 mod up;
 mod up_serve;
 mod verify;
@@ -34,6 +35,8 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Verify(args) => verify::run(&settings, &args),
         Command::Image(args) => image::run(&settings, &args),
         Command::Cache(args) => cache::run(&settings, &args),
+        Command::Completions { shell } => shell_help::completions(shell),
+        Command::Man { command } => shell_help::man(command.as_deref()),
         Command::Watchdog { parent, dir } => crate::process::watchdog::watch(parent, &dir),
     }
 }

@@ -200,6 +200,30 @@ fn install_spec<'a>(
     spec
 }
 
+/// Where pip takes sdists from: the step's index arguments, else the index pip's environment
+/// names, else `default` (pypi.org). Part of what identifies a pinned build's source; it is
+/// logged and stored in the cache entry, so credentials in URLs (`https://user:token@host`) are
+/// left out.
+fn index_identity(index_args: &[String], env: &BTreeMap<String, String>) -> String {
+    let userinfo = regex::Regex::new(r"://[^/@\s]+@").expect("valid regex");
+    let scrub = |s: String| userinfo.replace_all(&s, "://").into_owned();
+    if !index_args.is_empty() {
+        return scrub(index_args.join(" "));
+    }
+    let from_env: Vec<String> = ["PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"]
+        .iter()
+        .filter_map(|k| {
+            let v = env.get(*k).cloned().or_else(|| std::env::var(k).ok())?;
+            (!v.is_empty()).then(|| format!("{k}={v}"))
+        })
+        .collect();
+    if from_env.is_empty() {
+        "default".into()
+    } else {
+        scrub(from_env.join(" "))
+    }
+}
+
 /// `name==version` of a build requirement.
 fn pinned(req: &str) -> Result<(String, String)> {
     match req.split_once("==") {
@@ -239,15 +263,12 @@ fn build_or_reuse(
         .join(format!("{package}-{version}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     crate::engine::state::create_dir(&work)?;
+    let index = local.is_none().then(|| index_identity(index_args, env));
     let result = (|| {
-        let (sdist, source_sha256) = match &local {
-            Some(dir) => (dir.clone(), tree_sha256(dir)?),
-            None => download_sdist(req, vpy, env, index_args, &work, log, sh)?,
-        };
-        let key = WheelKey {
+        let mut key = WheelKey {
             package: package.clone(),
             version: version.clone(),
-            source_sha256,
+            source_sha256: String::new(),
             python_tag: python_output(vpy, "import sys; print('cp%d%d' % sys.version_info[:2])")
                 .unwrap_or_default(),
             torch: python_output(
@@ -271,8 +292,40 @@ fn build_or_reuse(
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
         };
+        // A pinned build whose wheel is cached needs no download: the index is not contacted.
+        if let Some(index) = &index {
+            if let Some((entry, wheel)) = cache.lookup_pinned(&key, index)? {
+                let _ = writeln!(
+                    log,
+                    "wheel cache hit: {package} {version} (key {}), no compile, no download (sdist sha256 {} recorded at its build, from {index}): {}",
+                    &entry.key.id()[..12],
+                    &entry.key.source_sha256[..12.min(entry.key.source_sha256.len())],
+                    wheel.display()
+                );
+                return Ok(wheel);
+            }
+        }
+        let (sdist, source_sha256) = match &local {
+            Some(dir) => (dir.clone(), tree_sha256(dir)?),
+            None => download_sdist(req, vpy, env, index_args, &work, log, sh)?,
+        };
+        if let Some(index) = &index {
+            match cache.recorded_source(&package, &version, index) {
+                Some(recorded) if recorded != source_sha256 => {
+                    let _ = writeln!(
+                        log,
+                        "warning: {index} now serves a different sdist for {package}=={version} (sha256 {source_sha256}; {recorded} when it was first built): building from the new one"
+                    );
+                }
+                _ => {}
+            }
+        }
+        key.source_sha256 = source_sha256;
         let id = key.id();
         if let Some((_, wheel)) = cache.lookup(&key)? {
+            if let Some(index) = &index {
+                cache.record_index(&key, index)?;
+            }
             let _ = writeln!(
                 log,
                 "wheel cache hit: {package} {version} (key {}), no compile: {}",
@@ -338,7 +391,7 @@ fn build_or_reuse(
             .map(|e| e.path())
             .find(|p| p.extension().is_some_and(|e| e == "whl"))
             .ok_or_else(|| Error::other(format!("building `{req}` produced no wheel"), None))?;
-        let cached = cache.insert(&key, &built)?;
+        let cached = cache.insert_from(&key, &built, index.as_deref())?;
         let _ = writeln!(
             log,
             "built {package} {version} in {:.1}s; cached as {}",
@@ -485,4 +538,29 @@ fn check_sass(step: &str, vpy: &Path, module: &str, arch: &str, log: &mut dyn Wr
         hint: None,
         tail: listing.lines().take(20).collect::<Vec<_>>().join("\n"),
     })
+}
+
+#[cfg(test)]
+mod index_tests {
+    use super::*;
+
+    #[test]
+    fn the_index_identity_leaves_out_credentials() {
+        let args = vec![
+            "--index-url".to_string(),
+            "https://kiln:s3cret@pypi.example/simple".to_string(),
+        ];
+        assert_eq!(
+            index_identity(&args, &BTreeMap::new()),
+            "--index-url https://pypi.example/simple"
+        );
+        let env = BTreeMap::from([(
+            "PIP_INDEX_URL".to_string(),
+            "http://127.0.0.1:1/simple".to_string(),
+        )]);
+        assert_eq!(
+            index_identity(&[], &env),
+            "PIP_INDEX_URL=http://127.0.0.1:1/simple"
+        );
+    }
 }
