@@ -13,5 +13,7 @@ mod patch_step;
 mod python_step;
 mod recipes;
 mod serve;
+mod shell_help;
 mod shipped;
 mod up_e2e;
+mod up_outcome;
