@@ -131,8 +131,8 @@ fn a_failed_step_fails_up_with_its_reason_in_the_report() {
     );
 }
 
-/// A recipe with no steps whose profile serves the tiny-cpu build: `-n 64` caps every generation
-/// (the bench asks for 2048 tokens, so its runs come back short: an advisory), `extra` adds args.
+/// A recipe with no steps whose profile serves the tiny-cpu build with a 160-token context: the
+/// bench asks for 2048 tokens, so its runs come back short (an advisory); `extra` adds args.
 fn serving_recipe(ws: &Workspace, expect: &str, extra: &str) -> Vec<String> {
     let prefix = tiny_cpu();
     ws.write(
@@ -148,7 +148,7 @@ port = "0"
 [profile.p]
 cmd = ["${{prefix}}/bin/llama-server"]
 args = ["-m", "${{prefix}}/model/tiny.gguf", "--host", "127.0.0.1", "--port", "${{port}}",
-        "-c", "512", "-np", "1", "-lv", "4", "-t", "1", "-n", "64"{extra}]
+        "-c", "160", "-np", "1", "-lv", "4", "-t", "1"{extra}]
 expect = [{expect}]
 port = "${{port}}"
 api = "openai"
@@ -196,7 +196,8 @@ fn an_advisory_is_a_warning_and_fails_only_with_strict() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("error:"), "{stderr}");
     assert!(
-        stderr.contains("kiln: warning: bench: run 1 returned 64 of 2048 tokens"),
+        stderr.contains("kiln: warning: bench: run 1 returned ")
+            && stderr.contains(" of 2048 tokens"),
         "{stderr}"
     );
     let r = report(&ws, "outcome");
@@ -207,15 +208,17 @@ fn an_advisory_is_a_warning_and_fails_only_with_strict() {
     assert!(
         warnings
             .iter()
-            .any(|w| w.as_str().unwrap().contains("returned 64 of 2048 tokens")),
+            .any(|w| w.as_str().unwrap().contains(" of 2048 tokens")),
         "{r}"
     );
 
     let out = up(&ws, &sets, &["--strict"]);
     assert_eq!(out.status.code(), Some(1));
     let line = error_line(&out);
+    // One warning, or two when the bench was also noisy (CV > 5%) on a busy box.
     assert!(
-        line.starts_with("error: 1 warning(s) with --strict: bench: run 1 returned 64"),
+        line.starts_with("error: ")
+            && line.contains(" warning(s) with --strict: bench: run 1 returned "),
         "{line}"
     );
     let r = report(&ws, "outcome");
