@@ -33,6 +33,8 @@ pub enum Command {
     Bench(BenchArgs),
     /// Greedy A/B: the same prompts at temperature 0 against two profiles; agreement and first divergence
     Verify(VerifyArgs),
+    /// Sweep variants of a profile: each judged, compared with the baseline, benchmarked; ranked
+    Tune(TuneArgs),
     /// Build CI images from a recipe
     Image(ImageArgs),
     /// Inspect and move kiln's caches
@@ -53,7 +55,7 @@ pub enum Command {
     Watchdog { parent: u32, dir: PathBuf },
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct RecipeArgs {
     /// A recipe file, or the name of a shipped recipe [default: the embedded default]
     pub recipe: Option<String>,
@@ -130,6 +132,15 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,
 
+    /// Launch nothing: judge the profile's tunings from a server log captured earlier (its last
+    /// launch), e.g. a production server's
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["detach", "stop"])]
+    pub log: Option<PathBuf>,
+
+    /// With --log: the server's metrics page captured after its requests (Prometheus text)
+    #[arg(long, value_name = "FILE", requires = "log")]
+    pub metrics: Option<PathBuf>,
+
     /// Print the result (verdicts) as JSON on stdout
     #[arg(long)]
     pub json: bool,
@@ -172,6 +183,10 @@ pub struct BenchArgs {
     /// Write per-run tok/s against the baseline as an SVG
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+
+    /// Give up on one request after this many seconds [default: 120 + 0.2 per max token]
+    #[arg(long, value_name = "SECS")]
+    pub request_timeout: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -198,6 +213,50 @@ pub struct VerifyArgs {
     /// Print the comparison as JSON on stdout
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TuneArgs {
+    #[command(flatten)]
+    pub recipe: RecipeArgs,
+
+    /// The profile whose variants are swept
+    #[arg(long, value_name = "NAME")]
+    pub profile: String,
+
+    /// KEY=v1,v2,...: a recipe variable, or a server flag (`--vary=-ub=256,1024`); repeatable,
+    /// the variants are every combination
+    #[arg(long, value_name = "KEY=V1,V2", required = true)]
+    pub vary: Vec<String>,
+
+    /// At most this many variants, spread evenly over the combinations
+    #[arg(long, value_name = "N")]
+    pub budget: Option<usize>,
+
+    /// `halving` (successive halving: short cheap rounds, the best half goes on) or `grid`
+    /// (every variant gets the full benchmark)
+    #[arg(long, default_value = "halving", value_parser = ["halving", "grid"])]
+    pub method: String,
+
+    /// Greedy reference profile [default: the profile's `baseline`]
+    #[arg(long, value_name = "NAME")]
+    pub against: Option<String>,
+
+    /// Measured runs of the final benchmark
+    #[arg(long, default_value_t = 5)]
+    pub runs: u32,
+
+    /// Warm-up requests of the final benchmark
+    #[arg(long, default_value_t = 2)]
+    pub warmup: u32,
+
+    /// Tokens per request of the final benchmark
+    #[arg(long, default_value_t = 2048)]
+    pub max_tokens: u32,
+
+    /// Greedy tokens per A/B prompt (a divergence in the first half disqualifies)
+    #[arg(long, default_value_t = 64)]
+    pub ab_tokens: u32,
 }
 
 #[derive(Debug, Args)]

@@ -14,8 +14,10 @@ pub struct Diagnostic {
     /// The full text of the offending line (no trailing newline).
     pub line_text: String,
     /// Caret width, at least 1.
-    pub width: usize,
+    pub width: u32,
     pub hint: Option<String>,
+    /// The line is not shown: the file is not a TOML text file, its lines may be secrets.
+    pub hidden: bool,
 }
 
 impl Diagnostic {
@@ -29,7 +31,7 @@ impl Diagnostic {
         let line = source[..start].matches('\n').count() + 1;
         let col = source[line_start..start].chars().count() + 1;
         let end = span.end.clamp(start, line_end);
-        let width = source[start..end].chars().count().max(1);
+        let width = u32::try_from(source[start..end].chars().count().max(1)).unwrap_or(u32::MAX);
         Diagnostic {
             message: message.into(),
             file: file.to_path_buf(),
@@ -40,7 +42,15 @@ impl Diagnostic {
                 .to_string(),
             width,
             hint: None,
+            hidden: false,
         }
+    }
+
+    /// Keep the location but never print the line (for a file that is not TOML text).
+    pub fn hide_line(mut self) -> Self {
+        self.line_text.clear();
+        self.hidden = true;
+        self
     }
 
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
@@ -67,6 +77,16 @@ impl fmt::Display for Diagnostic {
             self.col
         )?;
         writeln!(f, "{pad} |")?;
+        if self.hidden {
+            write!(
+                f,
+                "{pad} = line not shown: the file is not a .toml text file"
+            )?;
+            if let Some(hint) = &self.hint {
+                write!(f, "\nhint: {hint}")?;
+            }
+            return Ok(());
+        }
         writeln!(f, "{} | {}", self.line, self.line_text)?;
         let lead: String = self
             .line_text
@@ -74,7 +94,7 @@ impl fmt::Display for Diagnostic {
             .take(self.col - 1)
             .map(|c| if c == '\t' { '\t' } else { ' ' })
             .collect();
-        write!(f, "{pad} | {lead}{}", "^".repeat(self.width))?;
+        write!(f, "{pad} | {lead}{}", "^".repeat(self.width as usize))?;
         if let Some(hint) = &self.hint {
             write!(f, "\nhint: {hint}")?;
         }
@@ -87,9 +107,16 @@ pub fn did_you_mean<'a>(
     word: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
-    let limit = (word.chars().count() / 3).max(1);
+    let len = word.chars().count();
+    let limit = (len / 3).max(1);
+    // No typo is that long; and the distance is at least the difference in length (a hostile
+    // 10,000-character key must not cost seconds).
+    if len > 256 {
+        return None;
+    }
     candidates
         .into_iter()
+        .filter(|c| c.chars().count().abs_diff(len) <= limit)
         .map(|c| (edit_distance(word, c), c))
         .filter(|(d, _)| *d <= limit)
         .min_by_key(|(d, _)| *d)
@@ -134,6 +161,18 @@ mod tests {
         assert_eq!(
             d.to_string(),
             "bad key\n --> r.toml:2:1\n  |\n2 | bb = 2\n  | ^^"
+        );
+    }
+
+    #[test]
+    fn a_hidden_line_is_never_printed() {
+        let src = "root:$6$secret:19000::::::\n";
+        let d = Diagnostic::at(Path::new("/etc/shadow"), src, 4..5, "expected `=`").hide_line();
+        let shown = d.to_string();
+        assert!(!shown.contains("secret"), "{shown}");
+        assert_eq!(
+            shown,
+            "expected `=`\n --> /etc/shadow:1:5\n  |\n  = line not shown: the file is not a .toml text file"
         );
     }
 

@@ -81,6 +81,14 @@ pub enum Error {
         hint: Option<String>,
     },
 
+    /// An archive kiln will not unpack as a whole (a device node, past a size limit).
+    #[error("refusing archive {archive}: {why}")]
+    ArchiveRefused {
+        archive: PathBuf,
+        why: String,
+        hint: String,
+    },
+
     #[error("{message}")]
     Usage {
         message: String,
@@ -178,8 +186,26 @@ impl Error {
             Error::HostTools { hint, .. } => Some(format!(
                 "{hint}; then run `kiln up` again (nothing ran yet)"
             )),
-            Error::Io { .. } | Error::RunFailed { .. } => None,
+            Error::ArchiveRefused { hint, .. } => Some(hint.clone()),
+            Error::Io { source, .. } => io_hint(source),
+            Error::RunFailed { .. } => None,
         }
+    }
+
+    /// The message followed by each cause (`cannot read archive x: unexpected end of file`), for
+    /// places that keep one line: step reasons, step logs.
+    pub fn with_causes(&self) -> String {
+        let mut out = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            let text = cause.to_string();
+            if !out.ends_with(&text) {
+                out.push_str(": ");
+                out.push_str(&text);
+            }
+            source = cause.source();
+        }
+        out
     }
 
     /// Render for a terminal: `error: ...`, the output tail, `caused by:` chain, `hint:`.
@@ -206,5 +232,18 @@ impl Error {
 impl From<Diagnostic> for Error {
     fn from(d: Diagnostic) -> Self {
         Error::Source(Box::new(d))
+    }
+}
+
+/// What to do about an OS error whose cause is plain from its kind.
+fn io_hint(e: &io::Error) -> Option<String> {
+    match e.kind() {
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded => Some(
+            "the disk is full: free space (or point KILN_HOME / --state-dir elsewhere) and run again; finished steps are not re-run".into(),
+        ),
+        io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => {
+            Some("check the permissions of that path, or point kiln at a writable one".into())
+        }
+        _ => None,
     }
 }

@@ -20,3 +20,4 @@ pub mod report;
 pub mod requires;
 pub mod serve;
 pub mod steps;
+pub mod tune;

@@ -7,6 +7,7 @@ the model practically never emits end-of-sequence or partial UTF-8: a request fo
 streams exactly N tokens.
 
 usage: make_tiny_gguf.py --vocab VOCAB.gguf --out MODEL.gguf [--embd 256 --layers 4 --ff 768 --heads 4]
+       [--seed 1234 --logit-std 4.0 --residual-scale 1.0]
 """
 
 import argparse
@@ -41,6 +42,14 @@ def main():
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--seed", type=int, default=1234)
+    # Standard deviation of the logits. Random weights give flat distributions with near-ties
+    # between the top tokens, which any change of kernel numerics flips; a larger spread makes
+    # the model as confident as trained ones are, so greedy A/B compares kernels, not ties.
+    ap.add_argument("--logit-std", type=float, default=4.0)
+    # Scale of the residual branches' output projections. At 1.0 a deep random network is chaotic:
+    # a rounding difference between two kernels grows layer by layer until greedy tokens differ. A
+    # small scale keeps the residual stream near the token embedding, as trained models are stable.
+    ap.add_argument("--residual-scale", type=float, default=1.0)
     a = ap.parse_args()
 
     tokens, scores, types = read_vocab(a.vocab)
@@ -82,14 +91,17 @@ def main():
     for i in range(a.layers):
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+        for name in ("attn_q", "attn_k", "attn_v"):
             w.add_tensor(p + name + ".weight", rand(n_embd, n_embd, std=std))
+        w.add_tensor(p + "attn_output.weight", rand(n_embd, n_embd, std=std * a.residual_scale))
         w.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
         w.add_tensor(p + "ffn_gate.weight", rand(a.ff, n_embd, std=std))
         w.add_tensor(p + "ffn_up.weight", rand(a.ff, n_embd, std=std))
-        w.add_tensor(p + "ffn_down.weight", rand(n_embd, a.ff, std=1.0 / np.sqrt(a.ff)))
+        w.add_tensor(
+            p + "ffn_down.weight", rand(n_embd, a.ff, std=a.residual_scale / np.sqrt(a.ff))
+        )
     w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
-    out = rand(n_vocab, n_embd, std=4.0 / np.sqrt(n_embd))
+    out = rand(n_vocab, n_embd, std=a.logit_std / np.sqrt(n_embd))
     out[np.array(types) != NORMAL, :] = 0
     w.add_tensor("output.weight", out)
 

@@ -1,7 +1,7 @@
 //! Streaming generation clients: SGLang's native `/generate` and OpenAI `/v1/completions` (SSE,
 //! read line by line). One request in, one measured `Generation` out.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -70,12 +70,25 @@ impl Generation {
     }
 }
 
+/// Without one byte from the server, a request has stalled (capped by the request's deadline).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// The longest line of a response stream kiln reads.
+pub const MAX_LINE_BYTES: u64 = 1 << 20;
+/// The most bytes one streamed response may send (2048 tokens take well under 1 MiB).
+pub const MAX_STREAM_BYTES: u64 = 64 << 20;
+
+/// The default whole-request deadline: two minutes, plus 0.2 s per requested token (5 tok/s).
+pub fn default_deadline(max_tokens: u32) -> Duration {
+    Duration::from_secs(120) + Duration::from_millis(200) * max_tokens
+}
+
 pub struct Request<'a> {
     pub prompt: &'a str,
     pub max_tokens: u32,
     /// Greedy (temperature 0).
     pub greedy: bool,
     pub ignore_eos: bool,
+    /// The whole request, first byte to last.
     pub timeout: Duration,
 }
 
@@ -111,19 +124,35 @@ pub fn generate(base: &str, api: Api, req: &Request) -> Result<Generation> {
     let url = format!("{base}{path}");
     let agent = ureq::AgentBuilder::new()
         .timeout_connect(Duration::from_secs(5))
-        .timeout_read(req.timeout)
+        .timeout_read(req.timeout.min(IDLE_TIMEOUT))
+        .timeout(req.timeout)
         .build();
     let start = Instant::now();
     let resp = agent
         .post(&url)
         .set("Content-Type", "application/json")
         .send_string(&body.to_string())
-        .map_err(|e| http_error(&url, e))?;
+        .map_err(|e| http_error(&url, e, req.timeout))?;
     let mut s = Stream::default();
-    let reader = BufReader::new(resp.into_reader());
-    for line in reader.lines() {
-        let line =
-            line.map_err(|e| Error::io(format!("reading the stream from {url} failed"), e))?;
+    let mut reader = BufReader::new(Read::take(resp.into_reader(), MAX_STREAM_BYTES));
+    loop {
+        let line = match read_line(&mut reader) {
+            Ok(Some(line)) => line,
+            Ok(None) if reader.get_ref().limit() == 0 => {
+                return Err(Error::other(
+                    format!(
+                        "{url} sent more than {} MiB in one response",
+                        MAX_STREAM_BYTES >> 20
+                    ),
+                    Some("is this an LLM server? check --url and --api".into()),
+                ))
+            }
+            Ok(None) => break,
+            Err(e) => {
+                let received = MAX_STREAM_BYTES - reader.get_ref().limit();
+                return Err(stream_error(&url, e, received, start, req.timeout));
+            }
+        };
         let Some(data) = line.strip_prefix("data:") else {
             continue;
         };
@@ -259,11 +288,64 @@ impl Stream {
     }
 }
 
+/// One line (without its `\n`), at most [`MAX_LINE_BYTES`]; `None` at the end of the stream.
+fn read_line(r: &mut impl BufRead) -> std::io::Result<Option<String>> {
+    let mut buf = Vec::new();
+    let n = r
+        .by_ref()
+        .take(MAX_LINE_BYTES + 1)
+        .read_until(b'\n', &mut buf)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if buf.last() != Some(&b'\n') && n as u64 > MAX_LINE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("a line longer than {} MiB", MAX_LINE_BYTES >> 20),
+        ));
+    }
+    while matches!(buf.last(), Some(b'\n' | b'\r')) {
+        buf.pop();
+    }
+    Ok(Some(String::from_utf8_lossy(&buf).into_owned()))
+}
+
+/// A stream that failed: a stall or the deadline names the URL, the time and the bytes so far.
+fn stream_error(
+    url: &str,
+    e: std::io::Error,
+    got: u64,
+    start: Instant,
+    deadline: Duration,
+) -> Error {
+    if e.kind() != std::io::ErrorKind::TimedOut {
+        return Error::io(
+            format!("reading the stream from {url} failed after {got} bytes"),
+            e,
+        );
+    }
+    let elapsed = start.elapsed();
+    let what = if elapsed + Duration::from_millis(500) >= deadline {
+        format!("did not finish within {} s", deadline.as_secs())
+    } else {
+        format!(
+            "stalled: no data for {} s",
+            deadline.min(IDLE_TIMEOUT).as_secs()
+        )
+    };
+    Error::other(
+        format!("the response from {url} {what} ({got} bytes received)"),
+        Some(
+            "a slow server needs a longer `--request-timeout`; a stuck one needs a restart".into(),
+        ),
+    )
+}
+
 fn clip(s: &str) -> String {
     s.chars().take(200).collect()
 }
 
-fn http_error(url: &str, e: ureq::Error) -> Error {
+fn http_error(url: &str, e: ureq::Error, deadline: Duration) -> Error {
     match e {
         ureq::Error::Status(code, resp) => {
             let body = resp.into_string().unwrap_or_default();
@@ -272,6 +354,10 @@ fn http_error(url: &str, e: ureq::Error) -> Error {
                 None,
             )
         }
+        ureq::Error::Transport(t) if t.kind() == ureq::ErrorKind::Io => Error::other(
+            format!("no answer from {url} within {} s: {t}", deadline.as_secs()),
+            Some("the server accepted the connection but did not answer; is it stuck? (`--request-timeout` sets the limit)".into()),
+        ),
         ureq::Error::Transport(t) => Error::other(
             format!("cannot reach {url}: {t}"),
             Some("is the server running? start it with `kiln serve`".into()),

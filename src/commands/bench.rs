@@ -26,7 +26,10 @@ pub fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
         runs: args.runs,
         warmup: args.warmup,
         prompt: &prompt,
-        timeout: Duration::from_secs(1800),
+        timeout: args.request_timeout.map_or_else(
+            || bench::client::default_deadline(args.max_tokens),
+            Duration::from_secs,
+        ),
     };
     let report = measure(
         settings,
@@ -71,20 +74,7 @@ pub(super) fn measure(
     json: bool,
     baseline: Option<(&bench::Report, &std::path::Path)>,
 ) -> Result<bench::Report> {
-    let (server, model, server_args) = bench::server_fingerprint(opts.url, opts.api);
-    let fp = Fingerprint {
-        gpu: settings
-            .facts
-            .get("gpu.name")
-            .unwrap_or_else(|| "no GPU".into()),
-        driver: settings
-            .facts
-            .get("gpu.driver")
-            .unwrap_or_else(|| "-".into()),
-        server,
-        model,
-        server_args,
-    };
+    let fp = fingerprint(settings, opts.url, opts.api);
     eprintln!(
         "Benchmarking {} max_tokens={}, num_runs={}, warmup={}",
         opts.url, opts.max_tokens, opts.runs, opts.warmup
@@ -110,4 +100,22 @@ pub(super) fn measure(
     }
     eprintln!("kiln: appended to {}", history.display());
     Ok(report)
+}
+
+/// What was measured on what: GPU and driver, server version, model and arguments.
+pub(super) fn fingerprint(settings: &Settings, url: &str, api: Api) -> Fingerprint {
+    let (server, model, server_args) = bench::server_fingerprint(url, api);
+    Fingerprint {
+        gpu: settings
+            .facts
+            .get("gpu.name")
+            .unwrap_or_else(|| "no GPU".into()),
+        driver: settings
+            .facts
+            .get("gpu.driver")
+            .unwrap_or_else(|| "-".into()),
+        server,
+        model,
+        server_args,
+    }
 }

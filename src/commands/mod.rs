@@ -9,6 +9,7 @@ mod plan;
 mod preflight;
 mod serve;
 mod shell_help;
+mod tune;
 mod up;
 mod up_serve;
 mod verify;
@@ -33,6 +34,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Serve(args) => serve::run(&settings, &args),
         Command::Bench(args) => bench::run(&settings, &args),
         Command::Verify(args) => verify::run(&settings, &args),
+        Command::Tune(args) => tune::run(&settings, &args),
         Command::Image(args) => image::run(&settings, &args),
         Command::Cache(args) => cache::run(&settings, &args),
         Command::Completions { shell } => shell_help::completions(shell),

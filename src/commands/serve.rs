@@ -50,9 +50,19 @@ pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
             }
         };
     }
-    crate::process::catch_interrupts();
     let (name, profile) = pick_profile(&recipe, args.profile.as_deref())?;
     let sigs = signatures_for(profile)?;
+    if let Some(log) = &args.log {
+        return judge_captured(
+            &sigs,
+            &name,
+            profile,
+            log,
+            args.metrics.as_deref(),
+            args.json,
+        );
+    }
+    crate::process::catch_interrupts();
     let timeout = args
         .timeout
         .map(Duration::from_secs)
@@ -68,7 +78,7 @@ pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
         timeout,
     };
     let mut running = serve::start(&launch, &mut |s: &str| eprintln!("kiln: {s}"))?;
-    let verdicts = judge(&sigs, profile, &running);
+    let verdicts = judge(&sigs, profile, &running, false);
     print_verdicts(&name, &running, &verdicts, args.json);
     let code = verdict_code(&verdicts);
     let Some(url) = running.record.url.clone() else {
@@ -106,6 +116,49 @@ pub fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Verdicts from a log captured earlier (and its metrics page): nothing is launched; the server is
+/// taken to have answered requests.
+fn judge_captured(
+    sigs: &Signatures,
+    name: &str,
+    profile: &Profile,
+    log: &std::path::Path,
+    metrics: Option<&std::path::Path>,
+    json: bool,
+) -> Result<u8> {
+    let read = |p: &std::path::Path| {
+        std::fs::read(p)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .map_err(|e| Error::io(format!("cannot read {}", p.display()), e))
+    };
+    let text = read(log)?;
+    let all: Vec<String> = text.lines().map(String::from).collect();
+    let lines = match all.iter().rposition(|l| l.starts_with("=== kiln serve")) {
+        Some(start) => all[start..].to_vec(),
+        None => all,
+    };
+    let metrics = metrics.map(read).transpose()?;
+    let ev = verdict::Evidence {
+        log: &lines,
+        metrics: metrics.as_deref(),
+        after_traffic: true,
+    };
+    let verdicts = verdict::judge(sigs, profile, &ev);
+    if json {
+        let v = serde_json::json!({ "profile": name, "log": log, "verdicts": verdicts });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).expect("verdicts serialize")
+        );
+    } else {
+        println!("profile `{name}` judged from {}", log.display());
+        for v in &verdicts {
+            println!("{}", v.line());
+        }
+    }
+    Ok(verdict_code(&verdicts))
 }
 
 fn read_lines(p: &std::path::Path) -> Vec<String> {
@@ -161,14 +214,38 @@ pub(super) fn signatures_for(p: &Profile) -> Result<Signatures> {
     }
 }
 
-/// Verdicts from the log, with the server's own settings endpoint as extra evidence.
-pub(super) fn judge(sigs: &Signatures, profile: &Profile, running: &Running) -> Vec<Verdict> {
-    let mut verdicts = verdict::judge(sigs, profile, &running.log);
-    let info = running
-        .record
-        .url
-        .as_deref()
-        .and_then(|u| serve::server_info(sigs, u));
+/// Verdicts from the log, the server's metrics and its own settings endpoint. A feature whose
+/// evidence shows only under traffic gets one short greedy request first, unless `served` says
+/// the server has answered requests already (after a benchmark).
+pub(super) fn judge(
+    sigs: &Signatures,
+    profile: &Profile,
+    running: &Running,
+    served: bool,
+) -> Vec<Verdict> {
+    let url = running.record.url.as_deref();
+    let mut after_traffic = served;
+    if let (false, true, Some(url)) = (served, sigs.needs_traffic(), url) {
+        let req = crate::bench::client::Request {
+            prompt: crate::bench::ab::PROMPTS[0],
+            max_tokens: 32,
+            greedy: true,
+            ignore_eos: true,
+            timeout: Duration::from_secs(120),
+        };
+        after_traffic = crate::bench::client::generate(url, running.api, &req).is_ok();
+    }
+    let log = current_run(&running.record.log).unwrap_or_else(|| running.log.clone());
+    let metrics = url
+        .zip(sigs.metrics.as_deref())
+        .and_then(|(u, path)| serve::fetch_text(&format!("{}{path}", u.trim_end_matches('/'))));
+    let ev = verdict::Evidence {
+        log: &log,
+        metrics: metrics.as_deref(),
+        after_traffic,
+    };
+    let mut verdicts = verdict::judge(sigs, profile, &ev);
+    let info = url.and_then(|u| serve::server_info(sigs, u));
     if let Some(info) = info {
         for v in &mut verdicts {
             let key = v.feature.replace('-', "_");
@@ -191,6 +268,16 @@ pub(super) fn judge(sigs: &Signatures, profile: &Profile, running: &Running) -> 
         }
     }
     verdicts
+}
+
+/// The lines of the server log written by the latest launch (the log is appended to, one
+/// `=== kiln serve` header per launch).
+fn current_run(path: &std::path::Path) -> Option<Vec<String>> {
+    let lines = read_lines(path);
+    let start = lines
+        .iter()
+        .rposition(|l| l.starts_with("=== kiln serve"))?;
+    Some(lines[start..].to_vec())
 }
 
 pub(super) fn print_verdicts(name: &str, running: &Running, verdicts: &[Verdict], json: bool) {

@@ -64,6 +64,8 @@ pub fn execute(
 ) -> Result<RunSummary> {
     let memo = ctx.memo;
     let started = Instant::now();
+    // Downloads cut short by a killed run: nothing else cleans them.
+    crate::steps::fetch::remove_stale_partials(&ctx.cache_dir.join("downloads"));
     let n = recipe.steps.len();
     let mut states = vec![State::Done; n];
     let mut digests: BTreeMap<String, String> = BTreeMap::new();
@@ -254,7 +256,11 @@ fn run_one(
                 Err(e) if attempt > step.retries => return Err(e),
                 Err(e) => {
                     use std::io::Write;
-                    let _ = writeln!(log, "--- attempt {attempt} failed: {e}; retrying ---");
+                    let _ = writeln!(
+                        log,
+                        "--- attempt {attempt} failed: {}; retrying ---",
+                        e.with_causes()
+                    );
                     attempt += 1;
                 }
             }
@@ -270,6 +276,13 @@ fn run_one(
         })?;
         Ok(Outcome::Ran)
     })();
+    if let Err(e) = &result {
+        // The step log tells the whole story, the failure included (and its OS cause).
+        if let Ok(mut log) = std::fs::OpenOptions::new().append(true).open(&log_path) {
+            use std::io::Write;
+            let _ = writeln!(log, "error: {}", e.with_causes());
+        }
+    }
     let result = result.map_err(|e| with_log(e, &step.id, &log_path));
     (result, digest)
 }
@@ -305,7 +318,7 @@ fn with_log(e: Error, id: &str, log: &std::path::Path) -> Error {
                 .unwrap_or_default();
             Error::StepFailed {
                 step: id.to_string(),
-                reason: other.to_string(),
+                reason: other.with_causes(),
                 log: Some(log.to_path_buf()),
                 tail,
                 hint: other.hint(),

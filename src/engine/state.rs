@@ -108,17 +108,48 @@ impl StateDir {
         file.set_len(0)
             .and_then(|_| write!(file, "{}", std::process::id()))
             .map_err(|e| Error::io("cannot write the lock file", e))?;
-        // A run killed inside `write_atomic` leaves its temp file; no writer is alive now.
-        if let Ok(entries) = std::fs::read_dir(self.run_dir().join("receipts")) {
+        self.remove_leftovers();
+        Ok(RunLock { _file: file })
+    }
+
+    /// Temp files of runs killed inside [`write_atomic`] (SIGKILL, ENOSPC): receipts of every
+    /// recipe and the hash memo. Called under the lock, so no other kiln writes here now; a temp
+    /// file of this very process is left alone.
+    fn remove_leftovers(&self) {
+        let mut dirs = vec![self.root.clone()];
+        if let Ok(runs) = std::fs::read_dir(self.root.join("runs")) {
+            dirs.extend(runs.flatten().map(|r| r.path().join("receipts")));
+        }
+        for dir in dirs {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                if name.starts_with('.') && name.contains(".tmp-") {
-                    let _ = std::fs::remove_file(e.path());
+                if let Some(pid) = tmp_owner(&name) {
+                    if pid != std::process::id() {
+                        let _ = std::fs::remove_file(e.path());
+                    }
                 }
             }
         }
-        Ok(RunLock { _file: file })
     }
+}
+
+/// The PID in a [`write_atomic`] temp name (`.NAME.tmp-PID`).
+fn tmp_owner(name: &str) -> Option<u32> {
+    let (_, pid) = name.strip_prefix('.')?.rsplit_once(".tmp-")?;
+    pid.parse().ok()
+}
+
+/// Whether process `pid` exists (it may belong to someone else).
+pub fn pid_alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// Held while a run owns the state directory; released on drop or when the process dies.
@@ -142,8 +173,27 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         std::process::id()
     ));
     let ctx = |e| Error::io(format!("cannot write {}", path.display()), e);
-    let mut f = File::create(&tmp).map_err(ctx)?;
-    f.write_all(bytes).and_then(|_| f.sync_all()).map_err(ctx)?;
-    std::fs::rename(&tmp, path).map_err(ctx)?;
+    let written = File::create(&tmp)
+        .and_then(|mut f| f.write_all(bytes).and_then(|_| f.sync_all()))
+        .and_then(|_| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        // A full disk must not also leave a temp file behind.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(ctx(e));
+    }
     File::open(dir).and_then(|d| d.sync_all()).map_err(ctx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_names_give_their_owner() {
+        assert_eq!(tmp_owner(".build.json.tmp-4242"), Some(4242));
+        assert_eq!(tmp_owner(".hashmemo.json.tmp-7"), Some(7));
+        assert_eq!(tmp_owner("build.json"), None);
+        assert_eq!(tmp_owner(".x.tmp-notapid"), None);
+        assert!(pid_alive(std::process::id()));
+    }
 }

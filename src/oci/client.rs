@@ -33,6 +33,7 @@ impl Registry {
             agent: ureq::AgentBuilder::new()
                 .timeout_connect(Duration::from_secs(15))
                 .timeout_read(Duration::from_secs(300))
+                .timeout_write(Duration::from_secs(300))
                 .build(),
             credentials,
             authorization: Mutex::new(None),

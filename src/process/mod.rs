@@ -249,9 +249,35 @@ fn spawn_error(spec: &CommandSpec, e: std::io::Error) -> Error {
                     .into(),
             ),
         )
+    } else if let Some(what) = nul_byte_in(spec) {
+        Error::other(
+            format!("cannot run `{}`: {what} contains a NUL byte", spec.program.escape_debug()),
+            Some("a program's arguments and environment cannot hold NUL (\\0) bytes; check the value that produced it (a variable, an escape in the recipe)".into()),
+        )
     } else {
         Error::io(format!("cannot run `{}`", spec.display()), e)
     }
+}
+
+/// Which part of `spec` holds a NUL byte (the OS refuses to start such a command).
+fn nul_byte_in(spec: &CommandSpec) -> Option<String> {
+    if spec.program.contains('\0') {
+        return Some("the program name".into());
+    }
+    if let Some(i) = spec.args.iter().position(|a| a.contains('\0')) {
+        return Some(format!("argument {}", i + 1));
+    }
+    if let Some((k, _)) = spec
+        .env
+        .iter()
+        .find(|(k, v)| k.contains('\0') || v.contains('\0'))
+    {
+        return Some(format!("environment variable `{}`", k.escape_debug()));
+    }
+    spec.cwd
+        .as_ref()
+        .filter(|c| c.as_os_str().as_encoded_bytes().contains(&0))
+        .map(|_| "the working directory".into())
 }
 
 /// What a short command printed and how it ended (see [`capture_timeout`]).

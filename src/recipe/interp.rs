@@ -35,6 +35,11 @@ pub struct SyntaxError {
     pub hint: &'static str,
 }
 
+/// The longest value one `${}` expansion may produce (a template, or a variable's value).
+pub const MAX_VALUE_BYTES: usize = 1 << 20;
+/// How many variables may be in the middle of expanding at once (`a` uses `b` uses `c` ...).
+pub const MAX_DEPTH: usize = 64;
+
 pub const FILTERS: &[&str] = &["nodot", "major", "minor", "lower", "upper", "quote"];
 
 impl Template {
@@ -89,14 +94,19 @@ impl Template {
         })
     }
 
-    /// Expand with `lookup`, quoting each substituted value as `quoting` says.
+    /// Expand with `lookup`, quoting each substituted value as `quoting` says; past
+    /// [`MAX_VALUE_BYTES`] the expansion stops with `too_long()`, whatever the recipe nests.
     pub fn expand<E>(
         &self,
         quoting: Quoting,
         mut lookup: impl FnMut(&VarRef) -> Result<String, E>,
+        too_long: impl FnOnce() -> E,
     ) -> Result<String, E> {
         let mut out = String::new();
         for part in &self.parts {
+            if out.len() > MAX_VALUE_BYTES {
+                return Err(too_long());
+            }
             match part {
                 Part::Lit(s) => out.push_str(s),
                 Part::Var(v) => {
@@ -109,6 +119,9 @@ impl Template {
                     }
                 }
             }
+        }
+        if out.len() > MAX_VALUE_BYTES {
+            return Err(too_long());
         }
         Ok(out)
     }
@@ -212,13 +225,17 @@ mod tests {
         let q = if shell { Quoting::Shell } else { Quoting::None };
         Template::parse(t)
             .unwrap()
-            .expand::<()>(q, |v| {
-                Ok(match v.name.as_str() {
-                    "arch" => "12.0".into(),
-                    "evil" => "$(touch pwned); `id` 'x'".into(),
-                    _ => String::new(),
-                })
-            })
+            .expand::<()>(
+                q,
+                |v| {
+                    Ok(match v.name.as_str() {
+                        "arch" => "12.0".into(),
+                        "evil" => "$(touch pwned); `id` 'x'".into(),
+                        _ => String::new(),
+                    })
+                },
+                || (),
+            )
             .unwrap()
     }
 
@@ -232,6 +249,22 @@ mod tests {
             (v.name.as_str(), v.default.as_deref()),
             ("host.gpu.cc", Some("9.0"))
         );
+    }
+
+    #[test]
+    fn an_expansion_past_the_size_limit_stops() {
+        let t = Template::parse(&"${big}".repeat(1000)).unwrap();
+        let mut calls = 0;
+        let r = t.expand(
+            Quoting::None,
+            |_| {
+                calls += 1;
+                Ok::<_, &str>("x".repeat(1 << 16))
+            },
+            || "too long",
+        );
+        assert_eq!(r, Err("too long"));
+        assert_eq!(calls, 17, "stopped soon after the limit");
     }
 
     #[test]

@@ -1,11 +1,22 @@
 //! Finding a recipe (path or shipped name), reading it and its imports, in merge order.
+//!
+//! Reading is bounded: recipe files are regular `.toml` files of at most [`MAX_FILE_BYTES`], the
+//! import graph is at most [`MAX_IMPORT_DEPTH`] deep, and an import stays inside the recipe's tree
+//! (see [`tree_root`]). A file that is not a `.toml` file never has a line echoed in an error.
 
+use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
 use super::source::{SourceFile, Sources};
 use super::{shipped, validate, wire, Recipe};
+use crate::diagnostic::Diagnostic;
 use crate::error::{Error, Result};
 use crate::host::Facts;
+
+/// The largest recipe (or imported) file kiln reads.
+pub const MAX_FILE_BYTES: u64 = 4 << 20;
+/// How deep imports may nest (a imports b imports c ...).
+pub const MAX_IMPORT_DEPTH: usize = 32;
 
 pub struct LoadOptions<'a> {
     /// `--set key=value`, in order.
@@ -41,13 +52,21 @@ pub fn load(spec: Option<&str>, opts: &LoadOptions) -> Result<Recipe> {
         files: Vec::new(),
     };
     let mut seen = Vec::new();
+    let tree = match &origin {
+        Origin::Disk(path) => tree_root(path),
+        Origin::Embedded(_) => None,
+    };
+    let roots = Roots {
+        shipped: &shipped_root,
+        tree: tree.as_deref(),
+    };
     read_tree(
         &origin,
         None,
         &mut loaded,
         &mut Vec::new(),
         &mut seen,
-        &shipped_root,
+        &roots,
     )?;
     validate::build(loaded, opts)
 }
@@ -73,14 +92,33 @@ fn resolve(spec: Option<&str>) -> Result<Origin> {
     })
 }
 
+/// The directories reading starts from.
+struct Roots<'a> {
+    /// Where the shipped files are materialized.
+    shipped: &'a Path,
+    /// Imports of an on-disk recipe must stay under this directory.
+    tree: Option<&'a Path>,
+}
+
+/// The recipe's tree: the directory of the recipe named on the command line, or its parent when
+/// that directory is called `recipes` (kiln's own layout: `recipes/` next to `toolchains/`).
+fn tree_root(recipe: &Path) -> Option<PathBuf> {
+    let dir = std::fs::canonicalize(recipe).ok()?.parent()?.to_path_buf();
+    if dir.file_name().is_some_and(|n| n == "recipes") {
+        return dir.parent().map(Path::to_path_buf);
+    }
+    Some(dir)
+}
+
 fn read_tree(
     origin: &Origin,
     imported_at: Option<(usize, std::ops::Range<usize>)>,
     loaded: &mut Loaded,
     stack: &mut Vec<Origin>,
     seen: &mut Vec<Origin>,
-    shipped_root: &Path,
+    roots: &Roots,
 ) -> Result<()> {
+    let shipped_root = roots.shipped;
     let located = |loaded: &Loaded, message: String, hint: &str| -> Error {
         match &imported_at {
             Some((file, span)) => loaded
@@ -102,22 +140,40 @@ fn read_tree(
     if seen.contains(&identity) {
         return Ok(());
     }
+    if stack.len() >= MAX_IMPORT_DEPTH {
+        return Err(located(
+            loaded,
+            format!("imports nest more than {MAX_IMPORT_DEPTH} files deep"),
+            "flatten the chain: import the shared files from the recipe itself",
+        ));
+    }
     let file = match origin {
         Origin::Disk(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| match imported_at {
-                Some(_) => located(
-                    loaded,
-                    format!("cannot read imported file {}: {e}", path.display()),
-                    "imports are relative to the importing file",
-                ),
-                None => Error::usage(
-                    format!("cannot read recipe {}: {e}", path.display()),
-                    Some(format!(
-                        "shipped recipes: {}; or pass the path of a recipe file",
-                        shipped::recipe_names().join(", ")
-                    )),
-                ),
-            })?;
+            if imported_at.is_some() {
+                if let Err((message, hint)) = import_allowed(path, &identity, roots.tree) {
+                    return Err(located(loaded, message, &hint));
+                }
+            }
+            let text = match read_text(path) {
+                Ok(text) => text,
+                Err(ReadError::Utf8(d)) => return Err((*d).into()),
+                Err(ReadError::Other(e)) => {
+                    return Err(match imported_at {
+                        Some(_) => located(
+                            loaded,
+                            format!("cannot read imported file {}: {e}", path.display()),
+                            "imports are relative to the importing file",
+                        ),
+                        None => Error::usage(
+                            format!("cannot read recipe {}: {e}", path.display()),
+                            Some(format!(
+                                "shipped recipes: {}; or pass the path of a recipe file",
+                                shipped::recipe_names().join(", ")
+                            )),
+                        ),
+                    })
+                }
+            };
             SourceFile {
                 path: path.clone(),
                 text,
@@ -141,7 +197,13 @@ fn read_tree(
         }
     };
     let id = loaded.sources.add(file);
-    let parsed: wire::File = loaded.sources.parse(id)?;
+    let parsed: wire::File = loaded.sources.parse(id).map_err(|d| {
+        if is_toml(&loaded.sources.files[id].path) {
+            d
+        } else {
+            d.hide_line()
+        }
+    })?;
     stack.push(identity.clone());
     let imports: Vec<_> = parsed
         .recipe
@@ -168,13 +230,104 @@ fn read_tree(
             loaded,
             stack,
             seen,
-            shipped_root,
+            roots,
         )?;
     }
     stack.pop();
     seen.push(identity);
     loaded.files.push((id, parsed));
     Ok(())
+}
+
+fn is_toml(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "toml")
+}
+
+/// An import names a `.toml` file inside the recipe's tree (symlinks resolved).
+fn import_allowed(
+    path: &Path,
+    identity: &Origin,
+    tree: Option<&Path>,
+) -> std::result::Result<(), (String, String)> {
+    if !is_toml(path) {
+        return Err((
+            format!("cannot import {}: not a .toml file", path.display()),
+            "imports name recipe fragments (`.toml` files)".into(),
+        ));
+    }
+    if let (Some(tree), Origin::Disk(real)) = (tree, identity) {
+        if real.is_absolute() && !real.starts_with(tree) {
+            return Err((
+                format!(
+                    "cannot import {}: it is outside the recipe's tree {}",
+                    real.display(),
+                    tree.display()
+                ),
+                format!("imports stay under {}; copy the file there, or run a recipe that lives above both", tree.display()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+enum ReadError {
+    Other(String),
+    /// Not UTF-8: located at the first bad byte.
+    Utf8(Box<Diagnostic>),
+}
+
+/// A recipe file's text: a regular file of at most [`MAX_FILE_BYTES`], valid UTF-8.
+fn read_text(path: &Path) -> std::result::Result<String, ReadError> {
+    let meta = std::fs::metadata(path).map_err(|e| ReadError::Other(e.to_string()))?;
+    if !meta.is_file() {
+        let what = if meta.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file (a device, FIFO or socket)"
+        };
+        return Err(ReadError::Other(format!("it is {what}")));
+    }
+    let too_big = || {
+        ReadError::Other(format!(
+            "it is larger than {} MiB, the limit for a recipe file",
+            MAX_FILE_BYTES >> 20
+        ))
+    };
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(too_big());
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(|e| ReadError::Other(e.to_string()))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(too_big());
+    }
+    String::from_utf8(bytes).map_err(|e| ReadError::Utf8(Box::new(utf8_diag(path, &e))))
+}
+
+/// Where the first byte that is not UTF-8 is, as `file:line:col`.
+fn utf8_diag(path: &Path, e: &std::string::FromUtf8Error) -> Diagnostic {
+    let bytes = e.as_bytes();
+    let good = e.utf8_error().valid_up_to();
+    let valid = std::str::from_utf8(&bytes[..good]).expect("valid up to here");
+    let binary = bytes.contains(&0);
+    let d = Diagnostic::at(
+        path,
+        valid,
+        good..good,
+        format!("byte 0x{:02x} at offset {good} is not UTF-8", bytes[good]),
+    )
+    .with_hint(if binary {
+        "this is not a text file; pass the path of a recipe (a UTF-8 .toml file)".to_string()
+    } else {
+        "recipes are UTF-8 text; convert the file, e.g. `iconv -f latin1 -t utf-8 FILE`".to_string()
+    });
+    if is_toml(path) && !binary {
+        d
+    } else {
+        d.hide_line()
+    }
 }
 
 /// What makes two origins the same file: `lib/../a.toml` and `a.toml` are one file.

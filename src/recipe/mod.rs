@@ -70,6 +70,12 @@ pub enum StepKind {
         archive: PathBuf,
         dest: PathBuf,
         strip_components: u32,
+        /// Uncompressed bytes the archive may unpack to (`max_size`; default 64 GiB).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        max_size: Option<u64>,
+        /// Keep setuid/setgid bits (`keep_setid = true`); dropped by default.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        keep_setid: bool,
     },
     Python(PythonStep),
     Cuda(CudaStep),

@@ -26,6 +26,10 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../recipes/glm5-nvfp4-sm120.toml"),
     ),
     (
+        "recipes/llama-cuda.toml",
+        include_str!("../../recipes/llama-cuda.toml"),
+    ),
+    (
         "recipes/tiny-cpu.toml",
         include_str!("../../recipes/tiny-cpu.toml"),
     ),

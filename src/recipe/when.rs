@@ -6,6 +6,11 @@
 
 use std::cmp::Ordering;
 
+/// How deep parentheses and `not` may nest.
+pub const MAX_DEPTH: usize = 64;
+/// How many tokens one condition may hold.
+pub const MAX_TOKENS: usize = 4096;
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expr {
     Or(Box<Expr>, Box<Expr>),
@@ -127,6 +132,8 @@ struct Parser {
     toks: Vec<(usize, Tok)>,
     pos: usize,
     end: usize,
+    /// Open parentheses and `not`s around the current position.
+    depth: usize,
 }
 
 impl Parser {
@@ -158,10 +165,23 @@ impl Parser {
         }
         Ok(lhs)
     }
+    /// Enter one level of nesting; past [`MAX_DEPTH`] the condition is refused here.
+    fn nest(&mut self) -> Result<(), ParseError> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return self.err(format!(
+                "the condition nests more than {MAX_DEPTH} levels deep"
+            ));
+        }
+        Ok(())
+    }
     fn not(&mut self) -> Result<Expr, ParseError> {
         if self.peek() == Some(&Tok::Not) {
+            self.nest()?;
             self.pos += 1;
-            return Ok(Expr::Not(Box::new(self.not()?)));
+            let e = Expr::Not(Box::new(self.not()?));
+            self.depth -= 1;
+            return Ok(e);
         }
         self.atom()
     }
@@ -169,12 +189,14 @@ impl Parser {
         let offset = self.offset();
         match self.peek().cloned() {
             Some(Tok::Open) => {
+                self.nest()?;
                 self.pos += 1;
                 let e = self.or()?;
                 if self.peek() != Some(&Tok::Close) {
                     return self.err("expected `)`");
                 }
                 self.pos += 1;
+                self.depth -= 1;
                 Ok(e)
             }
             Some(Tok::Ident(name)) => {
@@ -199,10 +221,33 @@ impl Parser {
 }
 
 pub fn parse(src: &str) -> Result<Expr, ParseError> {
+    let toks = lex(src)?;
+    // Parentheses first: their depth is the likelier mistake, and the clearer message.
+    let mut depth = 0usize;
+    for (offset, t) in &toks {
+        match t {
+            Tok::Open => depth += 1,
+            Tok::Close => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        if depth > MAX_DEPTH {
+            return Err(ParseError {
+                offset: *offset,
+                message: format!("the condition nests more than {MAX_DEPTH} levels deep"),
+            });
+        }
+    }
+    if let Some((offset, _)) = toks.get(MAX_TOKENS) {
+        return Err(ParseError {
+            offset: *offset,
+            message: format!("the condition is longer than {MAX_TOKENS} words and symbols"),
+        });
+    }
     let mut p = Parser {
-        toks: lex(src)?,
+        toks,
         pos: 0,
         end: src.len(),
+        depth: 0,
     };
     let e = p.or()?;
     if p.pos < p.toks.len() {
@@ -293,6 +338,20 @@ mod tests {
         assert_eq!(parse("gpu.cc >=").unwrap_err().offset, 9);
         assert_eq!(parse("os == linux arch").unwrap_err().offset, 12);
         assert!(parse("(os == linux").is_err());
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        let src = format!("{}os{}", "(".repeat(10_000), ")".repeat(10_000));
+        let e = parse(&src).unwrap_err();
+        assert_eq!(e.offset, MAX_DEPTH);
+        assert!(e.message.contains("nests more than 64 levels"), "{e:?}");
+        let nots = format!("{}os", "not ".repeat(100));
+        assert!(parse(&nots).unwrap_err().message.contains("nests"));
+        let long = vec!["os"; 5000].join(" and ");
+        assert!(parse(&long).unwrap_err().message.contains("longer than"));
+        let ok = format!("{}os{}", "(".repeat(MAX_DEPTH), ")".repeat(MAX_DEPTH));
+        assert!(parse(&ok).is_ok());
     }
 
     #[test]

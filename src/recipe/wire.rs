@@ -146,6 +146,8 @@ pub struct Step {
     pub archive: Option<Spanned<String>>,
     pub dest: Option<Spanned<String>>,
     pub strip_components: Option<Spanned<u32>>,
+    pub max_size: Option<Spanned<String>>,
+    pub keep_setid: Option<Spanned<bool>>,
 
     // kind = "python"
     pub venv: Option<Spanned<String>>,
@@ -210,7 +212,17 @@ pub struct Profile {
 pub const STEP_KINDS: &[(&str, &[&str])] = &[
     ("run", &["cmd", "shell"]),
     ("fetch", &["url", "sha256", "filename"]),
-    ("extract", &["from", "archive", "dest", "strip_components"]),
+    (
+        "extract",
+        &[
+            "from",
+            "archive",
+            "dest",
+            "strip_components",
+            "max_size",
+            "keep_setid",
+        ],
+    ),
     (
         "python",
         &[

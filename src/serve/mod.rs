@@ -433,6 +433,14 @@ pub fn server_info(sigs: &Signatures, base: &str) -> Option<serde_json::Value> {
         .flatten()
 }
 
+/// The body of a GET that answered 200 (a metrics page), if any.
+pub fn fetch_text(url: &str) -> Option<String> {
+    match client::get(url, Duration::from_secs(10))? {
+        (200, body) => Some(body),
+        _ => None,
+    }
+}
+
 /// Stop the server recorded for `recipe`; false when none was recorded or it was gone already.
 pub fn stop_recorded(state_dir: &Path, recipe: &str) -> Result<Option<Record>> {
     let Some(r) = read_record(state_dir, recipe) else {

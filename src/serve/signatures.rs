@@ -31,6 +31,7 @@ struct Wire {
     #[serde(default)]
     ready: Vec<String>,
     info: Option<String>,
+    metrics: Option<String>,
     #[serde(default)]
     compilers: Vec<String>,
     #[serde(default)]
@@ -73,8 +74,30 @@ struct WireFeature {
     crashed: Vec<String>,
     #[serde(default)]
     fell_back: Vec<WireEvidence>,
+    ratio: Option<WireRatio>,
+    /// Evidence appears only once the server has answered requests (CUDA graph reuse, draft
+    /// acceptance): judge after traffic, not at readiness.
+    #[serde(default)]
+    needs_traffic: bool,
     absent: String,
     absent_reason: String,
+}
+
+/// A measured share: a pattern with two numeric groups (part, whole), summed over every matching
+/// line, or two Prometheus counters of the server's metrics endpoint. At or above `min` the
+/// feature is active; below, it fell back.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireRatio {
+    #[serde(rename = "match")]
+    pattern: String,
+    #[serde(default)]
+    metrics: Option<[String; 2]>,
+    min: f64,
+    what: String,
+    /// Judge every matching line on its own (one per loaded model) instead of summing them.
+    #[serde(default)]
+    each: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -93,6 +116,8 @@ pub struct Signatures {
     pub ready: Vec<Regex>,
     /// Endpoint with the server's own view of its settings (`/server_info`, `/props`).
     pub info: Option<String>,
+    /// Prometheus endpoint (`/metrics`) read for ratio counters.
+    pub metrics: Option<String>,
     pub compilers: Vec<String>,
     pub fatal: Vec<Regex>,
     pub milestones: Vec<(String, Regex)>,
@@ -116,8 +141,23 @@ pub struct Feature {
     pub active: Vec<String>,
     pub crashed: Vec<Regex>,
     pub fell_back: Vec<(Regex, String)>,
+    pub ratio: Option<Ratio>,
+    pub needs_traffic: bool,
     pub absent: String,
     pub absent_reason: String,
+}
+
+#[derive(Debug)]
+pub struct Ratio {
+    /// Two capture groups: the part and the whole.
+    pub pattern: Regex,
+    /// Counter names (part, whole) on the server's metrics endpoint.
+    pub metrics: Option<[String; 2]>,
+    pub min: f64,
+    /// What is counted ("layers on the GPU", "draft tokens accepted").
+    pub what: String,
+    /// Every matching line must reach `min` on its own; the worst one is reported.
+    pub each: bool,
 }
 
 impl Signatures {
@@ -190,6 +230,12 @@ impl Signatures {
                     .iter()
                     .map(|e| Ok((re(&e.pattern)?, e.reason.clone())))
                     .collect::<Result<_>>()?,
+                ratio: f
+                    .ratio
+                    .as_ref()
+                    .map(|r| ratio(r, &f.id, origin))
+                    .transpose()?,
+                needs_traffic: f.needs_traffic,
                 absent: f.absent.clone(),
                 absent_reason: f.absent_reason.clone(),
             });
@@ -199,6 +245,7 @@ impl Signatures {
             origin: origin.to_string(),
             ready: res(&wire.ready)?,
             info: wire.info,
+            metrics: wire.metrics,
             compilers: wire.compilers,
             fatal: res(&wire.fatal)?,
             milestones: wire
@@ -222,6 +269,11 @@ impl Signatures {
         })
     }
 
+    /// Whether any feature judged for these flags needs the server to have answered requests.
+    pub fn needs_traffic(&self) -> bool {
+        self.features.iter().any(|f| f.needs_traffic)
+    }
+
     /// Signatures that know nothing: readiness by endpoint only, no verdict evidence.
     pub fn empty() -> Signatures {
         Signatures {
@@ -229,6 +281,7 @@ impl Signatures {
             origin: "no signatures".into(),
             ready: vec![],
             info: None,
+            metrics: None,
             compilers: vec![],
             fatal: vec![],
             milestones: vec![],
@@ -246,6 +299,34 @@ impl Signatures {
                 .map(|l| (c, l.trim().to_string()))
         })
     }
+}
+
+fn ratio(r: &WireRatio, feature: &str, origin: &str) -> Result<Ratio> {
+    let bad = |why: String| {
+        Error::other(
+            format!("feature `{feature}` in {origin}: {why}"),
+            Some("a ratio is `{ match = \"(\\d+) of (\\d+)\", min = 0.5, what = \"...\" }`".into()),
+        )
+    };
+    let pattern = Regex::new(&r.pattern).map_err(|e| bad(format!("invalid ratio pattern: {e}")))?;
+    if pattern.captures_len() != 3 {
+        return Err(bad(
+            "the ratio pattern needs exactly two capture groups (part, whole)".into(),
+        ));
+    }
+    if !(0.0..=1.0).contains(&r.min) {
+        return Err(bad(format!(
+            "ratio `min` must be within 0..=1, got {}",
+            r.min
+        )));
+    }
+    Ok(Ratio {
+        pattern,
+        metrics: r.metrics.clone(),
+        min: r.min,
+        what: r.what.clone(),
+        each: r.each,
+    })
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use regex::Regex;
 use serde::Serialize;
 
-use super::signatures::{Feature, Signatures};
+use super::signatures::{Feature, Ratio, Signatures};
 use crate::recipe::Profile;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -80,16 +80,32 @@ pub fn flag_value(args: &[String], flag: &str) -> Option<String> {
     found
 }
 
+/// What a verdict is judged from: the server's log, its metrics endpoint's text (Prometheus), and
+/// whether it has answered requests yet (some evidence only appears under traffic).
+#[derive(Debug, Default)]
+pub struct Evidence<'a> {
+    pub log: &'a [String],
+    pub metrics: Option<&'a str>,
+    pub after_traffic: bool,
+}
+
+/// A flag value that turns a feature off (`-fa off`): the feature is not requested.
+fn is_off(value: &str) -> bool {
+    ["off", "0", "false", "disabled", "none", "no"].contains(&value.to_ascii_lowercase().as_str())
+}
+
 /// Verdicts for the features the profile requests (by flag, or by id in `expect`).
-pub fn judge(sigs: &Signatures, profile: &Profile, log: &[String]) -> Vec<Verdict> {
+pub fn judge(sigs: &Signatures, profile: &Profile, ev: &Evidence) -> Vec<Verdict> {
     let mut out = Vec::new();
     let argv: Vec<String> = profile.cmd.iter().chain(&profile.args).cloned().collect();
     for f in &sigs.features {
         let value = f.flags.iter().find_map(|fl| flag_value(&argv, fl));
-        if value.is_none() && !profile.expect.contains(&f.id) {
+        let expected = profile.expect.contains(&f.id);
+        let requested = value.as_deref().is_some_and(|v| !is_off(v));
+        if !requested && !expected {
             continue;
         }
-        out.push(judge_one(f, value.as_deref().unwrap_or(""), log));
+        out.push(judge_one(f, value.as_deref().unwrap_or(""), ev));
     }
     for id in &profile.expect {
         if !sigs.features.iter().any(|f| &f.id == id) {
@@ -104,19 +120,23 @@ pub fn judge(sigs: &Signatures, profile: &Profile, log: &[String]) -> Vec<Verdic
     out
 }
 
-fn judge_one(f: &Feature, value: &str, log: &[String]) -> Verdict {
+fn judge_one(f: &Feature, value: &str, ev: &Evidence) -> Verdict {
     let verdict = |status, reason: String, line: &String| Verdict {
         feature: f.id.clone(),
         status,
         reason,
         evidence: Some(line.trim().to_string()),
     };
+    let log = ev.log;
     if let Some(line) = log.iter().find(|l| f.crashed.iter().any(|p| p.is_match(l))) {
         return verdict(
             Status::Crashed,
             "the server crashed in its code path".into(),
             line,
         );
+    }
+    if let Some(v) = f.ratio.as_ref().and_then(|r| judge_ratio(f, r, ev)) {
+        return v;
     }
     let active: Vec<Regex> = f
         .active
@@ -136,6 +156,14 @@ fn judge_one(f: &Feature, value: &str, log: &[String]) -> Verdict {
             return verdict(Status::FellBack, reason.clone(), line);
         }
     }
+    if f.needs_traffic && !ev.after_traffic {
+        return Verdict {
+            feature: f.id.clone(),
+            status: Status::Unknown,
+            reason: "shows only once the server has answered requests".into(),
+            evidence: None,
+        };
+    }
     let status = match f.absent.as_str() {
         "active" => Status::Active,
         "fell back" => Status::FellBack,
@@ -147,6 +175,82 @@ fn judge_one(f: &Feature, value: &str, log: &[String]) -> Verdict {
         reason: f.absent_reason.clone(),
         evidence: None,
     }
+}
+
+/// The share (part / whole) summed over every matching log line, else from the metrics counters;
+/// None when neither has a count (the caller falls through to the other rules).
+fn judge_ratio(f: &Feature, r: &Ratio, ev: &Evidence) -> Option<Verdict> {
+    let mut found: Option<(f64, f64, String)> = None;
+    for line in ev.log {
+        if let Some(c) = r.pattern.captures(line) {
+            let (Ok(part), Ok(whole)) = (c[1].parse::<f64>(), c[2].parse::<f64>()) else {
+                continue;
+            };
+            let line = line.trim().to_string();
+            found = Some(match found.take() {
+                // Each line on its own: keep the worst share.
+                Some((p, w, l)) if r.each => {
+                    if whole > 0.0 && (w <= 0.0 || part / whole < p / w) {
+                        (part, whole, line)
+                    } else {
+                        (p, w, l)
+                    }
+                }
+                Some((p, w, _)) => (p + part, w + whole, line),
+                None => (part, whole, line),
+            });
+        }
+    }
+    if let (None, Some([part, whole]), Some(text)) = (&found, &r.metrics, ev.metrics) {
+        if let (Some(p), Some(w)) = (counter(text, part), counter(text, whole)) {
+            found = Some((p, w, format!("/metrics: {part} {p}, {whole} {w}")));
+        }
+    }
+    let (part, whole, evidence) = found?;
+    if whole <= 0.0 {
+        return None;
+    }
+    let share = part / whole;
+    let status = if share + 1e-9 >= r.min {
+        Status::Active
+    } else {
+        Status::FellBack
+    };
+    let mut reason = format!("{part}/{whole} {} ({:.1} %)", r.what, share * 100.0);
+    if status == Status::FellBack {
+        reason.push_str(&format!(", below the {:.0} % it takes", r.min * 100.0));
+    }
+    Some(Verdict {
+        feature: f.id.clone(),
+        status,
+        reason,
+        evidence: Some(evidence),
+    })
+}
+
+/// The value of a Prometheus counter (`name value` or `name{labels} value`), summed over labels.
+pub fn counter(text: &str, name: &str) -> Option<f64> {
+    let mut total = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        let rest = match rest.strip_prefix('{') {
+            Some(r) => r.split_once('}').map_or("", |(_, v)| v),
+            None => rest,
+        };
+        if !rest.starts_with([' ', '\t']) {
+            continue;
+        }
+        if let Some(v) = rest
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+        {
+            total = Some(total.unwrap_or(0.0) + v);
+        }
+    }
+    total
 }
 
 #[cfg(test)]
@@ -163,5 +267,16 @@ mod tests {
         assert_eq!(flag_value(&args, "--on").as_deref(), Some(""));
         assert_eq!(flag_value(&args, "--neg").as_deref(), Some("-1"));
         assert_eq!(flag_value(&args, "--missing"), None);
+    }
+
+    #[test]
+    fn prometheus_counters() {
+        let text = "# HELP x\nllamacpp:spec_decode_num_accepted_tokens_total 12\nllamacpp:spec_decode_num_accepted_tokens_totalx 5\nreqs{a=\"1\"} 2\nreqs{a=\"2\"} 3\n";
+        assert_eq!(
+            counter(text, "llamacpp:spec_decode_num_accepted_tokens_total"),
+            Some(12.0)
+        );
+        assert_eq!(counter(text, "reqs"), Some(5.0));
+        assert_eq!(counter(text, "missing"), None);
     }
 }

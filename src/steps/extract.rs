@@ -1,23 +1,47 @@
-//! `kind = "extract"`: unpack tar, tar.gz, tar.xz or tar.zst into a directory. Entries with `..`
-//! or absolute paths are refused; the result appears at `dest` whole or not at all.
+//! `kind = "extract"`: unpack tar, tar.gz, tar.xz or tar.zst into a directory; the result appears
+//! at `dest` whole or not at all.
+//!
+//! Hostile archives are refused, never half-applied: entries with `..` or absolute paths, writes
+//! through a symlink that leads out, hard links whose target is not a file extracted earlier into
+//! the same destination, device nodes and FIFOs, and archives past `max_size` bytes (uncompressed)
+//! or [`MAX_ENTRIES`] entries. Setuid and setgid bits are dropped unless the step says
+//! `keep_setid = true`.
 
+use std::cell::Cell;
 use std::fs::File;
 use std::io::{BufReader, Read, Write};
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 
 use crate::engine::state::create_dir;
 use crate::error::{Error, Result};
 
-pub fn extract(archive: &Path, dest: &Path, strip: u32, log: &mut dyn Write) -> Result<()> {
+/// Default `max_size`: the uncompressed bytes an archive may unpack to (64 GiB).
+pub const DEFAULT_MAX_SIZE: u64 = 64 << 30;
+/// Entries one archive may hold.
+pub const MAX_ENTRIES: u64 = 1_000_000;
+
+/// How one extract step unpacks.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    pub strip: u32,
+    /// Uncompressed bytes allowed (file data and tar headers together).
+    pub max_size: u64,
+    pub max_entries: u64,
+    pub keep_setid: bool,
+}
+
+pub fn extract(archive: &Path, dest: &Path, opts: Options, log: &mut dyn Write) -> Result<()> {
     let parent = dest.parent().unwrap_or(Path::new("."));
     create_dir(parent)?;
-    let staging = parent.join(format!(
-        ".{}.partial-{}",
-        dest.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id()
-    ));
+    let prefix = format!(
+        ".{}.partial-",
+        dest.file_name().unwrap_or_default().to_string_lossy()
+    );
+    remove_stale_staging(parent, &prefix);
+    let staging = parent.join(format!("{prefix}{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&staging);
-    let result = unpack(archive, &staging, strip, log).and_then(|count| {
+    let result = unpack(archive, &staging, opts, log).and_then(|count| {
         if dest.exists() {
             std::fs::remove_dir_all(dest)
                 .map_err(|e| Error::io(format!("cannot replace {}", dest.display()), e))?;
@@ -31,6 +55,22 @@ pub fn extract(archive: &Path, dest: &Path, strip: u32, log: &mut dyn Write) -> 
         let _ = std::fs::remove_dir_all(&staging);
     }
     result
+}
+
+/// Staging directories (`PREFIX<pid>`) of extracts whose process is gone.
+fn remove_stale_staging(parent: &Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix(prefix)
+            .and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|p| !crate::engine::state::pid_alive(p)) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 fn open(archive: &Path) -> Result<Box<dyn Read>> {
@@ -47,49 +87,226 @@ fn open(archive: &Path) -> Result<Box<dyn Read>> {
     })
 }
 
-fn unpack(archive: &Path, into: &Path, strip: u32, log: &mut dyn Write) -> Result<usize> {
+/// The decompressed stream, failing once more than `max` bytes came out of it.
+struct Capped {
+    inner: Box<dyn Read>,
+    left: u64,
+    hit: Rc<Cell<bool>>,
+}
+
+impl Read for Capped {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        match self.left.checked_sub(n as u64) {
+            Some(left) => {
+                self.left = left;
+                Ok(n)
+            }
+            None => {
+                self.hit.set(true);
+                Err(std::io::Error::other(
+                    "the archive unpacks past its size limit",
+                ))
+            }
+        }
+    }
+}
+
+fn too_large(archive: &Path, limit: u64) -> Error {
+    Error::ArchiveRefused {
+        archive: archive.to_path_buf(),
+        why: format!("it unpacks to more than max_size = {limit} bytes"),
+        hint: "if the archive is trusted and really that large, raise `max_size` on the step (e.g. `max_size = \"200GiB\"`); nothing was extracted".into(),
+    }
+}
+
+fn unpack(archive: &Path, into: &Path, opts: Options, log: &mut dyn Write) -> Result<usize> {
     create_dir(into)?;
-    let mut tar = tar::Archive::new(open(archive)?);
-    tar.set_preserve_permissions(true);
-    let bad =
-        |e: std::io::Error| Error::io(format!("cannot read archive {}", archive.display()), e);
-    let root = std::fs::canonicalize(into).map_err(bad)?;
+    let hit = Rc::new(Cell::new(false));
+    let capped = Capped {
+        inner: open(archive)?,
+        left: opts.max_size.saturating_add(64 << 10),
+        hit: hit.clone(),
+    };
+    let mut tar = tar::Archive::new(capped);
+    let read_error = |e: std::io::Error| {
+        if hit.get() {
+            too_large(archive, opts.max_size)
+        } else {
+            Error::io(format!("cannot read archive {}", archive.display()), e)
+        }
+    };
+    let root = std::fs::canonicalize(into).map_err(read_error)?;
+    let mut unpacker = Unpacker {
+        archive,
+        into,
+        root,
+        opts,
+        declared: 0,
+        dirs: Vec::new(),
+    };
     let mut count = 0;
-    for entry in tar.entries().map_err(bad)? {
-        let mut entry = entry.map_err(bad)?;
-        let raw = entry.path().map_err(bad)?.into_owned();
+    for entry in tar.entries().map_err(read_error)? {
+        let mut entry = entry.map_err(read_error)?;
+        if count as u64 >= opts.max_entries {
+            return Err(Error::ArchiveRefused {
+                archive: archive.to_path_buf(),
+                why: format!("it holds more than {} entries", opts.max_entries),
+                hint: "this is the limit for one archive; nothing was extracted".into(),
+            });
+        }
+        if unpacker.entry(&mut entry).map_err(|e| match e {
+            Error::Io { source, .. } if hit.get() => read_error(source),
+            e => e,
+        })? {
+            count += 1;
+        }
+    }
+    unpacker.finish_dirs()?;
+    let _ = writeln!(log, "unpacked {count} entries from {}", archive.display());
+    Ok(count)
+}
+
+/// Unpacks entries one at a time into `into` (the staging directory).
+struct Unpacker<'a> {
+    archive: &'a Path,
+    into: &'a Path,
+    /// `into`, canonical: every write must land under it.
+    root: PathBuf,
+    opts: Options,
+    /// Sum of the sizes entries declare: a bomb fails before its data is written.
+    declared: u64,
+    /// Directories and their modes, applied at the end (a read-only directory would otherwise
+    /// block the entries after it).
+    dirs: Vec<(PathBuf, u32)>,
+}
+
+impl Unpacker<'_> {
+    fn read_error(&self, e: std::io::Error) -> Error {
+        Error::io(format!("cannot read archive {}", self.archive.display()), e)
+    }
+
+    fn write_error(&self, out: &Path, e: std::io::Error) -> Error {
+        Error::io(
+            format!(
+                "cannot extract archive {} into {}",
+                self.archive.display(),
+                out.display()
+            ),
+            e,
+        )
+    }
+
+    /// Unpack one entry; `false` when it lies entirely inside the stripped prefix.
+    fn entry<R: Read>(&mut self, entry: &mut tar::Entry<R>) -> Result<bool> {
+        let raw = entry.path().map_err(|e| self.read_error(e))?.into_owned();
         let shown = raw.display().to_string();
         let unsafe_entry = |why| Error::UnsafeArchive {
-            archive: archive.to_path_buf(),
+            archive: self.archive.to_path_buf(),
             entry: shown.clone(),
             why,
         };
-        let rel = safe_relative(&raw).map_err(unsafe_entry)?;
-        if let Some(target) = entry.link_name().map_err(bad)? {
-            if entry.header().entry_type().is_hard_link() {
-                safe_relative(&target).map_err(unsafe_entry)?;
-            }
+        let kind = entry.header().entry_type();
+        if kind.is_character_special() || kind.is_block_special() || kind.is_fifo() {
+            let what = if kind.is_fifo() {
+                "a FIFO"
+            } else {
+                "a device node"
+            };
+            return Err(Error::ArchiveRefused {
+                archive: self.archive.to_path_buf(),
+                why: format!("entry `{shown}` is {what}"),
+                hint: "kiln extracts files, directories and links only; repack the archive without it; nothing was extracted".into(),
+            });
         }
-        let rel: PathBuf = rel.components().skip(strip as usize).collect();
+        let rel = self.strip(&safe_relative(&raw).map_err(unsafe_entry)?);
+        self.declared = self.declared.saturating_add(entry.size());
+        if self.declared > self.opts.max_size {
+            return Err(too_large(self.archive, self.opts.max_size));
+        }
+        let link_target = match entry.link_name().map_err(|e| self.read_error(e))? {
+            Some(t) if kind.is_hard_link() => Some(safe_relative(&t).map_err(unsafe_entry)?),
+            _ => None,
+        };
         if rel.as_os_str().is_empty() {
-            continue;
+            return Ok(false);
         }
-        let out = into.join(&rel);
+        let out = self.into.join(&rel);
         if let Some(p) = out.parent() {
             create_dir(p)?;
             // A directory on the way may be a symlink an earlier entry planted: stay inside.
-            let real = std::fs::canonicalize(p).map_err(bad)?;
-            if !real.starts_with(&root) {
+            if !self.inside(p)? {
                 return Err(unsafe_entry(
                     "it would be written through a link outside the destination",
                 ));
             }
         }
-        entry.unpack(&out).map_err(bad)?;
-        count += 1;
+        if kind.is_dir() {
+            return self.dir(entry, &out).map(|()| true);
+        }
+        // Never write through whatever an earlier entry left at this path.
+        if let Ok(m) = std::fs::symlink_metadata(&out) {
+            if !m.is_dir() {
+                std::fs::remove_file(&out).map_err(|e| self.write_error(&out, e))?;
+            }
+        }
+        if let Some(target) = link_target {
+            let src = self.link_source(&target).ok_or_else(|| {
+                unsafe_entry("it is a hard link to a path that is not a file extracted earlier into the destination")
+            })?;
+            std::fs::hard_link(&src, &out).map_err(|e| self.write_error(&out, e))?;
+            return Ok(true);
+        }
+        entry.set_preserve_permissions(true);
+        entry.set_mask(if self.opts.keep_setid { 0 } else { 0o6000 });
+        entry.unpack(&out).map_err(|e| self.write_error(&out, e))?;
+        Ok(true)
     }
-    let _ = writeln!(log, "unpacked {count} entries from {}", archive.display());
-    Ok(count)
+
+    fn strip(&self, rel: &Path) -> PathBuf {
+        rel.components().skip(self.opts.strip as usize).collect()
+    }
+
+    fn inside(&self, dir: &Path) -> Result<bool> {
+        let real = std::fs::canonicalize(dir).map_err(|e| self.write_error(dir, e))?;
+        Ok(real.starts_with(&self.root))
+    }
+
+    fn dir<R: Read>(&mut self, entry: &tar::Entry<R>, out: &Path) -> Result<()> {
+        if std::fs::symlink_metadata(out).is_ok_and(|m| !m.is_dir()) {
+            std::fs::remove_file(out).map_err(|e| self.write_error(out, e))?;
+        }
+        create_dir(out)?;
+        let mode = entry.header().mode().unwrap_or(0o755);
+        let drop = if self.opts.keep_setid { 0 } else { 0o6000 };
+        self.dirs.push((out.to_path_buf(), mode & 0o7777 & !drop));
+        Ok(())
+    }
+
+    /// Where a hard link's (relative) target is: a regular file an earlier entry put inside this
+    /// destination, or `None`.
+    fn link_source(&self, target: &Path) -> Option<PathBuf> {
+        let target = self.strip(target);
+        if target.as_os_str().is_empty() {
+            return None;
+        }
+        let src = self.into.join(target);
+        let is_file = std::fs::symlink_metadata(&src).is_ok_and(|m| m.is_file());
+        let inside = std::fs::canonicalize(&src).is_ok_and(|r| r.starts_with(&self.root));
+        (is_file && inside).then_some(src)
+    }
+
+    fn finish_dirs(&mut self) -> Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        // Deepest first, so a read-only parent does not block its children.
+        self.dirs
+            .sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
+        for (dir, mode) in &self.dirs {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(*mode))
+                .map_err(|e| self.write_error(dir, e))?;
+        }
+        Ok(())
+    }
 }
 
 /// A relative path with no `..`, no root and no prefix.

@@ -1,9 +1,14 @@
 //! `kind = "fetch"`: download (http, https, file) into the content-addressed cache, verified by
 //! sha256 before it is published there; a mismatch or a truncated body leaves nothing behind.
+//!
+//! Every HTTP download has deadlines: [`CONNECT_TIMEOUT`] to connect, [`IDLE_TIMEOUT`] without a
+//! byte, and the step's `timeout` (if any) for the whole download; a stall names the URL and the
+//! bytes received.
 
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
@@ -15,6 +20,7 @@ pub fn fetch(
     url: &str,
     sha256: &str,
     path: &Path,
+    deadline: Option<Duration>,
     log: &mut dyn Write,
     memo: &HashMemo,
 ) -> Result<()> {
@@ -25,9 +31,10 @@ pub fn fetch(
     let dir = path.parent().expect("cache paths have a parent");
     let downloads = dir.parent().expect("cache paths have a grandparent");
     create_dir(downloads)?;
+    remove_stale_partials(downloads);
     let tmp = tempfile_in(downloads)?;
     let _ = writeln!(log, "fetching {url}");
-    let result = download(url, tmp.path()).and_then(|(actual, _)| {
+    let result = download(url, tmp.path(), deadline).and_then(|(actual, _)| {
         if actual != sha256 {
             return Err(Error::ChecksumMismatch {
                 url: url.to_string(),
@@ -63,6 +70,26 @@ impl Drop for TempFile {
     }
 }
 
+/// Remove `.partial-PID-*` downloads whose process is gone (SIGKILL, a crash). The cache may be
+/// shared by runs with other state directories, so a live PID's file is left alone.
+pub fn remove_stale_partials(downloads: &Path) {
+    let Ok(entries) = std::fs::read_dir(downloads) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix(".partial-")
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if pid != std::process::id() && !crate::engine::state::pid_alive(pid) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
 fn tempfile_in(dir: &Path) -> Result<TempFile> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -72,25 +99,62 @@ fn tempfile_in(dir: &Path) -> Result<TempFile> {
     ))
 }
 
-fn download(url: &str, to: &Path) -> Result<(String, u64)> {
+/// Connecting to a download server.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Without one byte arriving, a download has stalled.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn download(url: &str, to: &Path, deadline: Option<Duration>) -> Result<(String, u64)> {
     let fail = |reason: String| Error::Download {
         url: url.to_string(),
         reason,
     };
+    let started = Instant::now();
     let (reader, expected): (Box<dyn Read>, Option<u64>) =
         if let Some(p) = url.strip_prefix("file://") {
             let f = File::open(p).map_err(|e| fail(e.to_string()))?;
             let len = f.metadata().ok().map(|m| m.len());
             (Box::new(f), len)
         } else {
-            let resp = ureq::get(url).call().map_err(|e| fail(e.to_string()))?;
+            let mut agent = ureq::AgentBuilder::new()
+                .timeout_connect(CONNECT_TIMEOUT)
+                .timeout_read(IDLE_TIMEOUT);
+            if let Some(d) = deadline {
+                agent = agent.timeout(d);
+            }
+            let resp = agent
+                .build()
+                .get(url)
+                .call()
+                .map_err(|e| fail(e.to_string()))?;
             let len = resp.header("content-length").and_then(|v| v.parse().ok());
             (resp.into_reader(), len)
         };
     let mut out =
         File::create(to).map_err(|e| Error::io(format!("cannot write {}", to.display()), e))?;
-    let (sha, got) =
-        copy_hashing(reader, &mut out).map_err(|e| fail(format!("transfer interrupted: {e}")))?;
+    let (sha, got) = match copy_hashing(reader, &mut out) {
+        Ok(done) => done,
+        Err(Copy::Write(e)) => {
+            return Err(Error::io(format!("cannot write the download of {url}"), e))
+        }
+        Err(Copy::Read(e, got)) if e.kind() == std::io::ErrorKind::TimedOut => {
+            let elapsed = started.elapsed();
+            let why = match deadline {
+                Some(d) if elapsed + Duration::from_millis(500) >= d => format!(
+                    "not finished within the step's timeout of {} s ({got} bytes received)",
+                    d.as_secs()
+                ),
+                _ => format!(
+                    "stalled: no data for {} s ({got} bytes received)",
+                    IDLE_TIMEOUT.as_secs()
+                ),
+            };
+            return Err(fail(why));
+        }
+        Err(Copy::Read(e, got)) => {
+            return Err(fail(format!("transfer interrupted after {got} bytes: {e}")))
+        }
+    };
     out.sync_all()
         .map_err(|e| Error::io("cannot flush a download", e))?;
     if let Some(n) = expected {
@@ -105,17 +169,27 @@ fn download(url: &str, to: &Path) -> Result<(String, u64)> {
     Ok((sha, got))
 }
 
-fn copy_hashing(mut r: impl Read, w: &mut impl Write) -> std::io::Result<(String, u64)> {
+/// Why a copy stopped: the source failed after some bytes, or the destination refused them.
+enum Copy {
+    Read(std::io::Error, u64),
+    Write(std::io::Error),
+}
+
+fn copy_hashing(mut r: impl Read, w: &mut impl Write) -> std::result::Result<(String, u64), Copy> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut total = 0;
     loop {
-        let n = r.read(&mut buf)?;
+        let n = match r.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Copy::Read(e, total)),
+        };
         if n == 0 {
             return Ok((hex(&h.finalize()), total));
         }
         h.update(&buf[..n]);
-        w.write_all(&buf[..n])?;
+        w.write_all(&buf[..n]).map_err(Copy::Write)?;
         total += n as u64;
     }
 }

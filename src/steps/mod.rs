@@ -36,12 +36,24 @@ pub fn execute(
     crate::engine::state::create_dir(&step.cwd)?;
     match &step.kind {
         StepKind::Run { cmd } => run::run(step, cmd, log, on_line),
-        StepKind::Fetch { url, sha256, path } => fetch::fetch(url, sha256, path, log, ctx.memo),
+        StepKind::Fetch { url, sha256, path } => {
+            fetch::fetch(url, sha256, path, step.timeout, log, ctx.memo)
+        }
         StepKind::Extract {
             archive,
             dest,
             strip_components,
-        } => extract::extract(archive, dest, *strip_components, log),
+            max_size,
+            keep_setid,
+        } => {
+            let opts = extract::Options {
+                strip: *strip_components,
+                max_size: max_size.unwrap_or(extract::DEFAULT_MAX_SIZE),
+                max_entries: extract::MAX_ENTRIES,
+                keep_setid: *keep_setid,
+            };
+            extract::extract(archive, dest, opts, log)
+        }
         StepKind::Python(p) => python::run(step, p, ctx, log, on_line),
         StepKind::Cuda(c) => cuda::run(step, c, ctx, log, on_line),
         StepKind::Patch {

@@ -1,13 +1,19 @@
 //! One integration-test binary: every test runs the real `kiln` executable in a temp dir.
 
+mod archive_safety;
 mod bench;
 mod common;
 mod cuda_step;
 mod doctor;
 mod engine;
+mod faults;
 mod fetch_extract;
 mod fleet;
+mod fuzz;
+mod gpu_replay;
 mod image;
+mod input_limits;
+mod net_deadlines;
 mod patch;
 mod patch_step;
 mod python_step;
@@ -15,5 +21,6 @@ mod recipes;
 mod serve;
 mod shell_help;
 mod shipped;
+mod tune;
 mod up_e2e;
 mod up_outcome;

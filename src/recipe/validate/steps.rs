@@ -325,6 +325,14 @@ pub(super) fn step(
                 archive,
                 dest: r.path(file, dest, &cwd)?,
                 strip_components: s.strip_components.as_ref().map_or(0, |n| *n.get_ref()),
+                max_size: match &s.max_size {
+                    None => None,
+                    Some(m) => Some(units::parse_size(m.get_ref()).map_err(|e| {
+                        r.diag(file, m.span(), e)
+                            .with_hint("e.g. `max_size = \"200GiB\"` (default 64GiB)")
+                    })?),
+                },
+                keep_setid: s.keep_setid.as_ref().is_some_and(|b| *b.get_ref()),
             }
         }
     };
@@ -579,6 +587,12 @@ pub(super) fn kind_specific_keys(s: &wire::Step) -> Vec<(&'static str, std::ops:
     }
     if let Some(x) = &s.strip_components {
         v.push(("strip_components", x.span()))
+    }
+    if let Some(x) = &s.max_size {
+        v.push(("max_size", x.span()))
+    }
+    if let Some(x) = &s.keep_setid {
+        v.push(("keep_setid", x.span()))
     }
     if let Some(x) = &s.venv {
         v.push(("venv", x.span()))

@@ -130,6 +130,19 @@ pub(super) fn parse_template(sources: &Sources, loc: Loc, text: &str) -> Result<
     })
 }
 
+/// A value that expands past [`MAX_VALUE_BYTES`](super::super::interp::MAX_VALUE_BYTES).
+fn too_long(sources: &Sources, at: Option<Loc>, what: &str) -> Error {
+    let msg = format!(
+        "{what} expands to more than {} MiB",
+        super::super::interp::MAX_VALUE_BYTES >> 20
+    );
+    let hint = "variables that repeat other variables grow exponentially; use a literal value";
+    match at {
+        Some(loc) => sources.diag(loc, msg).with_hint(hint).into(),
+        None => Error::usage(msg, Some(hint.into())),
+    }
+}
+
 impl Resolver<'_> {
     pub(super) fn var(&mut self, name: &str) -> Result<String> {
         if let Some(v) = self.resolved.get(name) {
@@ -145,6 +158,18 @@ impl Resolver<'_> {
                 None => Error::usage(msg, Some(hint.into())),
             });
         }
+        if self.active.len() >= super::super::interp::MAX_DEPTH {
+            let msg = format!(
+                "variable `{name}` is nested more than {} variables deep",
+                super::super::interp::MAX_DEPTH
+            );
+            let hint =
+                "a chain of variables that long is a mistake or an attack; use literal values";
+            return Err(match self.defs[name].loc {
+                Some(loc) => self.sources.diag(loc, msg).with_hint(hint).into(),
+                None => Error::usage(msg, Some(hint.into())),
+            });
+        }
         self.active.push(name.to_string());
         let def = &self.defs[name];
         let (Some(template), loc) = (def.template.clone(), def.loc) else {
@@ -155,7 +180,12 @@ impl Resolver<'_> {
                 Some(format!("pass `--set {name}=...`")),
             ));
         };
-        let value = template.expand(Quoting::None, |v| self.lookup(v, loc));
+        let sources = self.sources;
+        let value = template.expand(
+            Quoting::None,
+            |v| self.lookup(v, loc),
+            || too_long(sources, loc, &format!("variable `{name}`")),
+        );
         self.active.pop();
         let value = value?;
         self.resolved.insert(name.to_string(), value.clone());
@@ -255,7 +285,12 @@ impl Resolver<'_> {
     ) -> Result<String> {
         let loc = self.sources.loc(file, s.span());
         let template = parse_template(self.sources, loc, s.get_ref())?;
-        template.expand(quoting, |v| self.lookup(v, Some(loc)))
+        let sources = self.sources;
+        template.expand(
+            quoting,
+            |v| self.lookup(v, Some(loc)),
+            || too_long(sources, Some(loc), "this value"),
+        )
     }
 
     pub(super) fn path(

@@ -1,0 +1,213 @@
+//! `kiln tune`'s outputs: the ranked table, a bar chart of tok/s per variant (SVG), and the
+//! winner written as a servable profile file.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use super::{Entry, Method};
+use crate::recipe::Profile;
+
+/// The ranked table: the winner first, then everyone else, disqualified last with the reason.
+pub fn table(entries: &[Entry], rungs: usize) -> String {
+    let width = entries
+        .iter()
+        .map(|e| e.variant.name().len())
+        .max()
+        .unwrap_or(7)
+        .max(7);
+    let mut s = format!(
+        "{:<4} {:<width$} {:>10} {:>6} {:>9}  {}\n",
+        "rank", "variant", "tok/s", "CV", "TTFT ms", "status"
+    );
+    let mut rank = 0;
+    for e in entries {
+        let name = e.variant.name();
+        match (&e.disqualified, e.last()) {
+            (None, Some(m)) => {
+                rank += 1;
+                let status = if rank == 1 {
+                    "winner".to_string()
+                } else if e.measurements.len() < rungs {
+                    format!(
+                        "out after round {} ({} tokens x {})",
+                        e.measurements.len(),
+                        m.rung.max_tokens,
+                        m.rung.runs
+                    )
+                } else {
+                    "finalist".to_string()
+                };
+                let _ = writeln!(
+                    s,
+                    "{rank:<4} {name:<width$} {:>10.1} {:>5.1}% {:>9.1}  {status}",
+                    m.tok_s,
+                    m.cv * 100.0,
+                    m.ttft_ms
+                );
+            }
+            (reason, _) => {
+                let why = reason.as_deref().unwrap_or("no measurement");
+                let _ = writeln!(
+                    s,
+                    "{:<4} {name:<width$} {:>10} {:>6} {:>9}  disqualified: {why}",
+                    "-", "-", "-", "-"
+                );
+            }
+        }
+    }
+    s
+}
+
+/// Horizontal bars of each variant's last median tok/s; disqualified variants are grey and say why.
+pub fn svg(title: &str, entries: &[Entry]) -> String {
+    let row = 26.0_f64;
+    let (left, right, top) = (260.0_f64, 140.0_f64, 48.0_f64);
+    let w = 900.0_f64;
+    let h = top + row * entries.len() as f64 + 30.0;
+    let max = entries
+        .iter()
+        .filter_map(|e| e.last().map(|m| m.tok_s))
+        .fold(1e-9_f64, f64::max);
+    let bar_w = w - left - right;
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{}\" y=\"24\" text-anchor=\"middle\" font-size=\"14\">{}</text>\n",
+        w / 2.0,
+        escape(title)
+    );
+    for (i, e) in entries.iter().enumerate() {
+        let y = top + row * i as f64;
+        let _ = writeln!(
+            s,
+            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            left - 8.0,
+            y + 16.0,
+            escape(&e.variant.name())
+        );
+        match (&e.disqualified, e.last()) {
+            (None, Some(m)) => {
+                let len = bar_w * m.tok_s / max;
+                let fill = if i == 0 { "#2b8a3e" } else { "#4c6ef5" };
+                let _ = writeln!(
+                    s,
+                    "<rect x=\"{left}\" y=\"{:.1}\" width=\"{len:.1}\" height=\"{}\" fill=\"{fill}\"/>\n\
+                     <text x=\"{:.1}\" y=\"{:.1}\">{:.1} tok/s ({} tok)</text>",
+                    y + 4.0,
+                    row - 8.0,
+                    left + len + 6.0,
+                    y + 16.0,
+                    m.tok_s,
+                    m.rung.max_tokens
+                );
+            }
+            (reason, _) => {
+                let _ = writeln!(
+                    s,
+                    "<text x=\"{left}\" y=\"{:.1}\" fill=\"#868e96\">disqualified: {}</text>",
+                    y + 16.0,
+                    escape(reason.as_deref().unwrap_or("no measurement"))
+                );
+            }
+        }
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A small recipe holding the winner as `[profile.NAME]` (resolved: every variable expanded) and,
+/// when there is one, the baseline it was compared with, so `kiln serve FILE --profile NAME` and
+/// `kiln verify FILE --profile NAME` work on it directly.
+pub struct WinnerFile<'a> {
+    pub recipe: &'a str,
+    pub name: &'a str,
+    pub profile: &'a Profile,
+    pub baseline: Option<(&'a str, &'a Profile)>,
+    pub summary: String,
+    pub method: Method,
+}
+
+impl WinnerFile<'_> {
+    pub fn render(&self) -> String {
+        let mut profiles = toml::Table::new();
+        if let Some((name, p)) = self.baseline {
+            profiles.insert(name.to_string(), profile_table(p, None).into());
+        }
+        profiles.insert(
+            self.name.to_string(),
+            profile_table(self.profile, self.baseline.map(|(n, _)| n)).into(),
+        );
+        let mut recipe = toml::Table::new();
+        recipe.insert("name".into(), format!("{}-tuned", self.recipe).into());
+        recipe.insert(
+            "description".into(),
+            format!("kiln tune winner for {}", self.recipe).into(),
+        );
+        let section = |key: &str, t: toml::Table| {
+            let mut doc = toml::Table::new();
+            doc.insert(key.into(), t.into());
+            toml::to_string(&doc).expect("a table of strings serializes")
+        };
+        let body = format!(
+            "{}\n{}",
+            section("recipe", recipe),
+            section("profile", profiles)
+        );
+        format!(
+            "# Written by `kiln tune` ({:?}): {}\n# Serve it: kiln serve THIS_FILE --profile {}\n{body}",
+            self.method, self.summary, self.name
+        )
+    }
+}
+
+fn profile_table(p: &Profile, baseline: Option<&str>) -> toml::Table {
+    let strings = |v: &[String]| toml::Value::Array(v.iter().cloned().map(Into::into).collect());
+    let mut t = toml::Table::new();
+    if let Some(d) = &p.description {
+        t.insert("description".into(), d.clone().into());
+    }
+    t.insert("cmd".into(), strings(&p.cmd));
+    t.insert("args".into(), strings(&p.args));
+    if !p.env.is_empty() {
+        let env: BTreeMap<String, toml::Value> = p
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone().into()))
+            .collect();
+        t.insert("env".into(), toml::Value::Table(env.into_iter().collect()));
+    }
+    if let Some(port) = p.port {
+        t.insert("port".into(), port.to_string().into());
+    }
+    if let Some(url) = &p.url {
+        t.insert("url".into(), url.clone().into());
+    }
+    if let Some(api) = &p.api {
+        t.insert("api".into(), api.clone().into());
+    }
+    if let Some(ready) = &p.ready {
+        t.insert("ready".into(), ready.clone().into());
+    }
+    if let Some(sig) = &p.signatures {
+        let resolved = if sig.ends_with(".toml") || sig.contains('/') {
+            p.dir.join(sig).display().to_string()
+        } else {
+            sig.clone()
+        };
+        t.insert("signatures".into(), resolved.into());
+    }
+    if !p.expect.is_empty() {
+        t.insert("expect".into(), strings(&p.expect));
+    }
+    if let Some(b) = baseline {
+        t.insert("baseline".into(), b.to_string().into());
+    }
+    t
+}

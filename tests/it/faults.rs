@@ -1,0 +1,146 @@
+//! Faults (issue 11): a full disk names ENOSPC for a step and for a receipt, leaving no temp file;
+//! leftovers of killed runs (receipt temp files, partial downloads, extract staging) are removed at
+//! the next run, under the state lock.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::common::{scrub, Workspace};
+
+fn up(ws: &Workspace, args: &[&str]) -> (Option<i32>, String) {
+    let out = ws
+        .kiln()
+        .arg("up")
+        .args(args)
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        scrub(&String::from_utf8_lossy(&out.stderr), ws),
+    )
+}
+
+/// The PID of a process that has exited.
+fn dead_pid() -> u32 {
+    let mut c = std::process::Command::new("true").spawn().unwrap();
+    let pid = c.id();
+    c.wait().unwrap();
+    pid
+}
+
+#[test]
+fn leftovers_of_killed_runs_are_removed_at_the_next_run() {
+    let ws = Workspace::new();
+    let dead = dead_pid();
+    let state = ws.state();
+    let stale = [
+        state.join(format!("runs/r/receipts/.a.json.tmp-{dead}")),
+        state.join(format!("runs/other/receipts/.b.json.tmp-{dead}")),
+        state.join(format!(".hashmemo.json.tmp-{dead}")),
+        state.join(format!("cache/downloads/.partial-{dead}-12345")),
+    ];
+    for p in &stale {
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, "half").unwrap();
+    }
+    let staging = ws.path().join(format!(".dest.partial-{dead}"));
+    std::fs::create_dir_all(staging.join("pkg")).unwrap();
+    // A download in progress by a live process (pid 1) sharing the cache is left alone.
+    let live = state.join("cache/downloads/.partial-1-777");
+    std::fs::write(&live, "busy").unwrap();
+
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(2);
+    h.set_mode(0o644);
+    b.append_data(&mut h, "f", &b"ok"[..]).unwrap();
+    std::fs::write(ws.path().join("a.tar"), b.into_inner().unwrap()).unwrap();
+    ws.write(
+        "r.toml",
+        "[[step]]\nid = \"a\"\nkind = \"extract\"\narchive = \"${recipe.dir}/a.tar\"\ndest = \"${recipe.dir}/dest\"\n",
+    );
+    let (code, err) = up(&ws, &["r.toml"]);
+    assert_eq!(code, Some(0), "{err}");
+    for p in &stale {
+        assert!(!p.exists(), "left behind: {}", p.display());
+    }
+    assert!(!staging.exists(), "extract staging left behind");
+    assert!(live.exists(), "a live process's download was removed");
+}
+
+/// A tmpfs of `size` mounted on a fresh directory, unmounted on drop (needs root; None without).
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount(size: &str) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Tmpfs(dir))
+    }
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+#[test]
+fn a_full_disk_is_named_for_a_step_and_for_a_receipt() {
+    let Some(disk) = Tmpfs::mount("256k") else {
+        eprintln!("SKIPPED: mounting a tmpfs needs root; the ENOSPC paths were not exercised");
+        return;
+    };
+    // The step fills the disk: its archive does not fit on it.
+    let ws = Workspace::new();
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(1 << 20);
+    h.set_mode(0o644);
+    b.append_data(&mut h, "big", &vec![1u8; 1 << 20][..])
+        .unwrap();
+    std::fs::write(ws.path().join("a.tar"), b.into_inner().unwrap()).unwrap();
+    ws.write(
+        "r.toml",
+        &format!("[[step]]\nid = \"a\"\nkind = \"extract\"\narchive = \"${{recipe.dir}}/a.tar\"\ndest = \"{}/dest\"\n", disk.path().display()),
+    );
+    let (code, err) = up(&ws, &["r.toml"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("No space left on device (os error 28)"),
+        "{err}"
+    );
+    assert!(err.contains("hint: the disk is full"), "{err}");
+    let log = std::fs::read_to_string(ws.state().join("runs/r/logs/a.log")).unwrap();
+    assert!(log.contains("No space left on device"), "{log}");
+
+    // The disk fills during the step: the receipt cannot be written, and says why.
+    let ws = Workspace::new();
+    let state = disk.path().join("state");
+    ws.write(
+        "r.toml",
+        "[[step]]\nid = \"fill\"\nkind = \"run\"\ncmd = [\"sh\", \"-c\", \"head -c 1M /dev/zero > ${kiln.state_dir}/filler; true\"]\n",
+    );
+    let (code, err) = up(&ws, &["r.toml", "--state-dir", state.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("cannot write"), "{err}");
+    assert!(
+        err.contains("receipts/fill.json: No space left on device (os error 28)"),
+        "{err}"
+    );
+    let receipts = state.join("runs/r/receipts");
+    let left: Vec<_> = std::fs::read_dir(&receipts)
+        .map_or(vec![], |d| d.flatten().map(|e| e.file_name()).collect());
+    assert!(left.is_empty(), "temp receipt left behind: {left:?}");
+}

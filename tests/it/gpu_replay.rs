@@ -1,0 +1,125 @@
+//! Verdicts from the real H200 runs of `recipes/llama-cuda.toml` (tests/fixtures/gpu-llama/: the
+//! server logs kiln wrote and the /metrics pages it read; per-token debug lines trimmed), replayed
+//! with `kiln serve --log` so CI proves them without a GPU.
+
+use std::path::PathBuf;
+
+use crate::common::Workspace;
+
+fn fixture(run: &str, name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/gpu-llama")
+        .join(run)
+        .join(name)
+}
+
+/// `kiln serve llama-cuda --profile P --log LOG [--metrics M]`: (exit code, stdout).
+fn judge(profile: &str, log: PathBuf, metrics: Option<PathBuf>) -> (i32, String) {
+    let ws = Workspace::new();
+    let mut cmd = ws.kiln();
+    cmd.args(["serve", "llama-cuda", "--profile", profile, "--log"])
+        .arg(&log);
+    if let Some(m) = metrics {
+        cmd.arg("--metrics").arg(m);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn tuned_profile_on_the_h200_every_tuning_active() {
+    let (code, text) = judge("tuned", fixture("h200-run2", "llama-cuda-tuned.log"), None);
+    assert_eq!(code, 0, "{text}");
+    for line in [
+        "flash-attn                   active: `on` confirmed by the log",
+        "offload                      active: 17/17 layers on the GPU (100.0 %)",
+        "cuda-graphs                  active: confirmed by the log",
+        "evidence: 0.00.731.427 D ggml_backend_cuda_graph_compute: CUDA graph warmup complete",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+}
+
+#[test]
+fn self_draft_is_accepted_and_a_mismatched_draft_falls_back() {
+    let (code, text) = judge("spec", fixture("h200-run2", "llama-cuda-spec.log"), None);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains(
+            "speculative                  active: 7409/7533 draft tokens accepted (98.4 %)"
+        ),
+        "{text}"
+    );
+    let (code, text) = judge(
+        "spec-mismatch",
+        fixture("h200-run2", "llama-cuda-spec-mismatch.log"),
+        Some(fixture("h200-run2", "metrics-spec-mismatch.txt")),
+    );
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("speculative                  fell back: 0/66529 draft tokens accepted (0.0 %), below the 30 % it takes"),
+        "{text}"
+    );
+}
+
+#[test]
+fn acceptance_from_metrics_when_the_log_has_no_request_yet() {
+    // The spec log cut before its first finished request: only /metrics can say.
+    let full = std::fs::read_to_string(fixture("h200-run2", "llama-cuda-spec.log")).unwrap();
+    let cut: String = full
+        .lines()
+        .take_while(|l| !l.contains("draft acceptance"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let ws = Workspace::new();
+    let log = ws.write("spec-start.log", &cut);
+    let (code, text) = judge("spec", log, Some(fixture("h200-run2", "metrics-spec.txt")));
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains(
+            "speculative                  active: 9225/9380 draft tokens accepted (98.3 %)"
+        ) && text.contains("/metrics: llamacpp:spec_decode_num_accepted_tokens_total 9225"),
+        "{text}"
+    );
+}
+
+#[test]
+fn first_h200_run_draft_loaded_but_nothing_drafted() {
+    // llama.cpp loads `-md` but drafts only with `--spec-type`: the run looked healthy (tok/s as
+    // without a draft) and kiln said why.
+    let (code, text) = judge("spec", fixture("h200-run1", "llama-cuda-spec.log"), None);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("speculative                  fell back: the draft model is loaded but nothing drafts: no speculative type is set (add `--spec-type draft-simple`)")
+            && text.contains("no implementations specified for speculative decoding"),
+        "{text}"
+    );
+    // Logged at -lv 4, CUDA graph capture leaves no line: not counted as active.
+    assert!(
+        text.contains("cuda-graphs                  fell back: no CUDA graph was captured"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_log_that_cannot_be_read_is_an_error_naming_it() {
+    let ws = Workspace::new();
+    let out = ws
+        .kiln()
+        .args([
+            "serve",
+            "llama-cuda",
+            "--profile",
+            "tuned",
+            "--log",
+            "nope.log",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(err.contains("cannot read nope.log"), "{err}");
+}
