@@ -30,6 +30,8 @@ pub struct Recipe {
     pub profiles: BTreeMap<String, Profile>,
     /// Profiles that cannot be used yet, with the rendered reason (a required variable unset).
     pub unavailable_profiles: BTreeMap<String, String>,
+    /// Host tools the recipe needs (`[recipe] requires`, imports included), checked by `kiln up`.
+    pub(crate) requires: Vec<crate::requires::Requirement>,
 }
 
 impl Recipe {
@@ -156,6 +158,8 @@ pub struct Step {
     pub timeout: Option<Duration>,
     pub retries: u32,
     pub mem_per_job: Option<u64>,
+    /// Host tools this step needs (`requires`), checked by `kiln up` when the step will run.
+    pub(crate) requires: Vec<crate::requires::Requirement>,
 }
 
 #[derive(Debug, Clone)]

@@ -25,6 +25,8 @@ mod python_step;
 mod recipes;
 mod report_html;
 mod serve;
+mod shell_help;
 mod shipped;
 mod tune;
 mod up_e2e;
+mod up_outcome;
