@@ -127,7 +127,7 @@ impl WheelBuild<'_> {
             );
             return Ok(wheel);
         }
-        if let Some(wheel) = self.from_remote_cache(b, &key, log)? {
+        if let Some(wheel) = self.pull_from_remote(b, &key, log)? {
             return Ok(wheel);
         }
         let _ = writeln!(
@@ -181,7 +181,7 @@ impl WheelBuild<'_> {
 
     /// On a miss, `KILN_REMOTE_CACHE` (an OCI reference) is pulled into the local cache, and
     /// the key looked up again; an unreachable remote is logged and the wheel built instead.
-    fn from_remote_cache(
+    fn pull_from_remote(
         &self,
         b: &Build,
         key: &WheelKey,
