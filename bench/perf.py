@@ -6,7 +6,7 @@ Usage: bench/perf.py KILN_BINARY [--smoke]
            export of a 512 MiB tree (about 5-10 minutes on a 2-core box)
   --smoke: N=200 / 1000, full run of 300 steps, plan at 1000, 32 MiB export (under a minute);
            exits 1 if a ratio is more than twice its documented value (DOCUMENTED below; a
-           binary under target/debug/ is held to the debug build's values).
+           binary under */debug/, or PERF_BUILD=debug, is held to the debug build's values).
 Env: ROUNDS (paired rounds for fast commands, default 15), KEEP=1 keeps the temp dir.
 Every kiln-vs-reference pair is timed interleaved (A B A B ...) by bench/pairtime.py; ratios
 use medians of user+system CPU (steady on a shared box) and of wall time.
@@ -67,7 +67,7 @@ def main():
     kiln = os.path.abspath(sys.argv[1])
     smoke = "--smoke" in sys.argv[2:]
     mode = "smoke" if smoke else "full"
-    if smoke and "/target/debug/" in kiln:
+    if smoke and (os.environ.get("PERF_BUILD") == "debug" or "/debug/" in kiln):
         mode = "smoke-debug"
     rounds = int(os.environ.get("ROUNDS", "15"))
     small, large = (200, 1000) if smoke else (1000, 10000)

@@ -11,7 +11,9 @@ const LAYERS: &[&[&str]] = &[
     &["cli", "commands"],
     &["pipeline", "serve", "bench", "doctor", "image", "tune"],
     &["engine", "steps"],
-    &["recipe", "host", "process", "cache", "oci", "patch"],
+    &[
+        "recipe", "requires", "host", "process", "cache", "oci", "patch",
+    ],
     &[
         "fs",
         "hash",

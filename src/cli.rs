@@ -39,6 +39,17 @@ pub enum Command {
     Image(ImageArgs),
     /// Inspect and move kiln's caches
     Cache(CacheArgs),
+    /// Print a shell completion script: `source <(kiln completions bash)`
+    Completions {
+        /// The shell to complete in
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print kiln's man page (roff): `kiln man | man -l -`; `kiln man up` for one command
+    Man {
+        /// A subcommand whose page to print [default: the main page]
+        command: Option<String>,
+    },
     /// (internal) End the process groups a killed kiln left behind
     #[command(name = "__watchdog", hide = true)]
     Watchdog { parent: u32, dir: PathBuf },
@@ -94,6 +105,10 @@ pub struct UpArgs {
     /// Only provision: do not serve, verify or bench
     #[arg(long)]
     pub no_serve: bool,
+
+    /// Fail (exit 1) on warnings too: bench noise, a late greedy divergence, an unproven tuning
+    #[arg(long)]
+    pub strict: bool,
 }
 
 #[derive(Debug, Args)]

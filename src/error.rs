@@ -63,6 +63,24 @@ pub enum Error {
         why: &'static str,
     },
 
+    /// `kiln up`'s host-tool preflight: one line per tool missing, too old or broken.
+    #[error("{} host tool(s) missing for recipe `{recipe}`:\n  {}", problems.len(), problems.join("\n  "))]
+    HostTools {
+        recipe: String,
+        problems: Vec<String>,
+        hint: String,
+    },
+
+    /// A command did its work and what it found is a failure (a tuning fell back, wrong greedy
+    /// output, a patch not in effect, a failed doctor check, `--strict` warnings): `code` is the
+    /// exit status the command documents.
+    #[error("{message}")]
+    Finding {
+        code: u8,
+        message: String,
+        hint: Option<String>,
+    },
+
     /// An archive kiln will not unpack as a whole (a device node, past a size limit).
     #[error("refusing archive {archive}: {why}")]
     ArchiveRefused {
@@ -99,6 +117,19 @@ impl Error {
         }
     }
 
+    /// `Ok(0)` for a zero `code`; else a [`Error::Finding`] that says why (`why` is asked only then).
+    pub fn finding(code: u8, why: impl FnOnce() -> (String, Option<String>)) -> Result<u8> {
+        if code == 0 {
+            return Ok(0);
+        }
+        let (message, hint) = why();
+        Err(Error::Finding {
+            code,
+            message,
+            hint,
+        })
+    }
+
     pub fn other(message: impl Into<String>, hint: impl Into<Option<String>>) -> Self {
         Error::Other {
             message: message.into(),
@@ -110,6 +141,7 @@ impl Error {
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Usage { .. } | Error::Source(_) | Error::RecipeNotFound { .. } => 2,
+            Error::Finding { code, .. } => (*code).max(1),
             _ => 1,
         }
     }
@@ -147,7 +179,12 @@ impl Error {
             Error::UnsafeArchive { .. } => Some(
                 "the archive tries to write outside its destination; nothing was extracted".into(),
             ),
-            Error::Usage { hint, .. } | Error::Other { hint, .. } => hint.clone(),
+            Error::Usage { hint, .. } | Error::Other { hint, .. } | Error::Finding { hint, .. } => {
+                hint.clone()
+            }
+            Error::HostTools { hint, .. } => Some(format!(
+                "{hint}; then run `kiln up` again (nothing ran yet)"
+            )),
             Error::ArchiveRefused { hint, .. } => Some(hint.clone()),
             Error::Io { source, .. } => io_hint(source),
             Error::Source(_) | Error::RunFailed { .. } => None,

@@ -29,6 +29,7 @@ pub(crate) mod process;
 pub mod recipe;
 pub(crate) mod redact;
 pub(crate) mod report;
+pub(crate) mod requires;
 pub mod serve;
 pub(crate) mod shell;
 pub(crate) mod source;

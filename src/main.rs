@@ -13,7 +13,13 @@ fn main() -> ExitCode {
     }
     let cli = kiln::cli::Cli::parse();
     match kiln::commands::run(cli) {
-        Ok(code) => ExitCode::from(code),
+        Ok(0) => ExitCode::SUCCESS,
+        // Commands turn a non-zero status into an `Error::Finding` that says why; this line is
+        // the guarantee that no failure ends without an `error:` line.
+        Ok(code) => {
+            eprintln!("error: kiln exited with status {code} without a reason (a kiln bug: please report it)");
+            ExitCode::from(code)
+        }
         Err(e) => {
             eprintln!("{}", e.render());
             ExitCode::from(e.exit_code())

@@ -3,6 +3,11 @@
 //!
 //! Layout: `<cache>/wheels/<id>/entry.json` + the `.whl`, where `<id>` is the sha256 of the
 //! canonical key. An entry directory appears by rename, so it is whole or absent.
+//!
+//! A wheel built from a pinned `name==version` also records the package index its sdist came from:
+//! with that, [`WheelCache::lookup_pinned`] finds the wheel from name, version, index and the local
+//! build facts alone, so a cache hit never contacts the index (the sdist sha256 recorded at the
+//! first build stands for the download; a later download that disagrees is reported).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -41,6 +46,9 @@ pub(crate) struct Entry {
     pub sha256: String,
     pub size: u64,
     pub created_unix: u64,
+    /// Where the sdist came from (`pinned` builds): the index arguments, or `default`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<String>,
 }
 
 /// Environment variables that only change how fast a build runs, not what it produces.
@@ -91,8 +99,67 @@ impl WheelCache {
         Ok(Some((entry, wheel)))
     }
 
-    /// Store `wheel` under `key`; returns the cached path.
-    pub(crate) fn insert(&self, key: &WheelKey, wheel: &Path) -> Result<PathBuf> {
+    /// The wheel for a pinned build without its source: an entry from `index` whose key equals
+    /// `key` in everything but `source_sha256` (the sdist recorded when it was built).
+    pub(crate) fn lookup_pinned(
+        &self,
+        key: &WheelKey,
+        index: &str,
+    ) -> Result<Option<(Entry, PathBuf)>> {
+        let found = self.list().into_iter().map(|(_, e)| e).find(|e| {
+            e.index.as_deref() == Some(index)
+                && WheelKey {
+                    source_sha256: key.source_sha256.clone(),
+                    ..e.key.clone()
+                } == *key
+        });
+        match found {
+            Some(e) => self.lookup(&e.key),
+            None => Ok(None),
+        }
+    }
+
+    /// The sdist sha256 recorded for `package==version` from `index`, if any wheel has one.
+    pub(crate) fn recorded_source(
+        &self,
+        package: &str,
+        version: &str,
+        index: &str,
+    ) -> Option<String> {
+        self.list()
+            .into_iter()
+            .map(|(_, e)| e)
+            .find(|e| {
+                e.key.package == package
+                    && e.key.version == version
+                    && e.index.as_deref() == Some(index)
+            })
+            .map(|e| e.key.source_sha256)
+    }
+
+    /// Note on an entry (made before indexes were recorded) which index its source came from.
+    pub(crate) fn record_index(&self, key: &WheelKey, index: &str) -> Result<()> {
+        let dir = self.entry_dir(&key.id());
+        match read_entry(&dir) {
+            Some(mut e) if e.index.is_none() => {
+                e.index = Some(index.to_string());
+                write_atomic(
+                    &dir.join("entry.json"),
+                    &serde_json::to_vec_pretty(&e).expect("entries serialize"),
+                )
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Store `wheel` under `key`, built from a source downloaded from `index` (`None` for a
+    /// local source tree); returns the cached path.
+    pub(crate) fn insert(
+        &self,
+        key: &WheelKey,
+        wheel: &Path,
+        index: Option<&str>,
+    ) -> Result<PathBuf> {
         let name = wheel
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -111,6 +178,7 @@ impl WheelCache {
             created_unix: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
+            index: index.map(str::to_string),
         };
         self.insert_entry(&entry, wheel)
     }

@@ -54,5 +54,17 @@ pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
         crate::fs::write_atomic(plot, svg.as_bytes())?;
         eprintln!("kiln: plot written to {}", plot.display());
     }
-    Ok(report.exit_code())
+    Error::finding(report.exit_code(), || match &report.gate {
+        Some(g) if !g.passed => (
+            format!(
+                "{} median {:.2} is {:.2}x the baseline's {:.2} (the gate is {:.2}x)",
+                g.metric, g.median, g.ratio, g.baseline_median, g.threshold
+            ),
+            None,
+        ),
+        _ => (
+            format!("bench warning: {}", report.warnings.join("; ")),
+            Some("rerun on a quiet machine, or read the warnings as advisories".into()),
+        ),
+    })
 }

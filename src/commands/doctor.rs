@@ -59,7 +59,34 @@ pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
             path.display()
         );
     }
-    Ok(report.exit_code())
+    Error::finding(report.exit_code(), || {
+        let ids = |st: doctor::Status| -> Vec<&str> {
+            report
+                .checks
+                .iter()
+                .filter(|c| c.status == st)
+                .map(|c| c.id)
+                .collect()
+        };
+        let (failed, warned) = (ids(doctor::Status::Fail), ids(doctor::Status::Warn));
+        let message = if failed.is_empty() {
+            format!(
+                "doctor: {} check(s) warn: {}",
+                warned.len(),
+                warned.join(", ")
+            )
+        } else {
+            format!(
+                "doctor: {} check(s) failed: {}",
+                failed.len(),
+                failed.join(", ")
+            )
+        };
+        (
+            message,
+            Some("each check above says what to do; `kiln doctor ID -v` shows the evidence".into()),
+        )
+    })
 }
 
 /// What a recipe tells the doctor: its venv's python, toolkit and driver floor, prefix, server flags.

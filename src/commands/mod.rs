@@ -11,6 +11,7 @@ mod patch;
 mod plan;
 mod preflight;
 mod serve;
+mod shell_help;
 mod show;
 mod tune;
 mod up;
@@ -41,6 +42,8 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Tune(args) => tune::run(&settings, &args),
         Command::Image(args) => image::run(&settings, &args),
         Command::Cache(args) => cache::run(&settings, &args),
+        Command::Completions { shell } => shell_help::completions(shell),
+        Command::Man { command } => shell_help::man(command.as_deref()),
         Command::Watchdog { parent, dir } => crate::process::watchdog::watch(parent, &dir),
     }
 }

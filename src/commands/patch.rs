@@ -39,7 +39,15 @@ pub(super) fn run(settings: &Settings, args: &PatchArgs) -> Result<u8> {
     } else {
         print!("{}", patch::render(&report));
     }
-    Ok(u8::from(!report.effective))
+    Error::finding(u8::from(!report.effective), || {
+        (
+            format!(
+                "patch set `{}` is not in effect on {} {}",
+                report.set, report.package, report.version
+            ),
+            Some("the table above says which patches are not applied and why".into()),
+        )
+    })
 }
 
 fn site_packages(target: &PatchTarget) -> Result<PathBuf> {

@@ -7,6 +7,7 @@ use crate::cli::PlanArgs;
 use crate::engine::{self, state::StateDir, Plan, Selection, Status};
 use crate::error::Result;
 use crate::hash::HashMemo;
+use crate::recipe::Recipe;
 
 pub(super) fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
     let recipe = settings.load_recipe(&args.recipe)?;
@@ -27,8 +28,49 @@ pub(super) fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
         );
     } else {
         print!("{}", render(&plan, &recipe.origin));
+        print!("{}", render_requires(&recipe, &plan));
     }
     Ok(0)
+}
+
+/// The host tools the recipe and its steps (all but those `when` skips) require, each checked
+/// now: `✓ c++  /usr/bin/c++ 12.2.0  (the recipe)`. Empty when nothing is required.
+pub(super) fn render_requires(recipe: &Recipe, plan: &Plan) -> String {
+    let skipped = |id: &str| {
+        plan.steps
+            .iter()
+            .any(|s| s.id == id && matches!(s.status, Status::Skipped(_)))
+    };
+    let needed = super::preflight::needed(recipe, |id| !skipped(id));
+    if needed.is_empty() {
+        return String::new();
+    }
+    let mut out =
+        String::from("requires (host tools, checked by `kiln up` before its first step):\n");
+    let width = needed
+        .iter()
+        .map(|n| n.req.to_string().len())
+        .max()
+        .unwrap_or(0);
+    let mut missing = Vec::new();
+    for n in &needed {
+        let (ok, what) = super::preflight::describe(&n.req.check());
+        if !ok {
+            missing.push(n.req.tool);
+        }
+        let _ = writeln!(
+            out,
+            "  {} {:<width$}  {what}  ({})",
+            if ok { "✓" } else { "✗" },
+            n.req.to_string(),
+            n.by.join(", ")
+        );
+    }
+    if !missing.is_empty() {
+        let hint = crate::requires::OsFamily::detect().install_hint(&missing);
+        let _ = writeln!(out, "  hint: {hint}");
+    }
+    out
 }
 
 /// The human plan table.

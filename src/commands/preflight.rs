@@ -1,12 +1,15 @@
-//! The doctor preflight of `kiln up` for GPU stacks (recipes with a `cuda` step): host problems no
-//! step can fix stop the run before hours of compiling; everything else the doctor finds is shown
-//! and left to the steps (and to `serve`).
+//! The preflights of `kiln up`, before its first step: the host tools the recipe and its steps
+//! `require` (every recipe), and the doctor for GPU stacks (recipes with a `cuda` step): host
+//! problems no step can fix stop the run before hours of compiling; everything else the doctor
+//! finds is shown and left to the steps (and to `serve`).
 
 use super::Settings;
 use crate::doctor::{self, Inputs, Status};
+use crate::engine::Plan;
 use crate::error::{Error, Result};
 use crate::recipe::Recipe;
 use crate::report::Reporter;
+use crate::requires::{Found, OsFamily, Requirement};
 
 /// Checks whose failure stops `kiln up`: the driver, its floor, and free disk. (A GPU stack also
 /// stops on a missing driver, which the doctor alone only warns about.)
@@ -66,4 +69,100 @@ pub(super) fn run(settings: &Settings, recipe: &Recipe, reporter: &dyn Reporter)
         ));
     }
     Ok(())
+}
+
+/// One host tool and who needs it: `the recipe`, `step `build``.
+pub(super) struct Needed {
+    pub(super) req: Requirement,
+    pub(super) by: Vec<String>,
+}
+
+/// The recipe's `requires` and those of the steps `runs` accepts, merged by tool (the highest
+/// minimum version wins).
+pub(super) fn needed(recipe: &Recipe, runs: impl Fn(&str) -> bool) -> Vec<Needed> {
+    let mut out: Vec<Needed> = Vec::new();
+    let sources = recipe
+        .requires
+        .iter()
+        .map(|r| (r, "the recipe".to_string()))
+        .chain(recipe.steps.iter().filter(|s| runs(&s.id)).flat_map(|s| {
+            s.requires
+                .iter()
+                .map(move |r| (r, format!("step `{}`", s.id)))
+        }));
+    for (req, by) in sources {
+        match out.iter_mut().find(|n| n.req.tool == req.tool) {
+            Some(n) => {
+                if let Some(min) = &req.min {
+                    if n.req.min.as_ref().is_none_or(|have| have < min) {
+                        n.req.min = Some(min.clone());
+                    }
+                }
+                if !n.by.contains(&by) {
+                    n.by.push(by);
+                }
+            }
+            None => out.push(Needed {
+                req: req.clone(),
+                by: vec![by],
+            }),
+        }
+    }
+    out
+}
+
+/// What `kiln plan` shows of one checked requirement: `✓ c++  /usr/bin/c++ 12.2.0`.
+pub(super) fn describe(found: &Found) -> (bool, String) {
+    match found {
+        Found::Ok { path, version } => (
+            true,
+            match version {
+                Some(v) => format!("{} {v}", path.display()),
+                None => path.display().to_string(),
+            },
+        ),
+        Found::Missing => (false, "not found on PATH".into()),
+        Found::TooOld { path, version } => (false, format!("{} is {version}", path.display())),
+        Found::Broken { why, .. } => (false, why.clone()),
+    }
+}
+
+/// `kiln up`'s host-tool check, before the first step: the recipe's `requires` and those of the
+/// steps about to run. Every problem is one line of the error; the hint installs them all.
+pub(super) fn host_tools(recipe: &Recipe, plan: &Plan, reporter: &dyn Reporter) -> Result<()> {
+    let to_run = |id: &str| {
+        plan.steps
+            .iter()
+            .any(|s| s.id == id && matches!(s.status, crate::engine::Status::Stale(_)))
+    };
+    let needed = needed(recipe, to_run);
+    if needed.is_empty() {
+        return Ok(());
+    }
+    let mut problems = Vec::new();
+    let mut tools = Vec::new();
+    for n in &needed {
+        let found = n.req.check();
+        let (ok, what) = describe(&found);
+        if !ok {
+            problems.push(format!("{}: {what} (needed by {})", n.req, n.by.join(", ")));
+            tools.push(n.req.tool);
+        }
+    }
+    if problems.is_empty() {
+        reporter.note(&format!(
+            "host tools: {} found",
+            needed
+                .iter()
+                .map(|n| n.req.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        return Ok(());
+    }
+    Err(Error::HostTools {
+        recipe: recipe.name.clone(),
+        problems,
+        hint: OsFamily::detect().install_hint(&tools),
+    })
 }

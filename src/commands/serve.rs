@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use super::{show, Settings};
 use crate::cli::ServeArgs;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::pipeline::{self, Variant};
 use crate::serve;
+use crate::serve::verdict::Verdict;
 
 pub(super) fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
     let recipe = settings.load_recipe(&args.recipe)?;
@@ -26,16 +27,15 @@ pub(super) fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
     if let Some(log) = &args.log {
         let verdicts = pipeline::verdicts_from_capture(v, log, args.metrics.as_deref())?;
         show::captured_verdicts(v.name, log, &verdicts, args.json);
-        return Ok(pipeline::verdict_code(&verdicts));
+        return verdict_finding(v.name, &verdicts);
     }
     crate::process::catch_interrupts();
     let timeout = args.timeout.map(Duration::from_secs);
     let mut launched = pipeline::launch(s, v, args.detach, timeout, &mut show::say)?;
     let verdicts = pipeline::verdicts(&launched, false);
     show::verdicts(&launched, &verdicts, args.json);
-    let code = pipeline::verdict_code(&verdicts);
     let Some(url) = launched.running.record.url.clone() else {
-        return Ok(code);
+        return verdict_finding(v.name, &verdicts);
     };
     let pid = launched.running.record.pid;
     if args.detach {
@@ -43,14 +43,14 @@ pub(super) fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
             "kiln: left running at {url} (process group {pid}); stop it with `kiln serve --stop`"
         );
         launched.leave_running();
-        return Ok(code);
+        return verdict_finding(v.name, &verdicts);
     }
     eprintln!("kiln: serving at {url} (process group {pid}); Ctrl-C stops it");
     loop {
         if crate::process::interrupted() {
             launched.stop(s);
             eprintln!("kiln: stopped");
-            return Ok(code);
+            return verdict_finding(v.name, &verdicts);
         }
         if !launched.running.alive() {
             let log = launched.running.record.log.clone();
@@ -75,4 +75,15 @@ fn read_lines(p: &std::path::Path) -> Vec<String> {
         .lines()
         .map(String::from)
         .collect()
+}
+
+/// The exit of `kiln serve`: 0 when every tuning is active, else an error that names those that
+/// are not (status 1 for fell back or unknown, 2 for crashed).
+fn verdict_finding(profile: &str, verdicts: &[Verdict]) -> Result<u8> {
+    Error::finding(pipeline::verdict_code(verdicts), || {
+        (
+            pipeline::verdict_problems(profile, verdicts).join("; "),
+            None,
+        )
+    })
 }

@@ -1,9 +1,11 @@
-//! `kiln up`: plan, then run every stale step.
+//! `kiln up`: plan, check the host tools the recipe needs, run every stale step, then the
+//! pipeline (serve, prove, bench, report). Any failure after the recipe loaded is also written to
+//! the report, so that report.json always tells how the last run ended.
 
 use super::{show, Settings};
 use crate::cli::UpArgs;
 use crate::engine::{self, state::StateDir, ExecOptions, Selection};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::hash::HashMemo;
 use crate::pipeline::{self, AbOptions, BenchOptions, Narrator, Shown, UpOptions};
 use crate::recipe::Recipe;
@@ -27,20 +29,53 @@ pub(super) fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
             );
         } else {
             print!("{}", super::plan::render(&plan, &recipe.origin));
+            print!("{}", super::plan::render_requires(&recipe, &plan));
             println!("dry run: {} step(s) would run", plan.count("stale"));
         }
         return Ok(0);
     }
+    let mut stage = "steps";
+    let result = match provision(settings, args, &recipe, &state, &selection, &mut stage) {
+        Ok(true) => {
+            stage = "serve";
+            serve_and_prove(settings, &recipe, args)
+        }
+        Ok(false) => Ok(0),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = &result {
+        // Another run holds the state (its report is its own); a finding wrote its report.
+        if !matches!(e, Error::Locked { .. } | Error::Finding { .. }) {
+            pipeline::record_failure(settings.session(&recipe), stage, e, args.strict);
+        }
+    }
+    result
+}
+
+/// The preflights and the steps; `Ok(true)` when the run goes on to serve.
+fn provision(
+    settings: &Settings,
+    args: &UpArgs,
+    recipe: &Recipe,
+    state: &StateDir,
+    selection: &Selection,
+    stage: &mut &'static str,
+) -> Result<bool> {
     let lock = state.lock()?;
     let memo = HashMemo::load(&state.memo_path());
-    let plan = engine::plan(&recipe, &state, &settings.facts, &selection, &memo)?;
+    let plan = engine::plan(recipe, state, &settings.facts, selection, &memo)?;
     let reporter = super::reporter(args.json);
-    let gpu_stack = recipe
-        .steps
-        .iter()
-        .any(|s| matches!(s.kind, crate::recipe::StepKind::Cuda(_)));
-    if gpu_stack && !args.no_doctor && plan.count("stale") > 0 {
-        super::preflight::run(settings, &recipe, reporter.as_ref())?;
+    if plan.count("stale") > 0 {
+        *stage = "preflight";
+        super::preflight::host_tools(recipe, &plan, reporter.as_ref())?;
+        let gpu_stack = recipe
+            .steps
+            .iter()
+            .any(|s| matches!(s.kind, crate::recipe::StepKind::Cuda(_)));
+        if gpu_stack && !args.no_doctor {
+            super::preflight::run(settings, recipe, reporter.as_ref())?;
+        }
+        *stage = "steps";
     }
     // Only runs that start processes need the watchdog (a no-op re-run stays a few stats).
     let _watchdog = match plan.count("stale") {
@@ -57,27 +92,26 @@ pub(super) fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
         paths: &settings.paths,
     };
     engine::execute(
-        &recipe,
+        recipe,
         &plan,
-        &state,
+        state,
         &ctx,
         reporter.as_ref(),
         &ExecOptions { jobs, mem_budget },
     )?;
-    if args.no_serve || recipe.profiles.is_empty() || !args.only.is_empty() {
-        return Ok(0);
-    }
     drop(lock);
-    serve_and_prove(settings, &recipe, args.profile.as_deref())
+    Ok(!(args.no_serve || recipe.profiles.is_empty() || !args.only.is_empty()))
 }
 
-/// The pipeline after the steps: A/B, serve (left running), verdicts, bench, report files.
-fn serve_and_prove(settings: &Settings, recipe: &Recipe, profile: Option<&str>) -> Result<u8> {
+/// The pipeline after the steps: A/B, serve (left running), verdicts, bench, report files; a
+/// failure or (with `--strict`) a warning ends as an error that says why.
+fn serve_and_prove(settings: &Settings, recipe: &Recipe, args: &UpArgs) -> Result<u8> {
     crate::process::catch_interrupts();
     let opts = UpOptions {
-        profile,
+        profile: args.profile.as_deref(),
         ab: AbOptions::default(),
         bench: BenchOptions::default(),
+        strict: args.strict,
     };
     let mut narrate = Narrator {
         say: &mut show::say,
@@ -100,11 +134,18 @@ fn serve_and_prove(settings: &Settings, recipe: &Recipe, profile: Option<&str>) 
         files.markdown.display(),
         files.html.display()
     );
-    if let Some(url) = &report.url {
-        eprintln!(
-            "kiln: left running at {url} (process group {}); stop it with `kiln serve --stop`",
-            report.pid
-        );
+    if let Some(s) = &report.served {
+        if let Some(url) = &s.url {
+            eprintln!(
+                "kiln: left running at {url} (process group {}); stop it with `kiln serve --stop`",
+                s.pid
+            );
+        }
     }
-    Ok(report.exit_code)
+    Error::finding(report.exit_code, || {
+        (
+            report.outcome.error.clone().unwrap_or_default(),
+            report.outcome.hint.clone(),
+        )
+    })
 }

@@ -36,5 +36,15 @@ pub(super) fn run(settings: &Settings, args: &VerifyArgs) -> Result<u8> {
     } else {
         print!("{}", cmp.render(baseline.name, candidate.name));
     }
-    Ok(cmp.exit_code())
+    Error::finding(cmp.exit_code(), || {
+        (
+            format!(
+                "greedy A/B `{}` against `{against}`: {} ({:.1}% agreement)",
+                candidate.name,
+                cmp.verdict,
+                cmp.agreement * 100.0
+            ),
+            Some("the table above shows where each prompt diverged".into()),
+        )
+    })
 }

@@ -3,22 +3,63 @@
 
 use std::fmt::Write;
 
+use super::report::Served;
 use super::Report;
 use crate::serve::verdict::Status;
 
 pub(super) fn page(r: &Report) -> String {
     let mut h = String::new();
-    let title = format!("kiln up: {} (profile {})", r.recipe, r.profile);
+    let title = match &r.served {
+        Some(s) => format!("kiln up: {} (profile {})", r.recipe, s.profile),
+        None => format!("kiln up: {}", r.recipe),
+    };
     let _ = write!(
         h,
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<h1>{}</h1>\n<p class=\"summary {}\">exit code {} &middot; ready after {:.1} s at {}</p>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<h1>{}</h1>\n",
         escape(&title),
         escape(&title),
-        if r.exit_code == 0 { "ok" } else { "bad" },
-        r.exit_code,
-        r.ready_after_s,
-        escape(r.url.as_deref().unwrap_or("-")),
     );
+    outcome(&mut h, r);
+    if let Some(s) = &r.served {
+        served(&mut h, s);
+    }
+    h.push_str("</body>\n</html>\n");
+    h
+}
+
+/// The summary line: exit code, ready time, the error and the warnings.
+fn outcome(h: &mut String, r: &Report) {
+    let class = if r.exit_code == 0 { "ok" } else { "bad" };
+    let _ = write!(h, "<p class=\"summary {class}\">exit code {}", r.exit_code);
+    match (&r.served, &r.stage) {
+        (Some(s), _) => {
+            let _ = write!(
+                h,
+                " &middot; ready after {:.1} s at {}",
+                s.ready_after_s,
+                escape(s.url.as_deref().unwrap_or("-"))
+            );
+        }
+        (None, Some(stage)) => {
+            let _ = write!(h, " &middot; failed at {}", escape(stage));
+        }
+        (None, None) => {}
+    }
+    h.push_str("</p>\n");
+    if let Some(e) = &r.outcome.error {
+        let _ = writeln!(h, "<p class=\"bad\">failed: {}</p>", escape(e));
+    }
+    if !r.outcome.warnings.is_empty() {
+        h.push_str("<ul>\n");
+        for w in &r.outcome.warnings {
+            let _ = writeln!(h, "<li class=\"warn\">warning: {}</li>", escape(w));
+        }
+        h.push_str("</ul>\n");
+    }
+}
+
+/// Verdicts, greedy A/B and bench of the served profile.
+fn served(h: &mut String, r: &Served) {
     h.push_str("<h2>Tuning verdicts</h2>\n");
     if r.verdicts.is_empty() {
         h.push_str("<p>no tunings to judge (no flag of the profile has a signature)</p>\n");
@@ -58,8 +99,6 @@ pub(super) fn page(r: &Report) -> String {
             escape(&b.render())
         );
     }
-    h.push_str("</body>\n</html>\n");
-    h
 }
 
 const STYLE: &str = "body{font-family:sans-serif;margin:2em auto;max-width:60em;color:#222}\

@@ -31,10 +31,12 @@
 //! ```
 
 mod html;
+mod judge;
 mod report;
 mod stages;
 
-pub use report::{verdict_code, Report, ReportFiles};
+pub use judge::{judge, verdict_problems, Judgement, Outcome};
+pub use report::{verdict_code, Report, ReportFiles, Served};
 pub use stages::{
     bench_fingerprint, greedy_ab, greedy_outputs, launch, launch_of, measure, verdicts,
     verdicts_from_capture, AbOptions, BenchOptions, Launched, Variant,
@@ -67,11 +69,14 @@ pub struct UpOptions<'a> {
     pub profile: Option<&'a str>,
     pub ab: AbOptions,
     pub bench: BenchOptions,
+    /// Advisories (warnings) fail the run too.
+    pub strict: bool,
 }
 
 /// `kiln up` after its steps: greedy A/B against the profile's baseline (when it names one),
 /// serve the profile and leave it running, judge its tunings, smoke-bench it, and the report.
-/// `show` receives each result block as it is known (the A/B table, the verdicts, the bench).
+/// `show` receives each result block as it is known (the A/B table, the verdicts, the bench);
+/// the report's `outcome` says whether the run failed (warnings are narrated as they are judged).
 pub fn up(
     s: Session,
     opts: &UpOptions,
@@ -117,9 +122,19 @@ pub fn up(
     } else {
         verdicts
     };
-    let report = Report::new(s.recipe, &launched, verdicts, ab, bench);
+    let report = Report::new(s.recipe, &launched, verdicts, ab, bench, opts.strict);
+    for w in &report.outcome.warnings {
+        (narrate.say)(&format!("warning: {w}"));
+    }
     launched.leave_running();
     Ok(report)
+}
+
+/// Write the report of a `kiln up` that failed at `stage` (`preflight`, `steps`, `serve`) before
+/// it could serve, so that report.json always tells how the last run ended. Best effort: the
+/// error itself is what the caller reports.
+pub fn record_failure(s: Session, stage: &str, err: &crate::error::Error, strict: bool) {
+    let _ = Report::failed(&s.recipe.name, stage, err, strict).write(s.paths);
 }
 
 /// A result block of [`up`], as soon as it is known.

@@ -2,21 +2,41 @@
 //! bench, rendered as JSON (report.json: the field names consumers read), Markdown (report.md)
 //! and a self-contained HTML page with the bench plot inline (report.html).
 
+use std::fmt::Write;
 use std::path::PathBuf;
 
 use serde::Serialize;
 
+use super::judge::{judge, Outcome};
 use super::Launched;
 use crate::bench::{self, ab::Comparison};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fs::write_atomic;
 use crate::paths::StatePaths;
 use crate::recipe::Recipe;
 use crate::serve::verdict::{Status, Verdict};
 
+/// The report of one `kiln up`. A run that failed before it served (preflight, a step, the
+/// launch) has a `stage` and no `served` part, so that no report of an earlier run passes for it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub recipe: String,
+    /// Where a run that failed before serving stopped: `preflight`, `steps` or `serve`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
+    /// What was served and found (its fields sit at the top level of report.json).
+    #[serde(flatten)]
+    pub served: Option<Served>,
+    /// Whether advisories failed the run (`kiln up --strict`).
+    pub strict: bool,
+    pub outcome: Outcome,
+    /// `kiln up`'s exit status: 0, or 1 for a failure (2 for bad input).
+    pub exit_code: u8,
+}
+
+/// The served part of a [`Report`]: the profile, its verdicts, the greedy A/B and the bench.
+#[derive(Debug, Clone, Serialize)]
+pub struct Served {
     pub profile: String,
     pub url: Option<String>,
     pub pid: u32,
@@ -26,7 +46,6 @@ pub struct Report {
     pub baseline: Option<String>,
     pub ab: Option<Comparison>,
     pub bench: Option<bench::Report>,
-    pub exit_code: u8,
 }
 
 /// Where [`Report::write`] put the report.
@@ -51,34 +70,53 @@ pub fn verdict_code(verdicts: &[Verdict]) -> u8 {
 }
 
 impl Report {
+    /// The report of a served profile, judged (see [`super::judge`]).
     pub fn new(
         recipe: &Recipe,
         launched: &Launched,
         verdicts: Vec<Verdict>,
         ab: Option<(String, Comparison)>,
         bench: Option<bench::Report>,
+        strict: bool,
     ) -> Report {
-        let exit_code = [
-            verdict_code(&verdicts),
-            ab.as_ref().map_or(0, |(_, c)| c.exit_code()),
-            bench.as_ref().map_or(0, bench::Report::exit_code),
-        ]
-        .into_iter()
-        .max()
-        .unwrap_or(0);
+        let profile = launched.variant.name;
+        let j = judge(
+            profile,
+            &verdicts,
+            ab.as_ref().map(|(base, c)| (c, base.as_str())),
+            bench.as_ref(),
+        );
+        let outcome = Outcome::of(j, strict);
         let record = &launched.running.record;
         let (baseline, ab) = ab.unzip();
         Report {
             recipe: recipe.name.clone(),
-            profile: launched.variant.name.to_string(),
-            url: record.url.clone(),
-            pid: record.pid,
-            ready_after_s: launched.running.ready_after.as_secs_f64(),
-            verdicts,
-            baseline,
-            ab,
-            bench,
-            exit_code,
+            stage: None,
+            served: Some(Served {
+                profile: profile.to_string(),
+                url: record.url.clone(),
+                pid: record.pid,
+                ready_after_s: launched.running.ready_after.as_secs_f64(),
+                verdicts,
+                baseline,
+                ab,
+                bench,
+            }),
+            strict,
+            exit_code: u8::from(!outcome.ok),
+            outcome,
+        }
+    }
+
+    /// The report of a run that failed at `stage` with `err`, before anything was served.
+    pub fn failed(recipe: &str, stage: &str, err: &Error, strict: bool) -> Report {
+        Report {
+            recipe: recipe.to_string(),
+            stage: Some(stage.to_string()),
+            served: None,
+            strict,
+            outcome: Outcome::failed(err.to_string()),
+            exit_code: err.exit_code(),
         }
     }
 
@@ -87,30 +125,50 @@ impl Report {
     }
 
     pub fn to_markdown(&self) -> String {
+        let Some(served) = &self.served else {
+            return format!(
+                "# kiln up: {}\n\n## Outcome\n\nfailed ({}): {}\n",
+                self.recipe,
+                self.stage.as_deref().unwrap_or("-"),
+                self.outcome.error.as_deref().unwrap_or("-")
+            );
+        };
         let mut md = format!(
-            "# kiln up: {} (profile `{}`)\n\nready after {:.1} s at {}\n\n## Tuning verdicts\n\n| feature | verdict | reason | evidence |\n|---|---|---|---|\n",
+            "# kiln up: {} (profile `{}`)\n\nready after {:.1} s at {}\n\n## Outcome\n\n{}\n",
             self.recipe,
-            self.profile,
-            self.ready_after_s,
-            self.url.as_deref().unwrap_or("-")
+            served.profile,
+            served.ready_after_s,
+            served.url.as_deref().unwrap_or("-"),
+            match &self.outcome.error {
+                Some(e) => format!("failed: {e}"),
+                None => "ok".to_string(),
+            }
         );
-        for v in &self.verdicts {
-            md.push_str(&format!(
-                "| {} | {} | {} | {} |\n",
+        for w in &self.outcome.warnings {
+            let _ = write!(md, "\n- warning: {w}");
+        }
+        md.push_str(
+            "\n\n## Tuning verdicts\n\n| feature | verdict | reason | evidence |\n|---|---|---|---|\n",
+        );
+        for v in &served.verdicts {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} |",
                 v.feature,
                 v.status.label(),
                 v.reason,
                 v.evidence.as_deref().unwrap_or("").replace('|', "\\|")
-            ));
+            );
         }
-        if let (Some(c), Some(base)) = (&self.ab, &self.baseline) {
-            md.push_str(&format!(
+        if let (Some(c), Some(base)) = (&served.ab, &served.baseline) {
+            let _ = write!(
+                md,
                 "\n## Greedy A/B\n\n```\n{}```\n",
-                c.render(base, &self.profile)
-            ));
+                c.render(base, &served.profile)
+            );
         }
-        if let Some(b) = &self.bench {
-            md.push_str(&format!("\n## Benchmark\n\n```\n{}```\n", b.render()));
+        if let Some(b) = &served.bench {
+            let _ = write!(md, "\n## Benchmark\n\n```\n{}```\n", b.render());
         }
         md
     }

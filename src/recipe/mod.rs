@@ -31,6 +31,8 @@ pub struct Recipe {
     pub profiles: BTreeMap<String, Profile>,
     /// Profiles that cannot be used yet, with the rendered reason (a required variable unset).
     pub unavailable_profiles: BTreeMap<String, String>,
+    /// Host tools the recipe needs (`[recipe] requires`, imports included), checked by `kiln up`.
+    pub(crate) requires: Vec<crate::requires::Requirement>,
 }
 
 impl Recipe {
@@ -166,6 +168,8 @@ pub struct Step {
     pub retries: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_per_job: Option<u64>,
+    /// Host tools this step needs (`requires`), checked by `kiln up` when the step will run.
+    pub(crate) requires: Vec<crate::requires::Requirement>,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference

@@ -31,6 +31,9 @@ pub(super) struct Meta {
     pub version: Option<String>,
     #[serde(default)]
     pub import: Vec<Spanned<String>>,
+    /// Host tools the recipe needs: `["c++", "python3>=3.10"]` (see `crate::requires`).
+    #[serde(default)]
+    pub requires: Vec<Spanned<String>>,
 }
 
 /// A command: an argv list, or (with `shell = true`) one shell script string. The script's
@@ -125,6 +128,9 @@ pub(super) struct Step {
     pub timeout: Option<Spanned<String>>,
     pub retries: Option<Spanned<u32>>,
     pub mem_per_job: Option<Spanned<String>>,
+    /// Host tools this step needs, checked only when it is going to run.
+    #[serde(default)]
+    pub requires: Vec<Spanned<String>>,
 
     // kind = "run"
     pub cmd: Option<Spanned<Command>>,

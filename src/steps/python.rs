@@ -5,12 +5,12 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+
+mod wheel;
 
 use super::{run::run_spec, StepContext};
-use crate::cache::wheels::{WheelCache, WheelKey, PARALLELISM_VARS};
+use crate::cache::wheels::WheelCache;
 use crate::error::{Error, Result};
-use crate::hash::sha256_reader;
 use crate::process::{self, CommandSpec};
 use crate::recipe::{PythonStep, Step};
 
@@ -66,8 +66,15 @@ pub(crate) fn run(
         )?;
     }
     let cache = WheelCache::new(&ctx.paths.wheels());
+    let builds = wheel::WheelBuild {
+        p,
+        vpy: &vpy,
+        env: &env,
+        index_args: &index_args,
+        cache: &cache,
+    };
     for req in &p.build {
-        let wheel = build_or_reuse(req, p, &vpy, &env, &index_args, &cache, log, &mut sh)?;
+        let wheel = builds.build_or_reuse(req, log, &mut sh)?;
         let mut spec = install_spec(
             &installer,
             &vpy,
@@ -198,263 +205,6 @@ fn install_spec<'a>(
     spec.args.extend(index_args.iter().cloned());
     spec.args.extend(reqs.into_iter().map(str::to_string));
     spec
-}
-
-/// `name==version` of a build requirement.
-fn pinned(req: &str) -> Result<(String, String)> {
-    match req.split_once("==") {
-        Some((n, v)) if !n.trim().is_empty() && !v.trim().is_empty() => Ok((n.trim().to_string(), v.trim().to_string())),
-        _ => Err(Error::other(
-            format!("build requirement `{req}` is not pinned"),
-            Some("pin what kiln compiles (`flash-attn==2.8.3`): the version is part of the wheel cache key".into()),
-        )),
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-#[allow(clippy::too_many_lines)] // split once issue 10's changes to it have landed
-fn build_or_reuse(
-    req: &str,
-    p: &PythonStep,
-    vpy: &Path,
-    env: &BTreeMap<String, String>,
-    index_args: &[String],
-    cache: &WheelCache,
-    log: &mut dyn Write,
-    sh: &mut dyn FnMut(CommandSpec, &mut dyn Write) -> Result<()>,
-) -> Result<PathBuf> {
-    let local = Path::new(req).is_absolute().then(|| PathBuf::from(req));
-    let (package, version) = match &local {
-        Some(dir) => (
-            dir.file_name()
-                .map_or("local".into(), |n| n.to_string_lossy().into_owned()),
-            "local".to_string(),
-        ),
-        None => pinned(req)?,
-    };
-    let work = cache
-        .root
-        .parent()
-        .unwrap_or(Path::new("."))
-        .join("build")
-        .join(format!("{package}-{version}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
-    crate::fs::create_dir(&work)?;
-    let result = (|| {
-        let (sdist, source_sha256) = match &local {
-            Some(dir) => (dir.clone(), tree_sha256(dir)?),
-            None => download_sdist(req, vpy, env, index_args, &work, log, sh)?,
-        };
-        let key = WheelKey {
-            package: package.clone(),
-            version: version.clone(),
-            source_sha256,
-            python_tag: python_output(vpy, "import sys; print('cp%d%d' % sys.version_info[:2])")
-                .unwrap_or_default(),
-            torch: python_output(
-                vpy,
-                "import importlib.metadata as m; print(m.version('torch'))",
-            ),
-            cuda: nvcc_version(env),
-            arch_list: [
-                "TORCH_CUDA_ARCH_LIST",
-                "FLASH_ATTN_CUDA_ARCHS",
-                "FLASHINFER_CUDA_ARCH_LIST",
-            ]
-            .iter()
-            .filter_map(|k| env.get(*k).map(|v| format!("{k}={v}")))
-            .reduce(|a, b| format!("{a} {b}")),
-            env: env
-                .iter()
-                .filter(|(k, _)| {
-                    !PARALLELISM_VARS.contains(&k.as_str()) && !crate::redact::is_secret_name(k)
-                })
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        };
-        let id = key.id();
-        if let Some((_, wheel)) = cache.lookup(&key)? {
-            let _ = writeln!(
-                log,
-                "wheel cache hit: {package} {version} (key {}), no compile: {}",
-                &id[..12],
-                wheel.display()
-            );
-            return Ok(wheel);
-        }
-        if let Some(remote) = std::env::var("KILN_REMOTE_CACHE")
-            .ok()
-            .filter(|r| !r.is_empty())
-        {
-            let _ = writeln!(log, "wheel cache miss: asking the remote cache {remote}");
-            let reference = crate::oci::reference::Reference::parse(&remote)?;
-            match crate::oci::pull_wheels(&reference, &cache.root, &|m| {
-                let _ = m;
-            }) {
-                Ok(s) => {
-                    let _ = writeln!(
-                        log,
-                        "remote cache: {} wheel(s) pulled, {} already here",
-                        s.fetched, s.already_cached
-                    );
-                }
-                Err(e) => {
-                    let _ = writeln!(
-                        log,
-                        "remote cache unavailable ({}); building instead",
-                        e.render().replace('\n', " ")
-                    );
-                }
-            }
-            if let Some((_, wheel)) = cache.lookup(&key)? {
-                let _ = writeln!(log, "wheel cache hit from the remote cache: {package} {version} (key {}), no compile", &id[..12]);
-                return Ok(wheel);
-            }
-        }
-        let _ = writeln!(
-            log,
-            "wheel cache miss: building {package} {version} from source (key {})",
-            &id[..12]
-        );
-        let started = Instant::now();
-        let mut build = CommandSpec::new(
-            vpy.display().to_string(),
-            [
-                "-m",
-                "pip",
-                "wheel",
-                "--disable-pip-version-check",
-                "--no-deps",
-                "-w",
-            ],
-        )
-        .arg(work.join("wheel").display().to_string());
-        if !p.build_isolation {
-            build = build.arg("--no-build-isolation");
-        }
-        sh(build.arg(sdist.display().to_string()).with_env(env), log)?;
-        let built = std::fs::read_dir(work.join("wheel"))
-            .map_err(|e| Error::io("cannot list the built wheel", e))?
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|e| e == "whl"))
-            .ok_or_else(|| Error::other(format!("building `{req}` produced no wheel"), None))?;
-        let cached = cache.insert(&key, &built)?;
-        let _ = writeln!(
-            log,
-            "built {package} {version} in {:.1}s; cached as {}",
-            started.elapsed().as_secs_f64(),
-            cached.display()
-        );
-        Ok(cached)
-    })();
-    let _ = std::fs::remove_dir_all(&work);
-    result
-}
-
-fn download_sdist(
-    req: &str,
-    vpy: &Path,
-    env: &BTreeMap<String, String>,
-    index_args: &[String],
-    work: &Path,
-    log: &mut dyn Write,
-    sh: &mut dyn FnMut(CommandSpec, &mut dyn Write) -> Result<()>,
-) -> Result<(PathBuf, String)> {
-    let sdists = work.join("sdist");
-    let mut dl = CommandSpec::new(
-        vpy.display().to_string(),
-        [
-            "-m",
-            "pip",
-            "download",
-            "--disable-pip-version-check",
-            "--no-deps",
-            "--no-binary",
-            ":all:",
-            "-d",
-        ],
-    )
-    .arg(sdists.display().to_string());
-    dl.args.extend(index_args.iter().cloned());
-    sh(dl.arg(req).with_env(env), log)?;
-    let sdist = std::fs::read_dir(&sdists)
-        .map_err(|e| Error::io("cannot list the downloaded source", e))?
-        .flatten()
-        .map(|e| e.path())
-        .next()
-        .ok_or_else(|| {
-            Error::other(
-                format!("pip downloaded no source distribution for `{req}`"),
-                None,
-            )
-        })?;
-    let f = std::fs::File::open(&sdist).map_err(|e| Error::io("cannot read the sdist", e))?;
-    let sha = sha256_reader(f)
-        .map_err(|e| Error::io("cannot read the sdist", e))?
-        .0;
-    Ok((sdist, sha))
-}
-
-/// sha256 over a source tree: every file's relative path and content, in sorted order.
-fn tree_sha256(dir: &Path) -> Result<String> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let p = e.path();
-            let name = e.file_name();
-            if name == "build"
-                || name == "__pycache__"
-                || name.to_string_lossy().ends_with(".egg-info")
-            {
-                continue;
-            }
-            if p.is_dir() {
-                walk(&p, out);
-            } else {
-                out.push(p);
-            }
-        }
-    }
-    let mut files = Vec::new();
-    walk(dir, &mut files);
-    files.sort();
-    let mut listing = String::new();
-    for f in &files {
-        let h = sha256_reader(
-            std::fs::File::open(f)
-                .map_err(|e| Error::io(format!("cannot read {}", f.display()), e))?,
-        )
-        .map_err(|e| Error::io(format!("cannot read {}", f.display()), e))?
-        .0;
-        listing.push_str(&format!(
-            "{h}  {}\n",
-            f.strip_prefix(dir).unwrap_or(f).display()
-        ));
-    }
-    Ok(crate::hash::sha256_bytes(listing.as_bytes()))
-}
-
-fn python_output(vpy: &Path, code: &str) -> Option<String> {
-    process::capture(&vpy.display().to_string(), &["-c", code])
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-}
-
-/// `V13.0.88` from `nvcc --version`, if nvcc is found (CUDA_HOME first, then PATH).
-fn nvcc_version(env: &BTreeMap<String, String>) -> Option<String> {
-    let home = env
-        .get("CUDA_HOME")
-        .cloned()
-        .or_else(|| std::env::var("CUDA_HOME").ok());
-    let nvcc = home
-        .map(|h| Path::new(&h).join("bin/nvcc"))
-        .filter(|p| p.exists())
-        .or_else(|| which::which("nvcc").ok())?;
-    let out = process::capture(&nvcc.display().to_string(), &["--version"]).ok()?;
-    out.split_whitespace()
-        .find(|w| w.starts_with('V') && w[1..].starts_with(|c: char| c.is_ascii_digit()))
-        .map(str::to_string)
 }
 
 /// The extension module must carry SASS for `arch` (checked with cuobjdump when it is installed).

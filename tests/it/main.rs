@@ -26,6 +26,8 @@ mod receipts_index;
 mod recipes;
 mod report_html;
 mod serve;
+mod shell_help;
 mod shipped;
 mod tune;
 mod up_e2e;
+mod up_outcome;

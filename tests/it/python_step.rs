@@ -176,3 +176,68 @@ verify = "import six; assert six.__version__ == '0.0', 'six is ' + six.__version
     );
     assert!(stderr.contains("six is 1.16.0"), "{stderr}");
 }
+
+/// Regression (issue 10): a pinned build whose wheel is cached used to download the sdist again
+/// to compute its cache key, so a box without the index could not even reuse its own wheel.
+#[test]
+fn a_cached_pinned_wheel_installs_with_the_index_unreachable() {
+    let ws = Workspace::new();
+    ws.write(
+        "py.toml",
+        r#"[recipe]
+name = "py"
+[[step]]
+id = "env"
+kind = "python"
+venv = "${kiln.work_dir}/venv"
+install = ["bitarray==2.9.2"]
+build = ["bitarray==2.9.2"]
+verify = "import bitarray; assert bitarray.__version__ == '2.9.2'"
+"#,
+    );
+    let cache = ws.path().join("cache");
+    ws.kiln()
+        .args(["up", "py.toml"])
+        .env("KILN_CACHE_DIR", &cache)
+        .env("KILN_NO_UV", "1")
+        .assert()
+        .success();
+    assert!(log(&ws, "state").contains("wheel cache miss: building bitarray 2.9.2"));
+    let entry = std::fs::read_dir(cache.join("wheels"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().join("entry.json").exists())
+        .expect("the built wheel is cached");
+    let entry: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(entry.path().join("entry.json")).unwrap()).unwrap();
+    assert_eq!(entry["index"], "default", "{entry}");
+
+    // A second box with the same cache and every route to the index dead.
+    let dead = "http://127.0.0.1:1";
+    let mut second = ws.kiln();
+    second
+        .args(["up", "py.toml", "--state-dir", "state2"])
+        .env("KILN_CACHE_DIR", &cache)
+        .env("KILN_NO_UV", "1")
+        .env("PIP_RETRIES", "0")
+        .env("PIP_DEFAULT_TIMEOUT", "5")
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy");
+    for var in [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        second.env(var, dead);
+    }
+    second.assert().success();
+    let log2 = log(&ws, "state2");
+    assert!(
+        log2.contains("wheel cache hit: bitarray 2.9.2") && log2.contains("no download"),
+        "{log2}"
+    );
+    assert!(!log2.contains("pip download"), "{log2}");
+}

@@ -172,19 +172,29 @@ fn the_html_report_renders_in_headless_chromium_without_errors() {
     .unwrap();
     let report = kiln::pipeline::Report {
         recipe: "demo".into(),
-        profile: "tuned".into(),
-        url: Some("http://127.0.0.1:8080".into()),
-        pid: 42,
-        ready_after_s: 1.5,
-        verdicts: vec![kiln::serve::verdict::Verdict {
-            feature: "flash-attn".into(),
-            status: kiln::serve::verdict::Status::Active,
-            reason: "kernel in use".into(),
-            evidence: Some("log: flash_attn = 1 <&>".into()),
-        }],
-        baseline: Some("baseline".into()),
-        ab: Some(kiln::bench::ab::compare(&baseline, &candidate, 2)),
-        bench: Some(bench),
+        stage: None,
+        served: Some(kiln::pipeline::Served {
+            profile: "tuned".into(),
+            url: Some("http://127.0.0.1:8080".into()),
+            pid: 42,
+            ready_after_s: 1.5,
+            verdicts: vec![kiln::serve::verdict::Verdict {
+                feature: "flash-attn".into(),
+                status: kiln::serve::verdict::Status::Active,
+                reason: "kernel in use".into(),
+                evidence: Some("log: flash_attn = 1 <&>".into()),
+            }],
+            baseline: Some("baseline".into()),
+            ab: Some(kiln::bench::ab::compare(&baseline, &candidate, 2)),
+            bench: Some(bench),
+        }),
+        strict: false,
+        outcome: kiln::pipeline::Outcome {
+            ok: true,
+            error: None,
+            warnings: vec!["bench: <b>noisy</b> stays text".into()],
+            hint: None,
+        },
         exit_code: 0,
     };
     let ws = tempfile::tempdir().unwrap();
@@ -192,6 +202,7 @@ fn the_html_report_renders_in_headless_chromium_without_errors() {
     let files = report.write(&paths).unwrap();
     let html = std::fs::read_to_string(&files.html).unwrap();
     assert!(html.contains("&lt;script&gt;") && !html.contains("<script>"));
+    assert!(html.contains("warning: bench: &lt;b&gt;noisy"), "{html}");
     assert!(html.contains("<svg") && html.contains("Greedy A/B"));
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&files.json).unwrap()).unwrap();
@@ -204,6 +215,8 @@ fn the_html_report_renders_in_headless_chromium_without_errors() {
         "verdicts",
         "ab",
         "bench",
+        "outcome",
+        "exit_code",
     ] {
         assert!(!json[key].is_null(), "report.json keeps `{key}`: {json}");
     }

@@ -3,6 +3,7 @@
 
 mod kinds;
 mod profile;
+mod requires;
 mod steps;
 mod vars;
 
@@ -117,6 +118,7 @@ pub(super) fn build(loaded: &Loaded, opts: &LoadOptions) -> Result<Recipe> {
         steps,
         profiles: resolved_profiles,
         unavailable_profiles,
+        requires: requires::of_recipe(sources, &loaded.files)?,
     })
 }
 

@@ -214,6 +214,7 @@ pub(super) fn step(
         timeout,
         retries: s.retries.as_ref().map_or(0, |n| *n.get_ref()),
         mem_per_job,
+        requires: super::requires::entries(r.sources, file, &s.requires)?,
     })
 }
 
