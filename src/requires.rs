@@ -135,6 +135,14 @@ impl serde::Serialize for Requirement {
     }
 }
 
+/// Back from the text `Serialize` writes (`tool` or `tool>=VERSION`): the recipe cache.
+impl<'de> serde::Deserialize<'de> for Requirement {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse(&text).map_err(|e| serde::de::Error::custom(e.message))
+    }
+}
+
 /// Why an entry does not parse: the message, a hint, and the bytes of the entry at fault.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ParseError {

@@ -171,6 +171,7 @@ mod tests {
                 timeout: None,
                 retries: 0,
                 mem_per_job: None,
+                requires: Vec::new(),
             })
             .collect()
     }

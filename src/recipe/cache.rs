@@ -186,3 +186,79 @@ fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     }
     written
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::host::Facts;
+    use crate::paths::StatePaths;
+    use crate::recipe::{load, LoadOptions};
+
+    /// Every recipe in the tree (and the shipped ones) comes back from the cache exactly as a
+    /// full load builds it: requirements, conditions, profiles and all.
+    #[test]
+    fn a_cached_recipe_is_the_recipe_a_full_load_builds() {
+        let state = tempfile::tempdir().unwrap();
+        let paths = StatePaths::new(state.path().to_path_buf(), None);
+        let facts = Facts::new();
+        let overrides = Vec::new();
+        let opts = LoadOptions {
+            overrides: &overrides,
+            facts: &facts,
+            paths: &paths,
+        };
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut specs: Vec<String> = crate::recipe::shipped::recipe_names();
+        for dir in ["recipes", "toolchains"] {
+            for e in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
+                if e.path().extension().is_some_and(|x| x == "toml") {
+                    specs.push(e.path().display().to_string());
+                }
+            }
+        }
+        let mut hits = 0;
+        for spec in &specs {
+            let Ok(full) = load(Some(spec), &opts) else {
+                continue; // fragments that are not recipes on their own
+            };
+            let slot = super::slot(Some(spec), &opts).unwrap();
+            let cached = super::lookup(&slot, &opts).expect("stored by the full load");
+            assert_eq!(format!("{cached:?}"), format!("{full:?}"), "{spec}");
+            hits += 1;
+        }
+        assert!(hits >= 5, "only {hits} recipes loaded");
+    }
+
+    #[test]
+    fn an_edited_import_or_another_host_fact_is_a_miss() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let paths = StatePaths::new(state, None);
+        std::fs::write(
+            dir.path().join("r.toml"),
+            "[recipe]\nname = \"r\"\nimport = [\"part.toml\"]\n\n[[step]]\nid = \"a\"\nkind = \"run\"\ncmd = [\"echo\", \"${host.cores}\", \"${v}\"]\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("part.toml"), "[vars]\nv = \"one\"\n").unwrap();
+        let spec = dir.path().join("r.toml").display().to_string();
+        let overrides = Vec::new();
+        let one = Facts::new().with_override("cores", "1");
+        let opts = LoadOptions {
+            overrides: &overrides,
+            facts: &one,
+            paths: &paths,
+        };
+        load(Some(&spec), &opts).unwrap();
+        let slot = super::slot(Some(&spec), &opts).unwrap();
+        assert!(super::lookup(&slot, &opts).is_some());
+        let two = Facts::new().with_override("cores", "2");
+        let opts2 = LoadOptions {
+            facts: &two,
+            ..opts
+        };
+        assert!(super::lookup(&slot, &opts2).is_none(), "host.cores changed");
+        std::fs::write(dir.path().join("part.toml"), "[vars]\nv = \"two\"\n").unwrap();
+        assert!(super::lookup(&slot, &opts).is_none(), "the import changed");
+        let again = load(Some(&spec), &opts).unwrap();
+        assert!(format!("{:?}", again.steps[0].kind).contains("two"));
+    }
+}

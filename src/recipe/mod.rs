@@ -169,6 +169,7 @@ pub struct Step {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_per_job: Option<u64>,
     /// Host tools this step needs (`requires`), checked by `kiln up` when the step will run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) requires: Vec<crate::requires::Requirement>,
 }
 
