@@ -13,16 +13,22 @@ pub(crate) fn create_dir(path: &Path) -> Result<()> {
         .map_err(|e| Error::io(format!("cannot create {}", path.display()), e))
 }
 
+/// The temp name a write to `path` goes through: `.NAME.tmp-PID` beside it (see [`temp_owner`]).
+fn temp_for(path: &Path) -> std::path::PathBuf {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    dir.join(format!(
+        ".{}.tmp-{}",
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        std::process::id()
+    ))
+}
+
 /// Write `bytes` to `path` so readers see the old content or the new, never a mix. The temp file
 /// (`.NAME.tmp-PID`, see [`temp_owner`]) is removed when the write fails (a full disk).
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     create_dir(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id()
-    ));
+    let tmp = temp_for(path);
     let ctx = |e| Error::io(format!("cannot write {}", path.display()), e);
     let written = File::create(&tmp)
         .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
@@ -33,6 +39,18 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         return Err(ctx(e));
     }
     File::open(dir).and_then(|d| d.sync_all()).map_err(ctx)
+}
+
+/// Replace `path` by rename without fsync, for caches that a lost or torn write only makes
+/// useless (a miss), never wrong. The temp file is removed when the write fails.
+pub(crate) fn replace_unsynced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))?;
+    let tmp = temp_for(path);
+    let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// The PID in a [`write_atomic`] temp name (`.NAME.tmp-PID`): whose leftover it is.

@@ -193,19 +193,6 @@ pub(super) fn render<'a>(
     out
 }
 
-/// Replace `path` with `bytes` by rename, without fsync: the index is a cache that a lost or
-/// torn write only makes useless (a missing `end` line or a stale mtime), never wrong.
-pub(super) fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".receipts.idx.tmp-{}", std::process::id()));
-    let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

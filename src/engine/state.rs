@@ -156,7 +156,7 @@ impl StateDir {
             return;
         }
         let bytes = index::render(stamp, entries.iter().map(|(id, e)| (*id, e)));
-        let _ = index::replace(&self.index_path(), &bytes);
+        let _ = crate::fs::replace_unsynced(&self.index_path(), &bytes);
     }
 
     pub(crate) fn receipt_path(&self, step: &str) -> PathBuf {

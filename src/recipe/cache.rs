@@ -150,7 +150,7 @@ pub(super) fn store(slot: &Slot, sources: &Sources, opts: &LoadOptions, recipe: 
     if serde_json::to_writer(&mut bytes, recipe).is_err() {
         return;
     }
-    let _ = replace(&slot.path, &bytes);
+    let _ = crate::fs::replace_unsynced(&slot.path, &bytes);
 }
 
 /// sha256 of a loaded file's text now: a recipe file on disk or a shipped one.
@@ -169,22 +169,6 @@ fn patch_set_sha256(set: &str) -> Option<String> {
         return None;
     }
     std::fs::read(path).ok().map(|b| hex_sha256(&b))
-}
-
-/// Replace `path` by rename, without fsync: a lost or torn entry is a miss, never wrong.
-fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name().unwrap_or_default().to_string_lossy(),
-        std::process::id()
-    ));
-    let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
 }
 
 #[cfg(test)]
