@@ -2,32 +2,14 @@
 //! are dropped unless asked for, device nodes and FIFOs are refused, a compression bomb stops at
 //! `max_size`, and every failure keeps its OS cause (in the error and in the step log).
 
-use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
 
 use crate::common::{scrub, Workspace};
+use crate::fetch_extract::compress;
 
 const FORMATS: [&str; 4] = ["tar", "tar.gz", "tar.xz", "tar.zst"];
-
-fn compress(tar: &[u8], format: &str) -> Vec<u8> {
-    match format {
-        "tar" => tar.to_vec(),
-        "tar.gz" => {
-            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-            e.write_all(tar).unwrap();
-            e.finish().unwrap()
-        }
-        "tar.xz" => {
-            let mut e = xz2::write::XzEncoder::new(Vec::new(), 6);
-            e.write_all(tar).unwrap();
-            e.finish().unwrap()
-        }
-        "tar.zst" => zstd::encode_all(tar, 3).unwrap(),
-        other => panic!("unknown format {other}"),
-    }
-}
 
 /// One header with a raw name and link name, mode and type.
 fn entry(

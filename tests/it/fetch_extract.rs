@@ -376,7 +376,8 @@ fn good_tar() -> Vec<u8> {
     b.into_inner().unwrap()
 }
 
-fn compress(tar: &[u8], format: &str) -> Vec<u8> {
+/// `tar` as `format` (tar, tar.gz, tar.xz, tar.zst): shared with the archive-safety tests.
+pub(crate) fn compress(tar: &[u8], format: &str) -> Vec<u8> {
     match format {
         "tar" => tar.to_vec(),
         "tar.gz" => {
