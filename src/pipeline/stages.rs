@@ -139,7 +139,11 @@ pub fn verdicts(l: &Launched, served: bool) -> Vec<Verdict> {
     let running = &l.running;
     let url = running.record.url.as_deref();
     let mut after_traffic = served;
-    if let (false, true, Some(url)) = (served, l.sigs.needs_traffic(), url) {
+    if let (false, true, Some(url)) = (
+        served,
+        verdict::needs_traffic(&l.sigs, l.variant.profile),
+        url,
+    ) {
         let req = bench::client::Request {
             prompt: ab::PROMPTS[0],
             max_tokens: 32,

@@ -250,11 +250,6 @@ impl Signatures {
         })
     }
 
-    /// Whether any feature judged for these flags needs the server to have answered requests.
-    pub fn needs_traffic(&self) -> bool {
-        self.features.iter().any(|f| f.needs_traffic)
-    }
-
     /// Signatures that know nothing: readiness by endpoint only, no verdict evidence.
     pub fn empty() -> Signatures {
         Signatures {

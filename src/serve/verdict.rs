@@ -94,19 +94,31 @@ fn is_off(value: &str) -> bool {
     ["off", "0", "false", "disabled", "none", "no"].contains(&value.to_ascii_lowercase().as_str())
 }
 
+/// The features the profile requests (by a flag not turned off, or by id in `expect`), each with
+/// its flag's value.
+fn requested<'s>(
+    sigs: &'s Signatures,
+    profile: &Profile,
+) -> impl Iterator<Item = (&'s Feature, Option<String>)> {
+    let argv: Vec<String> = profile.cmd.iter().chain(&profile.args).cloned().collect();
+    let expect = profile.expect.clone();
+    sigs.features.iter().filter_map(move |f| {
+        let value = f.flags.iter().find_map(|fl| flag_value(&argv, fl));
+        let on = value.as_deref().is_some_and(|v| !is_off(v));
+        (on || expect.contains(&f.id)).then_some((f, value))
+    })
+}
+
+/// Whether a feature the profile requests shows its evidence only under traffic.
+pub fn needs_traffic(sigs: &Signatures, profile: &Profile) -> bool {
+    requested(sigs, profile).any(|(f, _)| f.needs_traffic)
+}
+
 /// Verdicts for the features the profile requests (by flag, or by id in `expect`).
 pub fn judge(sigs: &Signatures, profile: &Profile, ev: &Evidence) -> Vec<Verdict> {
-    let mut out = Vec::new();
-    let argv: Vec<String> = profile.cmd.iter().chain(&profile.args).cloned().collect();
-    for f in &sigs.features {
-        let value = f.flags.iter().find_map(|fl| flag_value(&argv, fl));
-        let expected = profile.expect.contains(&f.id);
-        let requested = value.as_deref().is_some_and(|v| !is_off(v));
-        if !requested && !expected {
-            continue;
-        }
-        out.push(judge_one(f, value.as_deref().unwrap_or(""), ev));
-    }
+    let mut out: Vec<Verdict> = requested(sigs, profile)
+        .map(|(f, value)| judge_one(f, value.as_deref().unwrap_or(""), ev))
+        .collect();
     for id in &profile.expect {
         if !sigs.features.iter().any(|f| &f.id == id) {
             out.push(Verdict {
