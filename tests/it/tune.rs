@@ -115,3 +115,37 @@ fn a_variable_the_recipe_lacks_is_refused_with_a_suggestion() {
         "{stderr}"
     );
 }
+
+#[test]
+fn when_every_variant_falls_back_there_is_no_winner_and_the_error_says_why() {
+    let prefix = tiny_cpu();
+    let ws = Workspace::new();
+    let out = ws
+        .kiln()
+        .args(["tune", &recipe(), "--profile", "tuned"])
+        .args(["--set", &format!("prefix={}", prefix.display())])
+        .args(["--set", &format!("port={}", free_port())])
+        .args([
+            "--vary=-fa=off",
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--max-tokens",
+            "32",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("disqualified: flash-attn fell back"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("error: no variant of `tuned` qualified"),
+        "{stderr}"
+    );
+    assert!(!ws.state().join("tune/tiny-cpu/tuned-best.toml").exists());
+}
