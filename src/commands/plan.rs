@@ -36,12 +36,7 @@ pub(super) fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
 /// The host tools the recipe and its steps (all but those `when` skips) require, each checked
 /// now: `✓ c++  /usr/bin/c++ 12.2.0  (the recipe)`. Empty when nothing is required.
 pub(super) fn render_requires(recipe: &Recipe, plan: &Plan) -> String {
-    let skipped = |id: &str| {
-        plan.steps
-            .iter()
-            .any(|s| s.id == id && matches!(s.status, Status::Skipped(_)))
-    };
-    let needed = super::preflight::needed(recipe, |id| !skipped(id));
+    let needed = super::preflight::needed(recipe, plan, |s| !matches!(s, Status::Skipped(_)));
     if needed.is_empty() {
         return String::new();
     }

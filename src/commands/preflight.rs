@@ -5,7 +5,7 @@
 
 use super::Settings;
 use crate::doctor::{self, Inputs, Status};
-use crate::engine::Plan;
+use crate::engine::{Plan, Status as StepStatus};
 use crate::error::{Error, Result};
 use crate::recipe::Recipe;
 use crate::report::Reporter;
@@ -77,19 +77,30 @@ pub(super) struct Needed {
     pub(super) by: Vec<String>,
 }
 
-/// The recipe's `requires` and those of the steps `runs` accepts, merged by tool (the highest
-/// minimum version wins).
-pub(super) fn needed(recipe: &Recipe, runs: impl Fn(&str) -> bool) -> Vec<Needed> {
+/// The recipe's `requires` and those of the steps whose status `runs` accepts (the plan's steps
+/// are the recipe's, in order), merged by tool (the highest minimum version wins).
+pub(super) fn needed(
+    recipe: &Recipe,
+    plan: &Plan,
+    runs: impl Fn(&StepStatus) -> bool,
+) -> Vec<Needed> {
     let mut out: Vec<Needed> = Vec::new();
     let sources = recipe
         .requires
         .iter()
         .map(|r| (r, "the recipe".to_string()))
-        .chain(recipe.steps.iter().filter(|s| runs(&s.id)).flat_map(|s| {
-            s.requires
+        .chain(
+            recipe
+                .steps
                 .iter()
-                .map(move |r| (r, format!("step `{}`", s.id)))
-        }));
+                .zip(&plan.steps)
+                .filter(|(_, p)| runs(&p.status))
+                .flat_map(|(s, _)| {
+                    s.requires
+                        .iter()
+                        .map(move |r| (r, format!("step `{}`", s.id)))
+                }),
+        );
     for (req, by) in sources {
         match out.iter_mut().find(|n| n.req.tool == req.tool) {
             Some(n) => {
@@ -98,7 +109,8 @@ pub(super) fn needed(recipe: &Recipe, runs: impl Fn(&str) -> bool) -> Vec<Needed
                         n.req.min = Some(min.clone());
                     }
                 }
-                if !n.by.contains(&by) {
+                // The same source twice comes in a row (one step listing a tool twice).
+                if n.by.last() != Some(&by) {
                     n.by.push(by);
                 }
             }
@@ -130,12 +142,7 @@ pub(super) fn describe(found: &Found) -> (bool, String) {
 /// `kiln up`'s host-tool check, before the first step: the recipe's `requires` and those of the
 /// steps about to run. Every problem is one line of the error; the hint installs them all.
 pub(super) fn host_tools(recipe: &Recipe, plan: &Plan, reporter: &dyn Reporter) -> Result<()> {
-    let to_run = |id: &str| {
-        plan.steps
-            .iter()
-            .any(|s| s.id == id && matches!(s.status, crate::engine::Status::Stale(_)))
-    };
-    let needed = needed(recipe, to_run);
+    let needed = needed(recipe, plan, |s| matches!(s, StepStatus::Stale(_)));
     if needed.is_empty() {
         return Ok(());
     }

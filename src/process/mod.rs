@@ -46,16 +46,16 @@ impl CommandSpec {
             .join(" ")
     }
 
-    /// The one child-process builder: stdin null, its own process group, SIGTERM when kiln dies,
-    /// the spec's environment and directory; a non-zero exit is the caller's to judge. Every
-    /// way kiln runs a child (logged, captured, captured with a timeout) starts here;
+    /// The one child-process builder: stdin null, its own process group, tied to kiln (see
+    /// [`Tie`]), the spec's environment and directory; a non-zero exit is the caller's to judge.
+    /// Every way kiln runs a child (logged, captured, captured with a timeout) starts here;
     /// `spawn_detached` applies the same [`own_group`] to a plain `Command`.
-    fn expression(&self) -> duct::Expression {
-        let mut expr = duct::cmd(&self.program, &self.args)
+    fn expression(&self, tie: Tie) -> duct::Expression {
+        let mut expr = duct::cmd(self.resolved_program(), &self.args)
             .stdin_null()
             .unchecked()
-            .before_spawn(|cmd| {
-                own_group(cmd, true);
+            .before_spawn(move |cmd| {
+                own_group(cmd, tie == Tie::DeathSignal);
                 Ok(())
             });
         for (k, v) in &self.env {
@@ -66,6 +66,37 @@ impl CommandSpec {
         }
         expr
     }
+
+    /// The program found on the PATH the child will have, as the child's `execvp` would. Given
+    /// a full path, the standard library spawns with `posix_spawn` (no copy of kiln's page
+    /// tables; it would otherwise fork, because duct sets `PATH` in the child's environment).
+    /// A program not found stays bare, so that spawning fails with "not found" as before.
+    fn resolved_program(&self) -> std::ffi::OsString {
+        if self.program.contains('/') {
+            return self.program.clone().into();
+        }
+        let path = match self.env.get("PATH") {
+            Some(v) => Some(std::ffi::OsString::from(v)),
+            None => std::env::var_os("PATH"),
+        };
+        let cwd = self.cwd.clone().or_else(|| std::env::current_dir().ok());
+        match (path, cwd) {
+            (Some(path), Some(cwd)) => which::which_in(&self.program, Some(path), cwd)
+                .map_or_else(|_| self.program.clone().into(), PathBuf::into_os_string),
+            _ => self.program.clone().into(),
+        }
+    }
+}
+
+/// How a child is made to end with kiln.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tie {
+    /// SIGTERM when kiln's spawning thread dies (PR_SET_PDEATHSIG, set in the child before exec:
+    /// the standard library then forks).
+    DeathSignal,
+    /// Registered with the running watchdog, which ends the group when kiln dies: the
+    /// steps of `kiln up`, spawned without a hook in the child (`posix_spawn`).
+    Watchdog,
 }
 
 /// A child in its own process group (pgid = pid), so that kiln can end it with everything it
@@ -132,7 +163,11 @@ pub(crate) fn run_logged(
             .map_err(|e| Error::io("cannot create a pipe", e))
     };
     let handle = spec
-        .expression()
+        .expression(if watchdog::active() {
+            Tie::Watchdog
+        } else {
+            Tie::DeathSignal
+        })
         .stdout_file(pipe()?)
         .stderr_file(pipe()?)
         .start()
@@ -232,7 +267,7 @@ pub(crate) fn kill_group(pgid: u32) {
 pub(crate) fn capture(program: &str, args: &[&str]) -> Result<String> {
     let spec = CommandSpec::new(program, args.iter().copied());
     let out = spec
-        .expression()
+        .expression(Tie::DeathSignal)
         .stdout_capture()
         .stderr_capture()
         .run()
@@ -311,7 +346,7 @@ impl Captured {
 /// here (callers judge it); only a failure to start is.
 pub(crate) fn capture_timeout(spec: &CommandSpec, timeout: Duration) -> Result<Captured> {
     let handle = spec
-        .expression()
+        .expression(Tie::DeathSignal)
         .stdout_capture()
         .stderr_capture()
         .start()
