@@ -45,6 +45,31 @@ pub fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// What tells one version of a file from another without reading it: size, mtime, ctime and
+/// inode (the memo's rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileVersion {
+    pub len: u64,
+    pub mtime_ns: i128,
+    pub ctime_ns: i128,
+    pub ino: u64,
+}
+
+impl FileVersion {
+    pub fn of(meta: &std::fs::Metadata) -> FileVersion {
+        FileVersion {
+            len: meta.len(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+            ino: meta.ino(),
+        }
+    }
+
+    pub fn read(path: &Path) -> Option<FileVersion> {
+        std::fs::metadata(path).ok().map(|m| FileVersion::of(&m))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Stamp {
     len: u64,
@@ -52,6 +77,27 @@ struct Stamp {
     ctime_ns: i128,
     ino: u64,
     sha256: String,
+}
+
+impl Stamp {
+    fn new(v: FileVersion, sha256: String) -> Stamp {
+        Stamp {
+            len: v.len,
+            mtime_ns: v.mtime_ns,
+            ctime_ns: v.ctime_ns,
+            ino: v.ino,
+            sha256,
+        }
+    }
+
+    fn version(&self) -> FileVersion {
+        FileVersion {
+            len: self.len,
+            mtime_ns: self.mtime_ns,
+            ctime_ns: self.ctime_ns,
+            ino: self.ino,
+        }
+    }
 }
 
 /// Memo of file hashes keyed by path and validated by (size, mtime, ctime, inode).
@@ -79,20 +125,9 @@ impl HashMemo {
     pub fn file(&self, path: &Path) -> Result<String> {
         let meta = std::fs::metadata(path)
             .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-        let stamp = |sha256: String| Stamp {
-            len: meta.len(),
-            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
-            ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
-            ino: meta.ino(),
-            sha256,
-        };
-        let probe = stamp(String::new());
+        let version = FileVersion::of(&meta);
         if let Some(s) = self.entries.lock().expect("memo lock").get(path) {
-            if (Stamp {
-                sha256: String::new(),
-                ..s.clone()
-            }) == probe
-            {
+            if s.version() == version {
                 return Ok(s.sha256.clone());
             }
         }
@@ -103,22 +138,25 @@ impl HashMemo {
         self.entries
             .lock()
             .expect("memo lock")
-            .insert(path.to_path_buf(), stamp(sha.clone()));
+            .insert(path.to_path_buf(), Stamp::new(version, sha.clone()));
         *self.dirty.lock().expect("memo lock") = true;
         Ok(sha)
+    }
+
+    /// The version of `path` whose hash the memo holds.
+    pub fn version(&self, path: &Path) -> Option<FileVersion> {
+        self.entries
+            .lock()
+            .expect("memo lock")
+            .get(path)
+            .map(Stamp::version)
     }
 
     /// Record a hash computed elsewhere (a download hashed while streaming) for `path` as it is now.
     pub fn record(&self, path: &Path, sha256: &str) -> Result<()> {
         let meta = std::fs::metadata(path)
             .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-        let stamp = Stamp {
-            len: meta.len(),
-            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
-            ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
-            ino: meta.ino(),
-            sha256: sha256.to_string(),
-        };
+        let stamp = Stamp::new(FileVersion::of(&meta), sha256.to_string());
         self.entries
             .lock()
             .expect("memo lock")

@@ -88,8 +88,34 @@ impl Settings {
 
     /// The recipe named on the command line, or the default for this host (said on stderr).
     pub fn load_recipe(&self, args: &RecipeArgs) -> Result<Recipe> {
+        self.load(&self.recipe_spec(args)?)
+    }
+
+    pub(crate) fn load(&self, spec: &RecipeSpec) -> Result<Recipe> {
+        recipe::load(Some(&spec.name), &self.load_options(spec))
+    }
+
+    /// The plan recorded when everything was last found fresh, if nothing it depends on changed
+    /// since (see [`crate::engine::fresh`]): a no-op without loading the recipe.
+    pub(crate) fn fresh_plan(&self, spec: &RecipeSpec) -> Option<crate::engine::fresh::FreshPlan> {
+        let opts = self.load_options(spec);
+        recipe::slot_base(Some(&spec.name), &opts)
+            .and_then(|slot| crate::engine::fresh::lookup(&slot, &opts))
+    }
+
+    fn load_options<'a>(&'a self, spec: &'a RecipeSpec) -> recipe::LoadOptions<'a> {
+        recipe::LoadOptions {
+            overrides: &spec.overrides,
+            facts: &self.facts,
+            paths: &self.paths,
+        }
+    }
+
+    /// The recipe argument (the host's default when none is given, said on stderr) and the
+    /// `--set` overrides.
+    pub(crate) fn recipe_spec(&self, args: &RecipeArgs) -> Result<RecipeSpec> {
         let name = if let Some(r) = &args.recipe {
-            Some(r.clone())
+            r.clone()
         } else {
             let gpus: usize = self
                 .facts
@@ -102,7 +128,7 @@ impl Settings {
             } else {
                 eprintln!("kiln: {gpus} NVIDIA GPU(s) found: using the default recipe `{name}`");
             }
-            Some(name.to_string())
+            name.to_string()
         };
         let overrides = args
             .set
@@ -115,15 +141,14 @@ impl Settings {
                 )),
             })
             .collect::<Result<Vec<_>>>()?;
-        recipe::load(
-            name.as_deref(),
-            &recipe::LoadOptions {
-                overrides: &overrides,
-                facts: &self.facts,
-                paths: &self.paths,
-            },
-        )
+        Ok(RecipeSpec { name, overrides })
     }
+}
+
+/// Which recipe a command line names, and its `--set` overrides.
+pub(crate) struct RecipeSpec {
+    name: String,
+    overrides: Vec<(String, String)>,
 }
 
 fn default_state_dir() -> Result<PathBuf> {

@@ -10,7 +10,14 @@ use crate::hash::HashMemo;
 use crate::recipe::Recipe;
 
 pub(super) fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
-    let recipe = settings.load_recipe(&args.recipe)?;
+    let spec = settings.recipe_spec(&args.recipe)?;
+    // Nothing changed since every step was fresh: the recorded plan, unless it has host tools
+    // to show (they are checked now, from the recipe).
+    if let Some(fresh) = settings.fresh_plan(&spec).filter(|f| !f.requires) {
+        print_plan(&fresh.plan, &fresh.origin, "", args.json);
+        return Ok(0);
+    }
+    let recipe = settings.load(&spec)?;
     let state = StateDir::new(&settings.paths, &recipe.name);
     let memo = HashMemo::load(&state.memo_path());
     let plan = engine::plan(
@@ -21,16 +28,24 @@ pub(super) fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
         &memo,
     )?;
     let _ = memo.save();
-    if args.json {
+    let requires = if args.json {
+        String::new()
+    } else {
+        render_requires(&recipe, &plan)
+    };
+    print_plan(&plan, &recipe.origin, &requires, args.json);
+    Ok(0)
+}
+
+fn print_plan(plan: &Plan, origin: &str, requires: &str, json: bool) {
+    if json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&plan).expect("plans serialize")
+            serde_json::to_string_pretty(plan).expect("plans serialize")
         );
     } else {
-        print!("{}", render(&plan, &recipe.origin));
-        print!("{}", render_requires(&recipe, &plan));
+        print!("{}{requires}", render(plan, origin));
     }
-    Ok(0)
 }
 
 /// The host tools the recipe and its steps (all but those `when` skips) require, each checked

@@ -12,7 +12,17 @@ use crate::recipe::Recipe;
 use crate::steps::StepContext;
 
 pub(super) fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
-    let recipe = settings.load_recipe(&args.recipe)?;
+    let spec = settings.recipe_spec(&args.recipe)?;
+    let plain =
+        !args.dry_run && args.only.is_empty() && args.from.is_none() && args.force.is_empty();
+    if plain {
+        if let Some(fresh) = settings.fresh_plan(&spec) {
+            if !fresh.profiles || args.no_serve {
+                return no_op(settings, &fresh.plan, args.json);
+            }
+        }
+    }
+    let recipe = settings.load(&spec)?;
     let state = StateDir::new(&settings.paths, &recipe.name);
     let selection = Selection {
         only: args.only.clone(),
@@ -50,6 +60,15 @@ pub(super) fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
         }
     }
     result
+}
+
+/// A re-run with nothing to do, known from the fresh record without loading the recipe: the
+/// lines a full plan and run print, under the run lock (a run in progress still says so).
+fn no_op(settings: &Settings, plan: &engine::Plan, json: bool) -> Result<u8> {
+    let state = StateDir::new(&settings.paths, &plan.recipe);
+    let _lock = state.hold_lock()?;
+    engine::report_fresh(plan, super::reporter(json).as_ref());
+    Ok(0)
 }
 
 /// The preflights and the steps; `Ok(true)` when the run goes on to serve.

@@ -55,7 +55,7 @@ fn initial_states(
                     .push((p.id.clone(), Outcome::Skipped(why.clone())));
             }
             Status::Fresh | Status::NotSelected => {
-                digests[i] = p.fingerprint.as_ref().map(|fp| fp.digest.clone());
+                digests[i].clone_from(&p.digest);
                 if p.status == Status::NotSelected && !state.has_receipt(&p.id) {
                     // A dependency --only leaves out must have completed before.
                     states[i] = State::Missing;
@@ -212,6 +212,19 @@ pub(crate) fn execute(
     }
 }
 
+/// What [`execute`] reports of a plan with nothing to run, without running anything: the run
+/// started with no step to run, the steps `when` skipped, done.
+pub(crate) fn report_fresh(plan: &Plan, reporter: &dyn Reporter) {
+    let started = Instant::now();
+    reporter.run_started(&plan.recipe, 0, plan.steps.len());
+    for p in &plan.steps {
+        if let Status::Skipped(why) = &p.status {
+            reporter.step_finished(&p.id, &Outcome::Skipped(why.clone()), Duration::ZERO);
+        }
+    }
+    reporter.run_finished(true, started.elapsed());
+}
+
 /// Fingerprint (now that dependencies are done), run with retries, check, write the receipt.
 fn run_one(
     step: &Step,
@@ -239,7 +252,9 @@ fn run_one(
     let result = (|| {
         // The old receipt no longer describes what is on disk once the step starts again.
         state.remove_receipt(&step.id)?;
-        let mut log = StepLog::open(&log_path)?;
+        create_dir(log_path.parent().expect("logs live in a directory"))?;
+        let mut log = File::create(&log_path)
+            .map_err(|e| Error::io(format!("cannot create {}", log_path.display()), e))?;
         let started = Instant::now();
         let mut attempt = 1;
         loop {
@@ -275,52 +290,13 @@ fn run_one(
     })();
     if let Err(e) = &result {
         // The step log tells the whole story, the failure included (and its OS cause).
-        if let Ok(mut log) = File::options().create(true).append(true).open(&log_path) {
+        if let Ok(mut log) = std::fs::OpenOptions::new().append(true).open(&log_path) {
             use std::io::Write;
             let _ = writeln!(log, "error: {}", e.with_causes());
         }
     }
     let result = result.map_err(|e| with_log(e, &step.id, &log_path));
     (result, digest)
-}
-
-/// A step's log, created at its first write: a step that prints nothing leaves no file (and
-/// costs no inode: on a file system without a journal, allocating two per step next to many
-/// recently deleted ones was most of a 10,000-step run). An earlier run's log is emptied, not
-/// left to describe this one.
-struct StepLog {
-    path: std::path::PathBuf,
-    file: Option<File>,
-}
-
-impl StepLog {
-    fn open(path: &std::path::Path) -> Result<StepLog> {
-        let cannot = |e| Error::io(format!("cannot create {}", path.display()), e);
-        let file = match File::options().write(true).truncate(true).open(path) {
-            Ok(f) => Some(f),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(cannot(e)),
-        };
-        create_dir(path.parent().expect("logs live in a directory"))?;
-        Ok(StepLog {
-            path: path.to_path_buf(),
-            file,
-        })
-    }
-}
-
-impl std::io::Write for StepLog {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let file = match &mut self.file {
-            Some(f) => f,
-            None => self.file.insert(File::create(&self.path)?),
-        };
-        file.write(buf)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.file.as_mut().map_or(Ok(()), std::io::Write::flush)
-    }
 }
 
 /// Attach the step id, log path and output tail to an error for the final report.

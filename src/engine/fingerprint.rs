@@ -85,7 +85,7 @@ pub(crate) fn compute(
 }
 
 /// Files a pattern names: glob matches, with directories walked recursively, sorted.
-fn expand_inputs(pattern: &str) -> Vec<PathBuf> {
+pub(super) fn expand_inputs(pattern: &str) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let matches: Vec<PathBuf> = match glob::glob(pattern) {
         Ok(paths) => paths.filter_map(std::result::Result::ok).collect(),

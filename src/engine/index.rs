@@ -69,7 +69,7 @@ pub(super) struct Known {
 
 /// Timestamps of files are taken from a coarse clock (a few ms behind): a directory changed
 /// this recently may change again within the same timestamp, so an index is not built on it.
-const RACY: Duration = Duration::from_millis(50);
+pub(super) const RACY: Duration = Duration::from_millis(50);
 
 impl Known {
     pub(super) fn is_loaded(&self) -> bool {

@@ -3,10 +3,11 @@
 pub(crate) mod exec;
 pub(crate) mod fingerprint;
 mod flush;
+pub(crate) mod fresh;
 mod index;
 pub(crate) mod plan;
 mod schedule;
 pub(crate) mod state;
 
-pub(crate) use exec::{execute, ExecOptions};
+pub(crate) use exec::{execute, report_fresh, ExecOptions};
 pub(crate) use plan::{plan, Plan, Selection, Status};

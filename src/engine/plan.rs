@@ -55,8 +55,6 @@ pub(crate) struct PlannedStep {
     pub max_jobs: Option<usize>,
     /// The fingerprint digest (absent for skipped steps).
     pub digest: Option<String>,
-    #[serde(skip)]
-    pub fingerprint: Option<Fingerprint>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -134,7 +132,6 @@ pub(crate) fn plan(
             forced,
             max_jobs: crate::steps::max_jobs(step),
             digest: None,
-            fingerprint: None,
         };
         if let Some(w) = &step.when {
             if !w.expr.eval(&lookup) {
@@ -152,15 +149,22 @@ pub(crate) fn plan(
         } else {
             staleness(state, &step.id, step.check.as_ref(), &fp, forced, sel)
         };
-        planned.digest = Some(fp.digest.clone());
-        planned.fingerprint = Some(fp);
+        planned.digest = Some(fp.digest);
         out.push(planned);
     }
     state.refresh_index(recipe.steps.iter().map(|s| s.id.as_str()));
-    Ok(Plan {
+    let plan = Plan {
         recipe: recipe.name.clone(),
         steps: out,
-    })
+    };
+    let all_fresh = plan
+        .steps
+        .iter()
+        .all(|s| matches!(s.status, Status::Fresh | Status::Skipped(_)));
+    if all_fresh && sel.only.is_empty() && sel.from.is_none() && sel.force.is_empty() {
+        super::fresh::save(recipe, &plan, state, facts, memo);
+    }
+    Ok(plan)
 }
 
 fn staleness(

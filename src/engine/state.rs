@@ -118,6 +118,12 @@ impl StateDir {
         }
     }
 
+    /// The receipts directory's mtime for a fresh record of the plan just made: `None` when it
+    /// changed since the plan read it, or so recently that a change to come could go unseen.
+    pub(crate) fn stamp_for_record(&self) -> Option<index::DirStamp> {
+        self.known().stamp_for_save(&self.receipts_dir(), false)
+    }
+
     /// Write the index for the receipts of `steps` (the recipe's steps), if it can be trusted
     /// (see [`Known::stamp_for_save`]); best effort: without it the next plan reads receipts.
     pub(crate) fn save_index<'a>(&self, steps: impl Iterator<Item = &'a str>) {
@@ -219,8 +225,16 @@ impl StateDir {
         removed.map_err(|e| Error::io("cannot remove a receipt", e))
     }
 
-    /// Take the state directory's lock for the duration of a run.
+    /// Take the state directory's lock for the duration of a run, and sweep what killed runs
+    /// left behind.
     pub(crate) fn lock(&self) -> Result<RunLock> {
+        let lock = self.hold_lock()?;
+        self.remove_leftovers();
+        Ok(lock)
+    }
+
+    /// Take the state directory's lock, for a run that writes nothing (a no-op).
+    pub(crate) fn hold_lock(&self) -> Result<RunLock> {
         create_dir(self.paths.root())?;
         let path = self.paths.lock();
         let mut file = OpenOptions::new()
@@ -251,7 +265,6 @@ impl StateDir {
             .and_then(|()| write!(file, "{}", std::process::id()))
             .map_err(|e| Error::io("cannot write the lock file", e))?;
         self.exclusive.store(true, Ordering::Relaxed);
-        self.remove_leftovers();
         Ok(RunLock { _file: file })
     }
 

@@ -28,9 +28,18 @@ pub(super) struct Slot {
     path: PathBuf,
 }
 
+/// Where a loaded recipe came from, for caches built on top of this one (the engine's fresh
+/// record): the slot it was stored in and what it was built from.
+#[derive(Debug, Clone)]
+pub(crate) struct Provenance {
+    /// The entry's path without its extension: a sibling cache adds its own.
+    pub(crate) slot: PathBuf,
+    pub(crate) inputs: Inputs,
+}
+
 /// What the cached recipe was built from, checked before it is used.
-#[derive(Serialize, Deserialize, PartialEq, Debug)]
-struct Inputs {
+#[derive(Serialize, Deserialize, PartialEq, Debug, Clone)]
+pub(crate) struct Inputs {
     format: String,
     /// (path as loaded, sha256 of its text), the root and every import.
     files: Vec<(String, String)>,
@@ -42,6 +51,34 @@ struct Inputs {
 
 fn hex_sha256(bytes: &[u8]) -> String {
     crate::hash::hex(&Sha256::digest(bytes))
+}
+
+impl Inputs {
+    /// Whether the recipe files, host facts and patch sets are still what they were.
+    pub(crate) fn still_match(&self, opts: &LoadOptions) -> bool {
+        self.format == FORMAT
+            && self
+                .files
+                .iter()
+                .all(|(path, sha)| file_sha256(path).as_ref() == Some(sha))
+            && self
+                .facts
+                .iter()
+                .all(|(fact, value)| opts.facts.get(fact) == *value)
+            && self
+                .patch_sets
+                .iter()
+                .all(|(set, sha)| patch_set_sha256(set) == *sha)
+    }
+}
+
+impl Slot {
+    fn provenance(&self, inputs: Inputs) -> Provenance {
+        Provenance {
+            slot: self.path.with_extension(""),
+            inputs,
+        }
+    }
 }
 
 /// The slot for loading `spec` with `opts`, or `None` when the cache is off.
@@ -89,34 +126,28 @@ pub(super) fn slot(spec: Option<&str>, opts: &LoadOptions) -> Option<Slot> {
     })
 }
 
+/// The path, without extension, of the slot for loading `spec` with `opts` (`None` when the
+/// cache is off): where a sibling cache finds its entry without loading the recipe.
+pub(crate) fn slot_base(spec: Option<&str>, opts: &LoadOptions) -> Option<PathBuf> {
+    slot(spec, opts).map(|s| s.path.with_extension(""))
+}
+
 /// The cached recipe, if its inputs are unchanged.
 pub(super) fn lookup(slot: &Slot, opts: &LoadOptions) -> Option<Recipe> {
     let bytes = std::fs::read(&slot.path).ok()?;
     let newline = bytes.iter().position(|&b| b == b'\n')?;
     let stored: Inputs = serde_json::from_slice(&bytes[..newline]).ok()?;
-    if stored.format != FORMAT {
+    if !stored.still_match(opts) {
         return None;
     }
-    for (path, sha) in &stored.files {
-        if file_sha256(path)? != *sha {
-            return None;
-        }
-    }
-    for (fact, value) in &stored.facts {
-        if opts.facts.get(fact) != *value {
-            return None;
-        }
-    }
-    for (set, sha) in &stored.patch_sets {
-        if patch_set_sha256(set) != *sha {
-            return None;
-        }
-    }
-    serde_json::from_slice(&bytes[newline + 1..]).ok()
+    let mut recipe: Recipe = serde_json::from_slice(&bytes[newline + 1..]).ok()?;
+    recipe.provenance = Some(slot.provenance(stored));
+    Some(recipe)
 }
 
-/// Keep `recipe`, loaded from `sources`, for the next load with the same slot (best effort).
-pub(super) fn store(slot: &Slot, sources: &Sources, opts: &LoadOptions, recipe: &Recipe) {
+/// Keep `recipe`, loaded from `sources`, for the next load with the same slot (best effort),
+/// and note where it is kept in the recipe.
+pub(super) fn store(slot: &Slot, sources: &Sources, opts: &LoadOptions, recipe: &mut Recipe) {
     let files = sources
         .files
         .iter()
@@ -147,10 +178,12 @@ pub(super) fn store(slot: &Slot, sources: &Sources, opts: &LoadOptions, recipe: 
     };
     let mut bytes = serde_json::to_vec(&inputs).expect("cache inputs serialize");
     bytes.push(b'\n');
-    if serde_json::to_writer(&mut bytes, recipe).is_err() {
+    if serde_json::to_writer(&mut bytes, &*recipe).is_err() {
         return;
     }
-    let _ = crate::fs::replace_unsynced(&slot.path, &bytes);
+    if crate::fs::replace_unsynced(&slot.path, &bytes).is_ok() {
+        recipe.provenance = Some(slot.provenance(inputs));
+    }
 }
 
 /// sha256 of a loaded file's text now: a recipe file on disk or a shipped one.

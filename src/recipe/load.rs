@@ -72,9 +72,9 @@ pub fn load(spec: Option<&str>, opts: &LoadOptions) -> Result<Recipe> {
         &mut seen,
         &roots,
     )?;
-    let recipe = validate::build(&loaded, opts)?;
+    let mut recipe = validate::build(&loaded, opts)?;
     if let Some(slot) = slot {
-        cache::store(&slot, &loaded.sources, opts, &recipe);
+        cache::store(&slot, &loaded.sources, opts, &mut recipe);
     }
     Ok(recipe)
 }

@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use api::Api;
+pub(crate) use cache::{slot_base, Inputs};
 pub use load::{load, LoadOptions};
 
 /// A validated recipe: variables resolved, steps in dependency order.
@@ -33,6 +34,9 @@ pub struct Recipe {
     pub unavailable_profiles: BTreeMap<String, String>,
     /// Host tools the recipe needs (`[recipe] requires`, imports included), checked by `kiln up`.
     pub(crate) requires: Vec<crate::requires::Requirement>,
+    /// Where the recipe cache keeps it (`None`: the cache is off).
+    #[serde(skip)]
+    pub(crate) provenance: Option<cache::Provenance>,
 }
 
 impl Recipe {
@@ -132,6 +136,13 @@ pub struct CudaStep {
 }
 
 impl StepKind {
+    /// The name [`StepKind::name`] gives, as a `'static` string (`None`: no such kind).
+    pub fn static_name(name: &str) -> Option<&'static str> {
+        ["run", "fetch", "extract", "python", "cuda", "patch"]
+            .into_iter()
+            .find(|k| *k == name)
+    }
+
     pub fn name(&self) -> &'static str {
         match self {
             StepKind::Run { .. } => "run",

@@ -99,7 +99,12 @@ pub(crate) fn build_env(step: &Step) -> std::collections::BTreeMap<String, Strin
 
 /// `min(cores, available RAM / mem_per_job)`, at least 1; `None` without `mem_per_job`.
 pub(crate) fn max_jobs(step: &Step) -> Option<usize> {
-    let per_job = step.mem_per_job?.max(1);
+    max_jobs_for(step.mem_per_job)
+}
+
+/// [`max_jobs`] of a step with this `mem_per_job`.
+pub(crate) fn max_jobs_for(mem_per_job: Option<u64>) -> Option<usize> {
+    let per_job = mem_per_job?.max(1);
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let free = crate::host::available_memory_bytes().unwrap_or(per_job);
     Some(((free / per_job) as usize).clamp(1, cores))

@@ -14,6 +14,7 @@ mod engine;
 mod faults;
 mod fetch_extract;
 mod fleet;
+mod fresh_record;
 mod fuzz;
 mod gpu_replay;
 mod image;

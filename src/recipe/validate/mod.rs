@@ -119,6 +119,7 @@ pub(super) fn build(loaded: &Loaded, opts: &LoadOptions) -> Result<Recipe> {
         profiles: resolved_profiles,
         unavailable_profiles,
         requires: requires::of_recipe(sources, &loaded.files)?,
+        provenance: None,
     })
 }
 
