@@ -184,6 +184,36 @@ pub(super) fn store(slot: &Slot, sources: &Sources, opts: &LoadOptions, recipe: 
     if crate::fs::replace_unsynced(&slot.path, &bytes).is_ok() {
         recipe.provenance = Some(slot.provenance(inputs));
     }
+    if let Some(dir) = slot.path.parent() {
+        evict(dir, &slot.path);
+    }
+}
+
+/// Slots kept: every rebuilt kiln, working directory or `--set` makes a new one.
+const KEEP: usize = 16;
+
+/// Remove all but the [`KEEP`] most recently written slots (each entry with its siblings, such
+/// as the engine's fresh record), never `current`'s.
+fn evict(dir: &Path, current: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut slots: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let path = e.path();
+            (path.extension()? == "json").then_some(())?;
+            Some((e.metadata().ok()?.modified().ok()?, path))
+        })
+        .collect();
+    if slots.len() <= KEEP {
+        return;
+    }
+    slots.sort_by_key(|s| std::cmp::Reverse(s.0));
+    for (_, path) in slots.into_iter().skip(KEEP).filter(|(_, p)| p != current) {
+        let _ = std::fs::remove_file(path.with_extension("fresh"));
+        let _ = std::fs::remove_file(path);
+    }
 }
 
 /// sha256 of a loaded file's text now: a recipe file on disk or a shipped one.
@@ -243,6 +273,43 @@ mod tests {
             hits += 1;
         }
         assert!(hits >= 5, "only {hits} recipes loaded");
+    }
+
+    #[test]
+    fn the_cache_keeps_the_most_recent_slots_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = StatePaths::new(dir.path().join("state"), None);
+        let facts = Facts::new();
+        let recipe = dir.path().join("r.toml");
+        std::fs::write(
+            &recipe,
+            "[recipe]\nname = \"r\"\n\n[vars]\nn = \"0\"\n\n[[step]]\nid = \"a\"\nkind = \"run\"\ncmd = [\"true\"]\n",
+        )
+        .unwrap();
+        let spec = recipe.display().to_string();
+        let cache = paths.recipe_cache();
+        for i in 0..super::KEEP + 3 {
+            // Each `--set` value is a slot of its own.
+            let overrides = vec![("n".to_string(), i.to_string())];
+            let opts = LoadOptions {
+                overrides: &overrides,
+                facts: &facts,
+                paths: &paths,
+            };
+            load(Some(&spec), &opts).unwrap();
+            let slot = super::slot_base(Some(&spec), &opts).unwrap();
+            std::fs::write(slot.with_extension("fresh"), "x").unwrap();
+        }
+        let count = |ext: &str| {
+            std::fs::read_dir(&cache)
+                .unwrap()
+                .flatten()
+                .filter(|e| e.path().extension().is_some_and(|x| x == ext))
+                .count()
+        };
+        assert_eq!(count("json"), super::KEEP);
+        // Each evicted entry took its sibling record along.
+        assert_eq!(count("fresh"), super::KEEP);
     }
 
     #[test]
