@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use crate::error::{Error, Result};
@@ -69,5 +70,43 @@ mod tests {
         assert_eq!(temp_owner(".hashmemo.json.tmp-7"), Some(7));
         assert_eq!(temp_owner("build.json"), None);
         assert_eq!(temp_owner(".x.tmp-notapid"), None);
+    }
+}
+
+/// `Path::exists` for many paths that share directories, the way `make` stats: each name looked
+/// up from its directory (kept open while paths stay in it), not walked again from `/`.
+#[derive(Default)]
+pub(crate) struct ExistsInDirs {
+    dir: Option<(std::path::PathBuf, File)>,
+}
+
+impl ExistsInDirs {
+    pub(crate) fn exists(&mut self, path: &Path) -> bool {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::ffi::OsStrExt;
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return path.exists();
+        };
+        if self.dir.as_ref().is_none_or(|(d, _)| d != parent) {
+            let opened = File::options()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+                .open(if parent.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    parent
+                });
+            match opened {
+                Ok(f) => self.dir = Some((parent.to_path_buf(), f)),
+                Err(_) => return path.exists(),
+            }
+        }
+        let (_, dir) = self.dir.as_ref().expect("opened above");
+        let Ok(name) = std::ffi::CString::new(name.as_bytes()) else {
+            return false;
+        };
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: a valid directory fd, a NUL-terminated name, and a buffer the call fills.
+        unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), st.as_mut_ptr(), 0) == 0 }
     }
 }

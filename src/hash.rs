@@ -68,7 +68,20 @@ impl FileVersion {
     pub fn read(path: &Path) -> Option<FileVersion> {
         std::fs::metadata(path).ok().map(|m| FileVersion::of(&m))
     }
+
+    /// Whether this version was made at least [`RACY`] before `t`: then any change after `t`
+    /// makes a different version, even within one tick of the file system's coarse clock (git's
+    /// "racy" rule; the ctime, which no one can set back, is what is compared).
+    pub fn settled_before(&self, t: std::time::SystemTime) -> bool {
+        let t = t
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        u128::try_from(self.ctime_ns).is_ok_and(|c| c + RACY.as_nanos() < t)
+    }
 }
+
+/// How far behind the clock file timestamps may be (they come from a coarse clock).
+pub const RACY: std::time::Duration = std::time::Duration::from_millis(50);
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Stamp {

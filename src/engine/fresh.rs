@@ -101,8 +101,12 @@ pub(crate) fn lookup(slot: &Path, opts: &LoadOptions) -> Option<FreshPlan> {
         return None;
     }
     let mut steps = Vec::with_capacity(record.steps.len());
+    let mut checked = crate::fs::ExistsInDirs::default();
     for s in record.steps {
-        let unchanged = s.check.iter().all(|p| Path::new(p.as_ref()).exists())
+        let unchanged = s
+            .check
+            .iter()
+            .all(|p| checked.exists(Path::new(p.as_ref())))
             && s.inputs.iter().all(|(pattern, files)| {
                 let now = expand_inputs(pattern);
                 now.len() == files.len()
@@ -139,7 +143,7 @@ pub(crate) fn lookup(slot: &Path, opts: &LoadOptions) -> Option<FreshPlan> {
 /// Record `plan` of `recipe` (every step fresh or skipped, no selection) for the next lookup;
 /// best effort. Not recorded when the recipe cache is off, when the receipts directory changed
 /// while planning or changed too recently to be told from a change to come, or when an input
-/// file is not the version whose hash the plan used.
+/// file is not the version whose hash the plan used or is that recent.
 pub(crate) fn save(recipe: &Recipe, plan: &Plan, state: &StateDir, facts: &Facts, memo: &HashMemo) {
     let Some(provenance) = &recipe.provenance else {
         return;
@@ -147,6 +151,7 @@ pub(crate) fn save(recipe: &Recipe, plan: &Plan, state: &StateDir, facts: &Facts
     let Some(receipts) = state.stamp_for_record() else {
         return;
     };
+    let now = std::time::SystemTime::now();
     let mut steps = Vec::with_capacity(plan.steps.len());
     for (step, planned) in recipe.steps.iter().zip(&plan.steps) {
         let skipped = match &planned.status {
@@ -159,13 +164,12 @@ pub(crate) fn save(recipe: &Recipe, plan: &Plan, state: &StateDir, facts: &Facts
             let mut files = Vec::new();
             for path in expand_inputs(pattern) {
                 let version = FileVersion::read(&path);
-                if version.is_none() || version != memo.version(&path) || version_is_racy(version) {
-                    return;
+                match version {
+                    Some(v) if version == memo.version(&path) && v.settled_before(now) => {
+                        files.push((Cow::Owned(path.to_string_lossy().into_owned()), v));
+                    }
+                    _ => return,
                 }
-                files.push((
-                    Cow::Owned(path.to_string_lossy().into_owned()),
-                    version.expect("checked above"),
-                ));
             }
             inputs.push((Cow::Borrowed(pattern.as_str()), files));
         }
@@ -213,14 +217,4 @@ pub(crate) fn save(recipe: &Recipe, plan: &Plan, state: &StateDir, facts: &Facts
     if let Ok(bytes) = serde_json::to_vec(&record) {
         let _ = crate::fs::replace_unsynced(&path_of(&provenance.slot), &bytes);
     }
-}
-
-/// A file modified so recently that a change within the same timestamp could go unseen.
-fn version_is_racy(version: Option<FileVersion>) -> bool {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    version.is_some_and(|v| {
-        u128::try_from(v.mtime_ns).map_or(true, |m| m + super::index::RACY.as_nanos() > now)
-    })
 }

@@ -67,9 +67,9 @@ pub(super) struct Known {
     pub(super) clock_at_load: Option<SystemTime>,
 }
 
-/// Timestamps of files are taken from a coarse clock (a few ms behind): a directory changed
-/// this recently may change again within the same timestamp, so an index is not built on it.
-pub(super) const RACY: Duration = Duration::from_millis(50);
+// Timestamps of files are taken from a coarse clock (a few ms behind): a directory changed
+// within `RACY` may change again within the same timestamp, so an index is not built on it.
+use crate::hash::RACY;
 
 impl Known {
     pub(super) fn is_loaded(&self) -> bool {

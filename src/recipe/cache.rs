@@ -15,17 +15,20 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{shipped, LoadOptions, Recipe, StepKind};
+use crate::hash::FileVersion;
 use crate::host::FACT_KEYS;
 use crate::source::Sources;
 
 /// Bumped when the entry format or the meaning of a cached recipe changes.
-const FORMAT: &str = "kiln-recipe-cache 1";
+const FORMAT: &str = "kiln-recipe-cache 2";
 /// Where embedded (shipped) files are named in `SourceFile::path`.
 const EMBEDDED: &str = "<kiln>/";
 
 /// Where the entry for one invocation lives.
 pub(super) struct Slot {
     path: PathBuf,
+    /// When the load began: a file settled before then is the version the load read.
+    started: std::time::SystemTime,
 }
 
 /// Where a loaded recipe came from, for caches built on top of this one (the engine's fresh
@@ -41,8 +44,9 @@ pub(crate) struct Provenance {
 #[derive(Serialize, Deserialize, PartialEq, Debug, Clone)]
 pub(crate) struct Inputs {
     format: String,
-    /// (path as loaded, sha256 of its text), the root and every import.
-    files: Vec<(String, String)>,
+    /// (path as loaded, sha256 of its text, its version if settled before the load read it),
+    /// the root and every import.
+    files: Vec<(String, String, Option<FileVersion>)>,
     /// (fact, value) of every host fact the texts name.
     facts: Vec<(String, Option<String>)>,
     /// (patch set as named, sha256 of the file, or `None` when it named a shipped set).
@@ -57,10 +61,12 @@ impl Inputs {
     /// Whether the recipe files, host facts and patch sets are still what they were.
     pub(crate) fn still_match(&self, opts: &LoadOptions) -> bool {
         self.format == FORMAT
-            && self
-                .files
-                .iter()
-                .all(|(path, sha)| file_sha256(path).as_ref() == Some(sha))
+            && self.files.iter().all(|(path, sha, version)| {
+                // A shipped file is part of the executable, which is part of the slot's key.
+                path.starts_with(EMBEDDED)
+                    || (version.is_some() && FileVersion::read(Path::new(path)) == *version)
+                    || file_sha256(path).as_ref() == Some(sha)
+            })
             && self
                 .facts
                 .iter()
@@ -119,6 +125,7 @@ pub(super) fn slot(spec: Option<&str>, opts: &LoadOptions) -> Option<Slot> {
     part(opts.paths.cache().as_os_str().as_encoded_bytes());
     let key = crate::hash::hex(&h.finalize());
     Some(Slot {
+        started: std::time::SystemTime::now(),
         path: opts
             .paths
             .recipe_cache()
@@ -151,7 +158,14 @@ pub(super) fn store(slot: &Slot, sources: &Sources, opts: &LoadOptions, recipe: 
     let files = sources
         .files
         .iter()
-        .map(|f| (f.path.display().to_string(), hex_sha256(f.text.as_bytes())))
+        .map(|f| {
+            let version = FileVersion::read(&f.path).filter(|v| v.settled_before(slot.started));
+            (
+                f.path.display().to_string(),
+                hex_sha256(f.text.as_bytes()),
+                version,
+            )
+        })
         .collect();
     let facts = FACT_KEYS
         .iter()
