@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Time commands in interleaved rounds (A B A B ...) so a busy machine slows all of them alike.
 
-Usage: bench/pairtime.py [-r ROUNDS] [-w WARMUP] [--json] -- CMD1 -- CMD2 [-- CMD3 ...]
+Usage: bench/pairtime.py [-r ROUNDS] [-w WARMUP] [--before SH] [--json] -- CMD1 -- CMD2 [-- ...]
 Each CMD is one shell word list (split by shlex); stdout/stderr go to /dev/null; a command that
-fails aborts the benchmark. Prints, per command: median wall ms, median user+sys CPU ms, min wall.
+fails aborts the benchmark. --before runs a shell command, untimed, before every timed one (e.g.
+`rm -f out.tar; sync`: start each from the same disk state). Prints, per command: median wall ms, median user+sys CPU ms, min wall.
 With --json prints a JSON list of {"cmd", "wall_ms", "cpu_ms", "min_ms", "max_rss_kib"}.
 """
 
@@ -11,11 +12,14 @@ import json
 import os
 import shlex
 import statistics
+import subprocess
 import sys
 import time
 
 
-def run(argv):
+def run(argv, before=None):
+    if before:
+        subprocess.run(before, shell=True, check=True)
     devnull = os.open(os.devnull, os.O_RDWR)
     t0 = time.perf_counter()
     pid = os.posix_spawnp(argv[0], argv, os.environ,
@@ -31,13 +35,15 @@ def run(argv):
 
 def main():
     args = sys.argv[1:]
-    rounds, warmup, as_json = 20, 2, False
+    rounds, warmup, as_json, before = 20, 2, False, None
     while args and args[0] != "--":
         flag = args.pop(0)
         if flag == "-r":
             rounds = int(args.pop(0))
         elif flag == "-w":
             warmup = int(args.pop(0))
+        elif flag == "--before":
+            before = args.pop(0)
         elif flag == "--json":
             as_json = True
         else:
@@ -54,11 +60,11 @@ def main():
         sys.exit(__doc__)
     for _ in range(warmup):
         for c in cmds:
-            run(c)
+            run(c, before)
     samples = [[] for _ in cmds]
     for _ in range(rounds):
         for i, c in enumerate(cmds):
-            samples[i].append(run(c))
+            samples[i].append(run(c, before))
     out = []
     for c, s in zip(cmds, samples):
         out.append({

@@ -44,8 +44,10 @@ DOCUMENTED = {
 }
 
 
-def pair(cmds, rounds, env, warmup=2):
+def pair(cmds, rounds, env, warmup=2, before=None):
     argv = [sys.executable, os.path.join(HERE, "pairtime.py"), "-r", str(rounds), "-w", str(warmup), "--json"]
+    if before:
+        argv += ["--before", before]
     for c in cmds:
         argv += ["--", c]
     out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True).stdout
@@ -135,8 +137,12 @@ def main():
             with open(os.path.join(sub, f"f{i}"), "wb") as f:
                 f.write(os.urandom(256 << 10))
         out = os.path.join(work, "image.tar")
+        # Each command starts from the same disk state: the last round's output removed (freeing
+        # its blocks is the file system's work, paid by any tool that replaces that file) and
+        # written back (so one round's writeback does not land in the next one's time).
         r = pair([f"sh -c 'tar -c -C / {tree[1:]} | openssl dgst -sha256'",
-                  f"{kiln} image export --prefix {tree} -o {out}"], 3 if not smoke else 5, env, warmup=1)
+                  f"{kiln} image export --prefix {tree} -o {out}"], 3 if not smoke else 5, env, warmup=1,
+                 before=f"rm -f {out}; sync")
         t, k = r
         row(f"`kiln image export` of {export_mib} MiB vs `tar | openssl dgst -sha256` (wall; CPU)",
             f"{k['wall_ms'] / 1000:.2f} s; {k['cpu_ms'] / 1000:.2f} s",
