@@ -204,7 +204,7 @@ pub(crate) fn save(recipe: &Recipe, plan: &Plan, state: &StateDir, facts: &Facts
     }
     let record = Record {
         format: Cow::Borrowed(FORMAT),
-        inputs: provenance.inputs.clone(),
+        inputs: provenance.inputs.settled(),
         facts: when_facts,
         receipts,
         recipe: recipe.name.clone(),

@@ -78,6 +78,30 @@ impl Inputs {
     }
 }
 
+impl Inputs {
+    /// These inputs with the version of each file that had none (it was changed just before
+    /// the load) where the file is now settled and still has the text loaded: so that a cache
+    /// built on these inputs does not hash that file on every use.
+    pub(crate) fn settled(&self) -> Inputs {
+        let now = std::time::SystemTime::now();
+        let mut inputs = self.clone();
+        for (path, sha, version) in &mut inputs.files {
+            if version.is_some() || path.starts_with(EMBEDDED) {
+                continue;
+            }
+            let before = FileVersion::read(Path::new(path));
+            let same_text = file_sha256(path).as_ref() == Some(sha);
+            if same_text
+                && before.is_some_and(|v| v.settled_before(now))
+                && FileVersion::read(Path::new(path)) == before
+            {
+                *version = before;
+            }
+        }
+        inputs
+    }
+}
+
 impl Slot {
     fn provenance(&self, inputs: Inputs) -> Provenance {
         Provenance {
