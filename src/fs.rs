@@ -60,19 +60,6 @@ pub(crate) fn temp_owner(name: &str) -> Option<u32> {
     pid.parse().ok()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn temp_names_give_their_owner() {
-        assert_eq!(temp_owner(".build.json.tmp-4242"), Some(4242));
-        assert_eq!(temp_owner(".hashmemo.json.tmp-7"), Some(7));
-        assert_eq!(temp_owner("build.json"), None);
-        assert_eq!(temp_owner(".x.tmp-notapid"), None);
-    }
-}
-
 /// `Path::exists` for many paths that share directories, the way `make` stats: each name looked
 /// up from its directory (kept open while paths stay in it), not walked again from `/`.
 #[derive(Default)]
@@ -108,5 +95,18 @@ impl ExistsInDirs {
         let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
         // SAFETY: a valid directory fd, a NUL-terminated name, and a buffer the call fills.
         unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), st.as_mut_ptr(), 0) == 0 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_names_give_their_owner() {
+        assert_eq!(temp_owner(".build.json.tmp-4242"), Some(4242));
+        assert_eq!(temp_owner(".hashmemo.json.tmp-7"), Some(7));
+        assert_eq!(temp_owner("build.json"), None);
+        assert_eq!(temp_owner(".x.tmp-notapid"), None);
     }
 }

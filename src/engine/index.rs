@@ -25,6 +25,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
+// Timestamps of files come from a coarse clock (a few ms behind): a directory changed within
+// `RACY` may change again within the same timestamp, so an index is not built on it.
+use crate::hash::RACY;
+
 const MAGIC: &str = "kiln-receipts-index 1";
 
 /// A directory's modification time (seconds, nanoseconds), `None` when it does not exist.
@@ -66,10 +70,6 @@ pub(super) struct Known {
     pub(super) stamp_at_load: DirStamp,
     pub(super) clock_at_load: Option<SystemTime>,
 }
-
-// Timestamps of files are taken from a coarse clock (a few ms behind): a directory changed
-// within `RACY` may change again within the same timestamp, so an index is not built on it.
-use crate::hash::RACY;
 
 impl Known {
     pub(super) fn is_loaded(&self) -> bool {

@@ -514,6 +514,29 @@ mod tests {
         ctypes.CDLL(None).prctl(2, ctypes.byref(s)); print(s.value)";
 
     #[test]
+    fn a_program_is_found_on_the_path_the_child_gets() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let tool = dir.path().join("kiln-test-tool");
+        std::fs::write(&tool, "#!/bin/sh\necho found\n").unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut spec = CommandSpec::new("kiln-test-tool", Vec::<String>::new());
+        assert_eq!(
+            spec.resolved_program(),
+            "kiln-test-tool",
+            "not on kiln's PATH"
+        );
+        spec.env
+            .insert("PATH".into(), format!("/nowhere:{}", dir.path().display()));
+        assert_eq!(spec.resolved_program(), tool.as_os_str());
+        let mut log = Vec::new();
+        assert!(run_logged(&spec, &mut log, None, &mut |_| {})
+            .unwrap()
+            .success());
+        assert!(String::from_utf8_lossy(&log).contains("found"));
+    }
+
+    #[test]
     fn this_process_exists() {
         assert!(pid_exists(std::process::id()));
     }
