@@ -50,6 +50,14 @@ impl Workspace {
     }
 }
 
+/// A step's line of `kiln plan`'s table, its words joined by single spaces: `fresh a run`.
+pub(crate) fn status_of(plan: &str, id: &str) -> String {
+    plan.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|w| w.get(1) == Some(&id))
+        .map_or_else(|| panic!("no step {id} in:\n{plan}"), |w| w.join(" "))
+}
+
 /// Replace the workspace path in output so snapshots are stable.
 pub(crate) fn scrub(text: &str, ws: &Workspace) -> String {
     text.replace(&ws.path().display().to_string(), "[WS]")

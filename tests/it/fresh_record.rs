@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::common::Workspace;
+use crate::common::{status_of, Workspace};
 
 const RECIPE: &str = r#"
 [recipe]
@@ -82,13 +82,6 @@ fn recorded(ws: &Workspace) -> String {
         "the record was not used"
     );
     plan
-}
-
-fn status_of(plan: &str, id: &str) -> String {
-    plan.lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .find(|w| w.get(1) == Some(&id))
-        .map_or_else(|| panic!("no step {id} in:\n{plan}"), |w| w.join(" "))
 }
 
 fn workspace() -> Workspace {
@@ -210,4 +203,43 @@ fn the_record_is_not_trusted_past_a_change_to_what_the_plan_read() {
             kiln(&ws, &["up", "r.toml"], &[HOPPER]);
         }
     }
+}
+
+#[test]
+fn a_no_op_from_the_record_fails_on_a_lock_another_run_holds() {
+    let ws = workspace();
+    recorded(&ws);
+    // Another holder of the state directory's lock (flock(2), as kiln takes it).
+    let mut holder = std::process::Command::new("flock")
+        .arg(ws.state().join("lock"))
+        .args(["sleep", "30"])
+        .spawn()
+        .expect("flock runs");
+    let mut locked = false;
+    for _ in 0..100 {
+        let out = ws
+            .kiln()
+            .args(["up", "r.toml"])
+            .env(HOPPER.0, HOPPER.1)
+            .output()
+            .unwrap();
+        if out.status.code() == Some(1) {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains("is in use by another kiln run")
+                    && stderr.contains("hint: wait for the other run to finish"),
+                "{stderr}"
+            );
+            locked = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(locked, "kiln up never saw the lock held");
+    assert!(
+        cache_entries(&ws, "json").is_empty(),
+        "answered from the record, not by loading the recipe"
+    );
 }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::common::Workspace;
+use crate::common::{status_of, Workspace};
 
 const RECIPE: &str = r#"
 [recipe]
@@ -36,13 +36,6 @@ fn kiln_ok(ws: &Workspace, args: &[&str]) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "kiln {args:?} failed:\n{stderr}");
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn status_of(plan: &str, id: &str) -> String {
-    plan.lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .find(|w| w.get(1) == Some(&id))
-        .map_or_else(|| panic!("no step {id} in:\n{plan}"), |w| w.join(" "))
 }
 
 fn runs(ws: &Workspace, id: &str) -> usize {

@@ -9,15 +9,21 @@ fn recipe() -> String {
     format!("{}/recipes/tiny-cpu.toml", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// `kiln tune` of tiny-cpu's `tuned` profile, served from the llama-server at `prefix` on a free
+/// port.
+fn tune_tuned(ws: &Workspace, prefix: &std::path::Path) -> assert_cmd::Command {
+    let mut cmd = ws.kiln();
+    cmd.args(["tune", &recipe(), "--profile", "tuned"])
+        .args(["--set", &format!("prefix={}", prefix.display())])
+        .args(["--set", &format!("port={}", free_port())]);
+    cmd
+}
+
 #[test]
 fn halving_ranks_qualified_variants_and_disqualifies_a_fallen_back_tuning() {
     let prefix = tiny_cpu();
     let ws = Workspace::new();
-    let out = ws
-        .kiln()
-        .args(["tune", &recipe(), "--profile", "tuned"])
-        .args(["--set", &format!("prefix={}", prefix.display())])
-        .args(["--set", &format!("port={}", free_port())])
+    let out = tune_tuned(&ws, &prefix)
         .args(["--vary=-fa=on,off", "--vary=-b=256,1024"])
         .args([
             "--runs",
@@ -120,11 +126,7 @@ fn a_variable_the_recipe_lacks_is_refused_with_a_suggestion() {
 fn when_every_variant_falls_back_there_is_no_winner_and_the_error_says_why() {
     let prefix = tiny_cpu();
     let ws = Workspace::new();
-    let out = ws
-        .kiln()
-        .args(["tune", &recipe(), "--profile", "tuned"])
-        .args(["--set", &format!("prefix={}", prefix.display())])
-        .args(["--set", &format!("port={}", free_port())])
+    let out = tune_tuned(&ws, &prefix)
         .args([
             "--vary=-fa=off",
             "--runs",
