@@ -59,18 +59,27 @@ pub(crate) fn start(dir: &Path) -> Result<Watchdog> {
         .append(true)
         .open(&registry)
         .map_err(|e| Error::io(format!("cannot create {}", registry.display()), e))?;
+    let spawned = std::env::current_exe().and_then(|exe| {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new(exe)
+            .arg("__watchdog")
+            .arg(std::process::id().to_string())
+            .arg(dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            // Not in kiln's process group: Ctrl-C at the terminal ends kiln, not its watchdog.
+            .process_group(0)
+            .spawn()
+    });
+    let child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = std::fs::remove_file(&registry);
+            return Err(Error::io("cannot start kiln's process watchdog", e));
+        }
+    };
     *current() = Some(file);
-    let exe =
-        std::env::current_exe().map_err(|e| Error::io("cannot find the kiln executable", e))?;
-    let child = std::process::Command::new(exe)
-        .arg("__watchdog")
-        .arg(std::process::id().to_string())
-        .arg(dir)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| Error::io("cannot start kiln's process watchdog", e))?;
     Ok(Watchdog { child, registry })
 }
 
@@ -127,6 +136,12 @@ pub(crate) fn reap(dir: &Path) {
 
 /// The watchdog's body: wait until `parent` is gone, then end what it left running.
 pub(crate) fn watch(parent: u32, dir: &Path) -> ! {
+    // A terminal's Ctrl-C or hang-up is for kiln; this outlives it to end what it left.
+    // SAFETY: setting a signal's disposition to "ignore" has no preconditions.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+    }
     // SAFETY: getppid has no preconditions.
     while unsafe { libc::getppid() } as u32 == parent {
         std::thread::sleep(Duration::from_millis(100));

@@ -355,6 +355,45 @@ fn sigkill_mid_step_then_rerun_completes_and_leaves_no_orphans() {
 }
 
 #[test]
+fn ctrl_c_at_the_terminal_ends_the_running_step_too() {
+    // A terminal's Ctrl-C sends SIGINT to kiln's whole process group; each step runs in a group
+    // of its own, so it is the watchdog (outside kiln's group) that must end it.
+    let token = format!("32.{}", std::process::id());
+    let text = recipe(
+        "interrupted",
+        "",
+        &[format!(
+            "[[step]]\nid = \"wait\"\nkind = \"run\"\ncmd = [\"sleep\", \"{token}\"]\n"
+        )],
+    );
+    let ws = setup(&text);
+    let mut child = {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new(assert_cmd::cargo::cargo_bin("kiln"))
+            .args(["up", "r.toml"])
+            .current_dir(ws.path())
+            .env("KILN_HOME", ws.state())
+            .env("KILN_NO_PROGRESS", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .expect("kiln starts")
+    };
+    wait_for("the step to start", Duration::from_secs(30), || {
+        !processes_with(&token).is_empty()
+    });
+    let group = i32::try_from(child.id()).unwrap();
+    // SAFETY: a signal to the process group this test just made.
+    assert_eq!(unsafe { libc::killpg(group, libc::SIGINT) }, 0);
+    child.wait().unwrap();
+    wait_for("the step to end with kiln", Duration::from_secs(10), || {
+        processes_with(&token).is_empty()
+    });
+    assert!(receipts_after(&ws, "interrupted", true).is_empty());
+}
+
+#[test]
 fn repeated_kills_at_random_moments_never_corrupt_receipts() {
     let steps: Vec<String> = (0..12)
         .map(|i| {
