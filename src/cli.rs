@@ -161,7 +161,7 @@ pub struct BenchArgs {
     pub max_tokens: u32,
 
     /// Measured runs
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     pub runs: u32,
 
     /// Unmeasured warm-up runs
@@ -243,7 +243,7 @@ pub struct TuneArgs {
     pub against: Option<String>,
 
     /// Measured runs of the final benchmark
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     pub runs: u32,
 
     /// Warm-up requests of the final benchmark

@@ -95,12 +95,17 @@ impl Settings {
         recipe::load(Some(&spec.name), &self.load_options(spec))
     }
 
-    /// The plan recorded when everything was last found fresh, if nothing it depends on changed
-    /// since (see [`crate::engine::fresh`]): a no-op without loading the recipe.
-    pub(crate) fn fresh_plan(&self, spec: &RecipeSpec) -> Option<crate::engine::fresh::FreshPlan> {
+    /// The plan recorded when everything was last found fresh, if the command `accept`s the
+    /// recipe's shape and nothing the plan depends on changed since (see
+    /// [`crate::engine::fresh`]): a no-op without loading the recipe.
+    pub(crate) fn fresh_plan(
+        &self,
+        spec: &RecipeSpec,
+        accept: impl FnOnce(&crate::engine::fresh::Shape) -> bool,
+    ) -> Option<crate::engine::fresh::FreshPlan> {
         let opts = self.load_options(spec);
         recipe::slot_base(Some(&spec.name), &opts)
-            .and_then(|slot| crate::engine::fresh::lookup(&slot, &opts))
+            .and_then(|slot| crate::engine::fresh::lookup(&slot, &opts, accept))
     }
 
     fn load_options<'a>(&'a self, spec: &'a RecipeSpec) -> recipe::LoadOptions<'a> {

@@ -11,9 +11,9 @@ use crate::recipe::Recipe;
 
 pub(super) fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
     let spec = settings.recipe_spec(&args.recipe)?;
-    // Nothing changed since every step was fresh: the recorded plan, unless it has host tools
-    // to show (they are checked now, from the recipe).
-    if let Some(fresh) = settings.fresh_plan(&spec).filter(|f| !f.requires) {
+    // Nothing changed since every step was fresh: the recorded plan, unless the table has host
+    // tools to show (they are checked now, from the recipe; JSON does not show them).
+    if let Some(fresh) = settings.fresh_plan(&spec, |s| args.json || !s.requires) {
         print_plan(&fresh.plan, &fresh.origin, "", args.json);
         return Ok(0);
     }

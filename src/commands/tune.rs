@@ -72,6 +72,13 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
         launches: 0,
     };
     let ranked = tune::search(method, variants, full, &mut eval);
+    if crate::process::interrupted() {
+        // Launches cut short are not results: nothing is written, no winner is named.
+        return Err(Error::other(
+            format!("`kiln tune` interrupted after {} launch(es)", eval.launches),
+            Some("run it again to search from the start".to_string()),
+        ));
+    }
     let wall = started.elapsed();
     print!("{}", render::table(&ranked, rungs.len()));
     println!(
@@ -104,10 +111,6 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
             format!("no variant of `{name}` qualified: every one fell back, crashed or gave wrong output"),
             Some(format!("the reasons are in the table above and in {}", json_path.display())),
         ));
-    };
-    let eval = Evaluator {
-        reference: None,
-        ..eval
     };
     write_winner(
         &eval,
@@ -145,16 +148,19 @@ fn check_axes(recipe: &Recipe, axes: &[Axis]) -> Result<()> {
 }
 
 /// Give `flag` the value `value`: replace the value of its last occurrence (`-b 1024` or
-/// `-b=1024`), else append it.
+/// `-b=1024`); a bare switch (the next word is another flag, as `verdict::flag_value` reads
+/// it) gets the value after it; else append both.
 fn set_flag(args: &mut Vec<String>, flag: &str, value: &str) {
     let prefix = format!("{flag}=");
+    let takes_value = |next: &String| !next.starts_with('-') || next.parse::<f64>().is_ok();
     match args
         .iter()
         .rposition(|a| a == flag || a.starts_with(&prefix))
     {
-        Some(i) if args[i] == flag && i + 1 < args.len() => args[i + 1] = value.to_string(),
         Some(i) if args[i] != flag => args[i] = format!("{flag}={value}"),
-        _ => {
+        Some(i) if args.get(i + 1).is_some_and(takes_value) => args[i + 1] = value.to_string(),
+        Some(i) => args.insert(i + 1, value.to_string()),
+        None => {
             args.push(flag.to_string());
             args.push(value.to_string());
         }
@@ -307,6 +313,10 @@ impl Evaluate for Evaluator<'_> {
             e.disqualified = Some(format!("failed: {}", msg.lines().next().unwrap_or("")));
         }
     }
+
+    fn stopped(&self) -> bool {
+        crate::process::interrupted()
+    }
 }
 
 fn write_winner(
@@ -359,5 +369,12 @@ mod tests {
         set_flag(&mut a, "-ub", "64");
         set_flag(&mut a, "-fa", "on");
         assert_eq!(a, ["-b", "256", "-ub=64", "-t", "2", "-fa", "on"]);
+        // A bare switch followed by another flag gets its value; the next flag keeps its own.
+        let mut b: Vec<String> = ["--flash-attn", "-t", "2", "--neg", "-1"]
+            .map(String::from)
+            .to_vec();
+        set_flag(&mut b, "--flash-attn", "on");
+        set_flag(&mut b, "--neg", "-2");
+        assert_eq!(b, ["--flash-attn", "on", "-t", "2", "--neg", "-2"]);
     }
 }

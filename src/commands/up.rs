@@ -16,10 +16,9 @@ pub(super) fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
     let plain =
         !args.dry_run && args.only.is_empty() && args.from.is_none() && args.force.is_empty();
     if plain {
-        if let Some(fresh) = settings.fresh_plan(&spec) {
-            if !fresh.profiles || args.no_serve {
-                return no_op(settings, &fresh.plan, args.json);
-            }
+        // Serving needs the recipe; a recipe with profiles goes on to serve unless --no-serve.
+        if let Some(fresh) = settings.fresh_plan(&spec, |s| !s.profiles || args.no_serve) {
+            return no_op(settings, &fresh.plan, args.json);
         }
     }
     let recipe = settings.load(&spec)?;

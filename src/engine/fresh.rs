@@ -76,11 +76,17 @@ struct StepRecord<'a> {
 /// The files an input pattern matched, with their versions.
 type Matched<'a> = Vec<(Cow<'a, str>, FileVersion)>;
 
-/// A plan read back from a fresh record, and what the commands need to know of the recipe.
+/// A plan read back from a fresh record.
 pub(crate) struct FreshPlan {
     pub plan: Plan,
     pub origin: String,
+}
+
+/// What a command must know of the recipe before it may answer from its record.
+pub(crate) struct Shape {
+    /// It has launch profiles: `kiln up` goes on to serve, which needs the recipe.
     pub profiles: bool,
+    /// It or a step requires host tools: `kiln plan` shows them, checked from the recipe.
     pub requires: bool,
 }
 
@@ -88,12 +94,21 @@ fn path_of(slot: &Path) -> PathBuf {
     slot.with_extension("fresh")
 }
 
-/// The fresh plan for the recipe cache slot `slot` (see [`crate::recipe::slot_base`]), if
-/// nothing it depends on changed.
-pub(crate) fn lookup(slot: &Path, opts: &LoadOptions) -> Option<FreshPlan> {
+/// The fresh plan for the recipe cache slot `slot` (see [`crate::recipe::slot_base`]), if the
+/// caller `accept`s the recipe's [`Shape`] and nothing the plan depends on changed.
+pub(crate) fn lookup(
+    slot: &Path,
+    opts: &LoadOptions,
+    accept: impl FnOnce(&Shape) -> bool,
+) -> Option<FreshPlan> {
     let bytes = std::fs::read(path_of(slot)).ok()?;
     let record: Record = serde_json::from_slice(&bytes).ok()?;
+    let shape = Shape {
+        profiles: record.profiles,
+        requires: record.requires,
+    };
     if record.format != FORMAT
+        || !accept(&shape)
         || !record.inputs.still_match(opts)
         || record.facts.iter().any(|(k, v)| opts.facts.get(k) != *v)
         || dir_stamp(&opts.paths.receipts(&record.recipe)) != record.receipts
@@ -135,8 +150,6 @@ pub(crate) fn lookup(slot: &Path, opts: &LoadOptions) -> Option<FreshPlan> {
             steps,
         },
         origin: record.origin,
-        profiles: record.profiles,
-        requires: record.requires,
     })
 }
 

@@ -275,7 +275,8 @@ fn wait_ready(
     let mut seen_phases = Vec::<String>::new();
     let mut last_output = Instant::now();
     let mut last_compile_note = Instant::now();
-    let mut last_probe = Instant::now().checked_sub(Duration::from_secs(10)).unwrap();
+    // None: not probed yet (an Instant 10 s back does not exist on a box booted since).
+    let mut last_probe: Option<Instant> = None;
     let mut fatal_at: Option<Instant> = None;
     let mut log_ready = false;
     loop {
@@ -356,8 +357,9 @@ fn wait_ready(
             say(&quiet_note(l, run.record.pid, started, last_output));
         }
         if let Some(base) = &url {
-            if last_probe.elapsed() >= Duration::from_millis(if log_ready { 100 } else { 500 }) {
-                last_probe = Instant::now();
+            let every = Duration::from_millis(if log_ready { 100 } else { 500 });
+            if last_probe.is_none_or(|t| t.elapsed() >= every) {
+                last_probe = Some(Instant::now());
                 if matches!(
                     client::get(&format!("{base}{ready_path}"), Duration::from_secs(5)),
                     Some((200, _))

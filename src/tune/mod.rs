@@ -175,6 +175,11 @@ impl Entry {
 /// compare greedy output; always, benchmark at `rung`.
 pub(crate) trait Evaluate {
     fn evaluate(&mut self, variant: &Variant, rung: Rung, qualify: bool, entry: &mut Entry);
+
+    /// Whether the search must stop now (the user interrupted it): no further launch.
+    fn stopped(&self) -> bool {
+        false
+    }
 }
 
 /// Run the search; entries come back ranked (the winner first, disqualified last).
@@ -197,6 +202,9 @@ pub(crate) fn search(
     let mut alive: Vec<usize> = (0..entries.len()).collect();
     for (round, rung) in plan.iter().enumerate() {
         for &i in &alive {
+            if eval.stopped() {
+                return rank(entries);
+            }
             let variant = entries[i].variant.clone();
             eval.evaluate(&variant, *rung, round == 0, &mut entries[i]);
         }
@@ -308,6 +316,41 @@ mod tests {
         assert_eq!(rungs(Method::Grid, 8, full), [full]);
         assert_eq!(rungs(Method::Halving, 1, full), [full]);
         assert_eq!(rungs(Method::Halving, 2, full).len(), 2);
+    }
+
+    /// The model, interrupted once it has launched `stop_after` times.
+    struct Interrupted {
+        model: Model,
+        stop_after: usize,
+    }
+
+    impl Evaluate for Interrupted {
+        fn evaluate(&mut self, v: &Variant, rung: Rung, qualify: bool, e: &mut Entry) {
+            self.model.evaluate(v, rung, qualify, e);
+        }
+
+        fn stopped(&self) -> bool {
+            self.model.launches >= self.stop_after
+        }
+    }
+
+    #[test]
+    fn an_interrupted_search_launches_nothing_more() {
+        let full = Rung {
+            warmup: 2,
+            runs: 5,
+            max_tokens: 2048,
+        };
+        let mut eval = Interrupted {
+            model: Model {
+                launches: 0,
+                tokens: 0,
+            },
+            stop_after: 3,
+        };
+        let ranked = search(Method::Halving, grid(&axes()), full, &mut eval);
+        assert_eq!(eval.model.launches, 3);
+        assert_eq!(ranked.len(), 8, "every variant is still listed");
     }
 
     #[test]

@@ -151,3 +151,20 @@ fn when_every_variant_falls_back_there_is_no_winner_and_the_error_says_why() {
     );
     assert!(!ws.state().join("tune/tiny-cpu/tuned-best.toml").exists());
 }
+
+#[test]
+fn zero_measured_runs_is_refused_before_anything_launches() {
+    let ws = Workspace::new();
+    for args in [
+        &["tune", "r.toml", "--profile", "tuned", "--runs", "0"][..],
+        &["bench", "--url", "http://127.0.0.1:9", "--runs", "0"][..],
+    ] {
+        let out = ws.kiln().args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("invalid value '0' for '--runs <RUNS>'"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
