@@ -80,7 +80,8 @@ pub fn svg(title: &str, runs: &[f64], baseline_median: Option<f64>) -> String {
     s
 }
 
-fn escape(s: &str) -> String {
+/// Text made safe inside XML/HTML text and double-quoted attributes (the SVGs, report.html).
+pub(crate) fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -234,7 +234,7 @@ impl Evaluator<'_> {
                 runs: rung.runs,
                 warmup: rung.warmup,
                 prompt: bench::DEFAULT_PROMPT,
-                timeout: Duration::from_secs(1800),
+                timeout: bench::client::default_deadline(rung.max_tokens),
             };
             // Measured, not recorded: variants do not belong in the bench history.
             let fp = pipeline::bench_fingerprint(s.facts, &url, launched.running.api);

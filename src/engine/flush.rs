@@ -8,7 +8,6 @@
 //! outputs were lost, because the sync also flushes what the steps wrote before it.
 
 use std::fs::File;
-use std::io::Write;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -18,14 +17,28 @@ const SYNC_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Debug)]
 pub(super) struct Flusher {
-    /// When the file system was last synced, and whether receipts were written since.
-    state: Mutex<(Instant, bool)>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// When the file system was last synced.
+    synced_at: Instant,
+    /// Receipts were written since.
+    dirty: bool,
+    /// A sync between receipts that failed: reported by [`Flusher::finish`], not blamed on the
+    /// step whose receipt was already in place.
+    failed: Option<std::io::Error>,
 }
 
 impl Default for Flusher {
     fn default() -> Self {
         Flusher {
-            state: Mutex::new((Instant::now(), false)),
+            state: Mutex::new(State {
+                synced_at: Instant::now(),
+                dirty: false,
+                failed: None,
+            }),
         }
     }
 }
@@ -34,44 +47,41 @@ impl Flusher {
     /// Write `bytes` to `path` by rename (the temp name `.NAME.tmp-PID` is swept after a kill),
     /// then sync the file system if the last sync is a second old.
     pub(super) fn write(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-        let dir = path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir)?;
-        let tmp = dir.join(format!(
-            ".{}.tmp-{}",
-            path.file_name().unwrap_or_default().to_string_lossy(),
-            std::process::id()
-        ));
-        let written = File::create(&tmp)
-            .and_then(|mut f| f.write_all(bytes))
-            .and_then(|()| std::fs::rename(&tmp, path));
-        if let Err(e) = written {
-            // A full disk must not also leave a temp file behind.
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        state.1 = true;
-        if state.0.elapsed() >= SYNC_EVERY {
-            syncfs(dir)?;
-            *state = (Instant::now(), false);
+        crate::fs::replace_unsynced(path, bytes)?;
+        let mut state = self.lock();
+        state.dirty = true;
+        if state.synced_at.elapsed() >= SYNC_EVERY {
+            let synced = syncfs(path.parent().unwrap_or(Path::new(".")));
+            state.synced_at = Instant::now();
+            match synced {
+                Ok(()) => state.dirty = false,
+                Err(e) => {
+                    state.failed.get_or_insert(e);
+                }
+            }
         }
         Ok(())
     }
 
-    /// Sync what was written since the last sync (the end of a run).
+    /// Sync what was written since the last sync (the end of a run); a sync that failed on the
+    /// way is reported here.
     pub(super) fn finish(&self, dir: &Path) -> std::io::Result<()> {
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if state.1 {
+        let mut state = self.lock();
+        if let Some(e) = state.failed.take() {
+            return Err(e);
+        }
+        if state.dirty {
             syncfs(dir)?;
-            *state = (Instant::now(), false);
+            state.synced_at = Instant::now();
+            state.dirty = false;
         }
         Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use super::report::Served;
 use super::Report;
+use crate::bench::plot::escape;
 use crate::serve::verdict::Status;
 
 pub(super) fn page(r: &Report) -> String {
@@ -105,10 +106,3 @@ const STYLE: &str = "body{font-family:sans-serif;margin:2em auto;max-width:60em;
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}\
 .ok{color:#1a7f37}.warn{color:#9a6700}.bad{color:#cf222e}.summary{font-weight:bold}\
 pre{background:#f6f8fa;padding:1em;overflow-x:auto}figure{margin:0}";
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}

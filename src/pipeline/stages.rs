@@ -301,12 +301,13 @@ pub struct BenchOptions {
 
 impl Default for BenchOptions {
     fn default() -> Self {
+        let max_tokens = 2048;
         BenchOptions {
-            max_tokens: 2048,
+            max_tokens,
             runs: 5,
             warmup: 2,
             prompt: bench::DEFAULT_PROMPT.to_string(),
-            timeout: Duration::from_secs(1800),
+            timeout: bench::client::default_deadline(max_tokens),
             baseline: None,
         }
     }

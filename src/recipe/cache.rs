@@ -53,10 +53,6 @@ pub(crate) struct Inputs {
     patch_sets: Vec<(String, Option<String>)>,
 }
 
-fn hex_sha256(bytes: &[u8]) -> String {
-    crate::hash::hex(&Sha256::digest(bytes))
-}
-
 impl Inputs {
     /// Whether the recipe files, host facts and patch sets are still what they were.
     pub(crate) fn still_match(&self, opts: &LoadOptions) -> bool {
@@ -186,7 +182,7 @@ pub(super) fn store(slot: &Slot, sources: &Sources, opts: &LoadOptions, recipe: 
             let version = FileVersion::read(&f.path).filter(|v| v.settled_before(slot.started));
             (
                 f.path.display().to_string(),
-                hex_sha256(f.text.as_bytes()),
+                crate::hash::sha256_bytes(f.text.as_bytes()),
                 version,
             )
         })
@@ -257,8 +253,10 @@ fn evict(dir: &Path, current: &Path) {
 /// sha256 of a loaded file's text now: a recipe file on disk or a shipped one.
 fn file_sha256(path: &str) -> Option<String> {
     match path.strip_prefix(EMBEDDED) {
-        Some(key) => shipped::get(key).map(|t| hex_sha256(t.as_bytes())),
-        None => std::fs::read(path).ok().map(|b| hex_sha256(&b)),
+        Some(key) => shipped::get(key).map(|t| crate::hash::sha256_bytes(t.as_bytes())),
+        None => std::fs::read(path)
+            .ok()
+            .map(|b| crate::hash::sha256_bytes(&b)),
     }
 }
 
@@ -269,7 +267,9 @@ fn patch_set_sha256(set: &str) -> Option<String> {
     if !path.is_file() {
         return None;
     }
-    std::fs::read(path).ok().map(|b| hex_sha256(&b))
+    std::fs::read(path)
+        .ok()
+        .map(|b| crate::hash::sha256_bytes(&b))
 }
 
 #[cfg(test)]

@@ -149,18 +149,10 @@ impl Signatures {
     /// `spec` is a shipped name, or a file (relative to `dir`); `dir/signatures/NAME.toml` wins
     /// over a shipped set of the same name.
     pub fn resolve(spec: &str, dir: &Path) -> Result<Signatures> {
-        let candidates: Vec<PathBuf> = if spec.ends_with(".toml") || spec.contains('/') {
-            vec![dir.join(spec)]
-        } else {
-            vec![dir.join("signatures").join(format!("{spec}.toml"))]
-        };
-        for path in &candidates {
-            if path.is_file() {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    Error::io(format!("cannot read signatures {}", path.display()), e)
-                })?;
-                return Signatures::parse(&text, &path.display().to_string());
-            }
+        if let Some(path) = Signatures::locate(spec, dir) {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| Error::io(format!("cannot read signatures {}", path.display()), e))?;
+            return Signatures::parse(&text, &path.display().to_string());
         }
         match embedded::named(embedded::SIGNATURES, spec) {
             Some(text) => Signatures::parse(text, &format!("shipped signatures `{spec}`")),
@@ -172,6 +164,18 @@ impl Signatures {
                 )),
             )),
         }
+    }
+
+    /// The file a profile's `signatures = SPEC` names, relative to the recipe's `dir`: a path
+    /// (`x.toml`, `a/b`), else `signatures/SPEC.toml` there; `None` when there is no such file
+    /// (then SPEC names a shipped set).
+    pub fn locate(spec: &str, dir: &Path) -> Option<PathBuf> {
+        let path = if spec.ends_with(".toml") || spec.contains('/') {
+            dir.join(spec)
+        } else {
+            dir.join("signatures").join(format!("{spec}.toml"))
+        };
+        path.is_file().then_some(path)
     }
 
     pub fn parse(text: &str, origin: &str) -> Result<Signatures> {

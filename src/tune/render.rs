@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use super::{Entry, Method};
+use crate::bench::plot::escape;
 use crate::recipe::Profile;
 
 /// The ranked table: the winner first, then everyone else, disqualified last with the reason.
@@ -115,13 +116,6 @@ pub(crate) fn svg(title: &str, entries: &[Entry]) -> String {
     s
 }
 
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
 /// A small recipe holding the winner as `[profile.NAME]` (resolved: every variable expanded) and,
 /// when there is one, the baseline it was compared with, so `kiln serve FILE --profile NAME` and
 /// `kiln verify FILE --profile NAME` work on it directly.
@@ -196,12 +190,13 @@ fn profile_table(p: &Profile, baseline: Option<&str>) -> toml::Table {
         t.insert("ready".into(), ready.clone().into());
     }
     if let Some(sig) = &p.signatures {
-        let resolved = if sig.ends_with(".toml") || sig.contains('/') {
-            p.dir.join(sig).display().to_string()
-        } else {
-            sig.clone()
-        };
-        t.insert("signatures".into(), resolved.into());
+        // The winner file lives elsewhere: a set of the recipe's own is named by its full path.
+        let located = crate::serve::signatures::Signatures::locate(sig, &p.dir);
+        let spec = located.map_or_else(|| sig.clone(), |path| path.display().to_string());
+        t.insert("signatures".into(), spec.into());
+    }
+    if let Some(timeout) = p.timeout {
+        t.insert("timeout".into(), timeout.as_secs().to_string().into());
     }
     if !p.expect.is_empty() {
         t.insert("expect".into(), strings(&p.expect));
@@ -210,4 +205,34 @@ fn profile_table(p: &Profile, baseline: Option<&str>) -> toml::Table {
         t.insert("baseline".into(), b.to_string().into());
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::profile_table;
+    use crate::recipe::Profile;
+
+    #[test]
+    fn a_winner_profile_keeps_its_timeout_and_finds_the_recipes_own_signatures() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("signatures")).unwrap();
+        std::fs::write(dir.path().join("signatures/mine.toml"), "").unwrap();
+        let mut p = Profile {
+            cmd: vec!["server".into()],
+            signatures: Some("mine".into()),
+            timeout: Some(std::time::Duration::from_secs(900)),
+            dir: dir.path().to_path_buf(),
+            ..Profile::default()
+        };
+        let t = profile_table(&p, None);
+        let own = dir.path().join("signatures/mine.toml");
+        assert_eq!(t["signatures"].as_str(), Some(own.to_str().unwrap()));
+        assert_eq!(t["timeout"].as_str(), Some("900"));
+        // A shipped set stays a name.
+        p.signatures = Some("llama-cpp".into());
+        assert_eq!(
+            profile_table(&p, None)["signatures"].as_str(),
+            Some("llama-cpp")
+        );
+    }
 }
