@@ -73,8 +73,8 @@ pub struct UpOptions<'a> {
     pub strict: bool,
 }
 
-/// `kiln up` after its steps: greedy A/B against the profile's baseline (when it names one),
-/// serve the profile and leave it running, judge its tunings, smoke-bench it, and the report.
+/// `kiln up` after its steps: serve the profile and leave it running, judge its tunings, compare
+/// its greedy output with its baseline's (when it names one), smoke-bench it, and the report.
 /// `show` receives each result block as it is known (the A/B table, the verdicts, the bench);
 /// the report's `outcome` says whether the run failed (warnings are narrated as they are judged).
 pub fn up(
@@ -88,18 +88,38 @@ pub fn up(
         "serving profile `{}` of {}",
         v.name, s.recipe.name
     ));
-    let ab = match &v.profile.baseline {
+    // The baseline's greedy outputs first (its server stopped again), then the candidate's
+    // from the server that stays up: the profile is loaded once, not once for the A/B and
+    // again to serve.
+    let baseline = match &v.profile.baseline {
         Some(base) => {
             let base = Variant::pick(s.recipe, Some(base))?;
-            let c = greedy_ab(s, base, v, &opts.ab, narrate.say)?;
-            show(Shown::Ab(&c, base.name, v.name));
-            Some((base.name.to_string(), c))
+            let outputs = greedy_outputs(s, base, opts.ab.max_tokens, narrate.say)?;
+            Some((base.name, outputs))
         }
         None => None,
     };
     let launched = launch(s, v, true, None, narrate.say)?;
     let verdicts = verdicts(&launched, false);
     show(Shown::Verdicts(&launched, &verdicts));
+    let ab = match (baseline, launched.running.record.url.clone()) {
+        (Some((base, outputs)), Some(url)) => {
+            let got = crate::bench::ab::collect(&url, launched.running.api, opts.ab.max_tokens)?;
+            let c = crate::bench::ab::compare(&outputs, &got, opts.ab.min_prefix);
+            show(Shown::Ab(&c, base, v.name));
+            Some((base.to_string(), c))
+        }
+        (Some(_), None) => {
+            return Err(crate::error::Error::usage(
+                format!("profile `{}` has no port or url to query", v.name),
+                Some(
+                    "give it a `port` or `url` to compare its greedy output with the baseline's"
+                        .into(),
+                ),
+            ));
+        }
+        (None, _) => None,
+    };
     let bench = match launched.running.record.url.clone() {
         Some(url) => {
             let api = launched.running.api;
