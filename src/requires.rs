@@ -179,7 +179,7 @@ pub(crate) fn parse(text: &str) -> Result<Requirement, ParseError> {
         return Err(err(message, hint, 0, name.len()));
     };
     let trimmed = rest.trim_start();
-    if trimmed.is_empty() && rest.is_empty() {
+    if trimmed.is_empty() {
         return Ok(Requirement { tool, min: None });
     }
     let op_at = name_end + (rest.len() - trimmed.len());

@@ -249,12 +249,15 @@ fn run_one(
         }
     }
     let log_path = state.log_path(&step.id);
+    // Until this run's log exists, the one on disk is an earlier run's: not this failure's.
+    let log_created = std::cell::Cell::new(false);
     let result = (|| {
         // The old receipt no longer describes what is on disk once the step starts again.
         state.remove_receipt(&step.id)?;
         create_dir(log_path.parent().expect("logs live in a directory"))?;
         let mut log = File::create(&log_path)
             .map_err(|e| Error::io(format!("cannot create {}", log_path.display()), e))?;
+        log_created.set(true);
         let started = Instant::now();
         let mut attempt = 1;
         loop {
@@ -288,6 +291,9 @@ fn run_one(
         })?;
         Ok(Outcome::Ran)
     })();
+    if !log_created.get() {
+        return (result, digest);
+    }
     if let Err(e) = &result {
         // The step log tells the whole story, the failure included (and its OS cause).
         if let Ok(mut log) = std::fs::OpenOptions::new().append(true).open(&log_path) {

@@ -103,13 +103,16 @@ pub(super) fn expand_inputs(pattern: &str) -> Vec<PathBuf> {
 }
 
 fn walk(path: &std::path::Path, out: &mut Vec<PathBuf>) {
-    if path.is_dir() {
+    let Ok(meta) = std::fs::metadata(path) else {
+        return;
+    };
+    if meta.is_dir() {
         if let Ok(rd) = std::fs::read_dir(path) {
             for e in rd.flatten() {
                 walk(&e.path(), out);
             }
         }
-    } else if path.is_file() {
+    } else if meta.is_file() {
         out.push(path.to_path_buf());
     }
 }

@@ -265,7 +265,10 @@ impl StateDir {
             .and_then(|()| write!(file, "{}", std::process::id()))
             .map_err(|e| Error::io("cannot write the lock file", e))?;
         self.exclusive.store(true, Ordering::Relaxed);
-        Ok(RunLock { _file: file })
+        Ok(RunLock {
+            _file: file,
+            exclusive: self.exclusive.clone(),
+        })
     }
 
     /// Temp files of runs killed inside [`crate::fs::write_atomic`] or a receipt write (SIGKILL, ENOSPC): receipts of every
@@ -311,4 +314,12 @@ fn summary_entry(r: &Receipt) -> Entry {
 #[derive(Debug)]
 pub(crate) struct RunLock {
     _file: File,
+    /// The state's "this process holds the lock", cleared with it.
+    exclusive: Arc<AtomicBool>,
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        self.exclusive.store(false, Ordering::Relaxed);
+    }
 }

@@ -226,14 +226,15 @@ pub(super) fn store(slot: &Slot, sources: &Sources, opts: &LoadOptions, recipe: 
 /// Slots kept: every rebuilt kiln, working directory or `--set` makes a new one.
 const KEEP: usize = 16;
 
-/// Remove all but the [`KEEP`] most recently written slots (each entry with its siblings, such
-/// as the engine's fresh record), never `current`'s.
+/// Remove all but the [`KEEP`] most recently written slots (each entry with its siblings of
+/// the same stem, such as the engine's fresh record), never `current`'s.
 fn evict(dir: &Path, current: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
-    let mut slots: Vec<(std::time::SystemTime, PathBuf)> = entries
-        .flatten()
+    let files: Vec<std::fs::DirEntry> = entries.flatten().collect();
+    let mut slots: Vec<(std::time::SystemTime, PathBuf)> = files
+        .iter()
         .filter_map(|e| {
             let path = e.path();
             (path.extension()? == "json").then_some(())?;
@@ -244,9 +245,16 @@ fn evict(dir: &Path, current: &Path) {
         return;
     }
     slots.sort_by_key(|s| std::cmp::Reverse(s.0));
-    for (_, path) in slots.into_iter().skip(KEEP).filter(|(_, p)| p != current) {
-        let _ = std::fs::remove_file(path.with_extension("fresh"));
-        let _ = std::fs::remove_file(path);
+    let evicted: Vec<PathBuf> = slots
+        .into_iter()
+        .skip(KEEP)
+        .map(|(_, p)| p.with_extension(""))
+        .filter(|stem| *stem != current.with_extension(""))
+        .collect();
+    for e in &files {
+        if evicted.contains(&e.path().with_extension("")) {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! Reading is bounded: recipe files are regular `.toml` files of at most [`MAX_FILE_BYTES`], the
 //! import graph is at most [`MAX_IMPORT_DEPTH`] deep, and an import stays inside the recipe's tree
-//! (see [`tree_root`]). A file that is not a `.toml` file never has a line echoed in an error.
+//! (see [`tree_of`]). A file that is not a `.toml` file never has a line echoed in an error.
 
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
@@ -57,12 +57,12 @@ pub fn load(spec: Option<&str>, opts: &LoadOptions) -> Result<Recipe> {
     };
     let mut seen = Vec::new();
     let tree = match &origin {
-        Origin::Disk(path) => tree_root(path),
+        Origin::Disk(path) => tree_of(path),
         Origin::Embedded(_) => None,
     };
     let roots = Roots {
         shipped: &shipped_root,
-        tree: tree.as_deref(),
+        tree: tree.as_ref(),
     };
     read_tree(
         &origin,
@@ -104,18 +104,44 @@ fn resolve(spec: Option<&str>) -> Result<Origin> {
 struct Roots<'a> {
     /// Where the shipped files are materialized.
     shipped: &'a Path,
-    /// Imports of an on-disk recipe must stay under this directory.
-    tree: Option<&'a Path>,
+    /// Imports of an on-disk recipe must stay inside this tree.
+    tree: Option<&'a Tree>,
 }
 
-/// The recipe's tree: the directory of the recipe named on the command line, or its parent when
-/// that directory is called `recipes` (kiln's own layout: `recipes/` next to `toolchains/`).
-fn tree_root(recipe: &Path) -> Option<PathBuf> {
+/// Where the imports of a recipe named on the command line may come from: its directory, and
+/// when that directory is called `recipes`, a `toolchains/` beside it (kiln's own layout). Only
+/// that sibling: the parent itself may be a home directory full of other TOML files.
+struct Tree {
+    dir: PathBuf,
+    toolchains: Option<PathBuf>,
+}
+
+fn tree_of(recipe: &Path) -> Option<Tree> {
     let dir = std::fs::canonicalize(recipe).ok()?.parent()?.to_path_buf();
-    if dir.file_name().is_some_and(|n| n == "recipes") {
-        return dir.parent().map(Path::to_path_buf);
+    let toolchains = dir
+        .file_name()
+        .is_some_and(|n| n == "recipes")
+        .then(|| dir.parent().map(|p| p.join("toolchains")))
+        .flatten()
+        .filter(|t| t.is_dir());
+    Some(Tree { dir, toolchains })
+}
+
+impl Tree {
+    fn holds(&self, real: &Path) -> bool {
+        real.starts_with(&self.dir)
+            || self
+                .toolchains
+                .as_ref()
+                .is_some_and(|t| real.starts_with(t))
     }
-    Some(dir)
+
+    fn describe(&self) -> String {
+        match &self.toolchains {
+            Some(t) => format!("{} (and {})", self.dir.display(), t.display()),
+            None => self.dir.display().to_string(),
+        }
+    }
 }
 
 fn read_tree(
@@ -275,7 +301,7 @@ fn is_toml(path: &Path) -> bool {
 fn import_allowed(
     path: &Path,
     identity: &Origin,
-    tree: Option<&Path>,
+    tree: Option<&Tree>,
 ) -> std::result::Result<(), (String, String)> {
     if !is_toml(path) {
         return Err((
@@ -284,14 +310,14 @@ fn import_allowed(
         ));
     }
     if let (Some(tree), Origin::Disk(real)) = (tree, identity) {
-        if real.is_absolute() && !real.starts_with(tree) {
+        if real.is_absolute() && !tree.holds(real) {
             return Err((
                 format!(
                     "cannot import {}: it is outside the recipe's tree {}",
                     real.display(),
-                    tree.display()
+                    tree.describe()
                 ),
-                format!("imports stay under {}; copy the file there, or run a recipe that lives above both", tree.display()),
+                format!("imports stay under {}; copy the file there, or run a recipe that lives above both", tree.describe()),
             ));
         }
     }

@@ -138,9 +138,7 @@ pub struct CudaStep {
 impl StepKind {
     /// The name [`StepKind::name`] gives, as a `'static` string (`None`: no such kind).
     pub fn static_name(name: &str) -> Option<&'static str> {
-        ["run", "fetch", "extract", "python", "cuda", "patch"]
-            .into_iter()
-            .find(|k| *k == name)
+        validate::static_name(name)
     }
 
     pub fn name(&self) -> &'static str {

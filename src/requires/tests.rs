@@ -4,6 +4,8 @@ use super::*;
 fn entries_parse_with_and_without_a_version() {
     let r = parse("c++").unwrap();
     assert_eq!((r.tool.name, r.min), ("c++", None));
+    let r = parse("c++ ").unwrap();
+    assert_eq!((r.tool.name, r.min), ("c++", None));
     let r = parse("python3>=3.10").unwrap();
     assert_eq!(r.min, dotted("3.10"));
     assert_eq!(

@@ -147,10 +147,12 @@ fn unpack(archive: &Path, into: &Path, opts: Options, log: &mut dyn Write) -> Re
         declared: 0,
         dirs: Vec::new(),
     };
-    let mut count = 0;
+    let (mut count, mut read) = (0, 0u64);
     for entry in tar.entries().map_err(read_error)? {
         let mut entry = entry.map_err(read_error)?;
-        if count as u64 >= opts.max_entries {
+        // Every header counts, unpacked or not (entries `strip_components` drops still cost).
+        read += 1;
+        if read > opts.max_entries {
             return Err(Error::ArchiveRefused {
                 archive: archive.to_path_buf(),
                 why: format!("it holds more than {} entries", opts.max_entries),
@@ -323,4 +325,40 @@ fn safe_relative(p: &Path) -> std::result::Result<PathBuf, &'static str> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Entries that `strip_components` drops (top-level directories) count towards the cap too.
+    #[test]
+    fn the_entry_cap_counts_entries_that_strip_components_drops() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut b = tar::Builder::new(Vec::new());
+        for i in 0..5 {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(tar::EntryType::Directory);
+            h.set_size(0);
+            h.set_mode(0o755);
+            b.append_data(&mut h, format!("d{i}/"), std::io::empty())
+                .unwrap();
+        }
+        let archive = dir.path().join("a.tar");
+        std::fs::write(&archive, b.into_inner().unwrap()).unwrap();
+        let opts = Options {
+            strip: 1,
+            max_size: 1 << 20,
+            max_entries: 3,
+            keep_setid: false,
+        };
+        let err = unpack(
+            &archive,
+            &dir.path().join("into"),
+            opts,
+            &mut std::io::sink(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("more than 3 entries"), "{err}");
+    }
 }

@@ -31,7 +31,6 @@ pub(crate) fn fetch(
     let dir = path.parent().expect("cache paths have a parent");
     let downloads = dir.parent().expect("cache paths have a grandparent");
     create_dir(downloads)?;
-    remove_stale_partials(downloads);
     let tmp = tempfile_in(downloads);
     let _ = writeln!(log, "fetching {url}");
     let result = download(url, tmp.path(), deadline).and_then(|(actual, _)| {
@@ -71,7 +70,9 @@ impl Drop for TempFile {
 }
 
 /// Remove `.partial-PID-*` downloads whose process is gone (SIGKILL, a crash). The cache may be
-/// shared by runs with other state directories, so a live PID's file is left alone.
+/// shared by runs with other state directories, so a live PID's file is left alone, and so is
+/// one written in the last ten minutes (the cache may be shared across hosts or containers too,
+/// where that PID means nothing here; a live download writes, a stalled one gives up sooner).
 pub(crate) fn remove_stale_partials(downloads: &Path) {
     let Ok(entries) = std::fs::read_dir(downloads) else {
         return;
@@ -83,7 +84,13 @@ pub(crate) fn remove_stale_partials(downloads: &Path) {
             .and_then(|rest| rest.split('-').next())
             .and_then(|p| p.parse::<u32>().ok());
         if let Some(pid) = pid {
-            if pid != std::process::id() && !crate::process::pid_exists(pid) {
+            let idle = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|d| d >= Duration::from_secs(600));
+            if pid != std::process::id() && !crate::process::pid_exists(pid) && idle {
                 let _ = std::fs::remove_file(e.path());
             }
         }

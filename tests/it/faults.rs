@@ -44,6 +44,18 @@ fn leftovers_of_killed_runs_are_removed_at_the_next_run() {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, "half").unwrap();
     }
+    // A partial download is stale only once nothing has written it for ten minutes.
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&stale[3])
+        .unwrap()
+        .set_modified(hour_ago)
+        .unwrap();
+    // A download being written by a process this host cannot see (another container sharing
+    // the cache): its PID is not alive here, but it was written just now.
+    let elsewhere = state.join(format!("cache/downloads/.partial-{dead}-999"));
+    std::fs::write(&elsewhere, "busy").unwrap();
     let staging = ws.path().join(format!(".dest.partial-{dead}"));
     std::fs::create_dir_all(staging.join("pkg")).unwrap();
     // A download in progress by a live process (pid 1) sharing the cache is left alone.
@@ -67,6 +79,10 @@ fn leftovers_of_killed_runs_are_removed_at_the_next_run() {
     }
     assert!(!staging.exists(), "extract staging left behind");
     assert!(live.exists(), "a live process's download was removed");
+    assert!(
+        elsewhere.exists(),
+        "a download written just now was removed"
+    );
 }
 
 /// A tmpfs of `size` mounted on a fresh directory, unmounted on drop (needs root; None without).

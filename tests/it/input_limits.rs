@@ -186,6 +186,19 @@ fn imports_stay_inside_the_recipe_tree_and_secrets_are_never_echoed() {
     );
     let (code, err) = plan(&ws, "kit/recipes/r.toml");
     assert_eq!(code, Some(0), "{err}");
+    // But not the rest of that parent (a `~/recipes/` makes the parent a home directory).
+    ws.write("kit/credentials.toml", &format!("token = \"{secret}\"\n"));
+    ws.write(
+        "kit/recipes/r.toml",
+        &format!("[recipe]\nimport = [\"../credentials.toml\"]\n\n{STEP}"),
+    );
+    let (code, err) = plan(&ws, "kit/recipes/r.toml");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("it is outside the recipe's tree [WS]/kit/recipes (and [WS]/kit/toolchains)"),
+        "{err}"
+    );
+    assert!(!err.contains("s3cr3t"), "{err}");
 }
 
 #[test]

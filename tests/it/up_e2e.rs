@@ -55,8 +55,16 @@ fn kiln_up_serves_proves_benches_and_reports_on_the_cpu_demo() {
     );
     assert!(stderr.contains("serving profile `tuned`"), "{stderr}");
     // The A/B reads the served server's outputs: `tuned` is loaded once, `baseline` once.
-    assert_eq!(stderr.matches("started profile `tuned`").count(), 1, "{stderr}");
-    assert_eq!(stderr.matches("started profile `baseline`").count(), 1, "{stderr}");
+    assert_eq!(
+        stderr.matches("started profile `tuned`").count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("started profile `baseline`").count(),
+        1,
+        "{stderr}"
+    );
 
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(state.join("reports/tiny-cpu/report.json")).unwrap())

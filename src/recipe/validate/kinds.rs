@@ -131,6 +131,11 @@ pub(super) fn kind(name: &str) -> Option<&'static Kind> {
     KINDS.iter().find(|k| k.name == name)
 }
 
+/// The name of the kind named `name`, as a `'static` string (`None`: no such kind).
+pub(in crate::recipe) fn static_name(name: &str) -> Option<&'static str> {
+    kind(name).map(|k| k.name)
+}
+
 fn run(k: &mut KindInput) -> Result<StepKind> {
     let cmd =
         k.s.cmd

@@ -2,6 +2,8 @@
 //! locations and hints.
 
 mod kinds;
+
+pub(super) use kinds::static_name;
 mod profile;
 mod requires;
 mod steps;
