@@ -139,6 +139,7 @@ pub fn verdicts(l: &Launched, served: bool) -> Vec<Verdict> {
     let running = &l.running;
     let url = running.record.url.as_deref();
     let mut after_traffic = served;
+    let mut traffic_error = None;
     if let (false, true, Some(url)) = (
         served,
         verdict::needs_traffic(&l.sigs, l.variant.profile),
@@ -151,7 +152,10 @@ pub fn verdicts(l: &Launched, served: bool) -> Vec<Verdict> {
             ignore_eos: true,
             timeout: Duration::from_secs(120),
         };
-        after_traffic = bench::client::generate(url, running.api, &req).is_ok();
+        match bench::client::generate(url, running.api, &req) {
+            Ok(_) => after_traffic = true,
+            Err(e) => traffic_error = Some(e.to_string()),
+        }
     }
     let log =
         current_run(&running.record.log, running.log_start).unwrap_or_else(|| running.log.clone());
@@ -162,6 +166,7 @@ pub fn verdicts(l: &Launched, served: bool) -> Vec<Verdict> {
         log: &log,
         metrics: metrics.as_deref(),
         after_traffic,
+        traffic_error,
     };
     let mut verdicts = verdict::judge(&l.sigs, l.variant.profile, &ev);
     let info = url.and_then(|u| serve::server_info(&l.sigs, u));
@@ -233,6 +238,7 @@ pub fn verdicts_from_capture(
         log: &lines,
         metrics: metrics.as_deref(),
         after_traffic: true,
+        traffic_error: None,
     };
     Ok(verdict::judge(&sigs, v.profile, &ev))
 }

@@ -87,6 +87,8 @@ pub struct Evidence<'a> {
     pub log: &'a [String],
     pub metrics: Option<&'a str>,
     pub after_traffic: bool,
+    /// Why the request meant to give the server traffic failed, if it did.
+    pub traffic_error: Option<String>,
 }
 
 /// A flag value that turns a feature off (`-fa off`): the feature is not requested.
@@ -172,7 +174,12 @@ fn judge_one(f: &Feature, value: &str, ev: &Evidence) -> Verdict {
         return Verdict {
             feature: f.id.clone(),
             status: Status::Unknown,
-            reason: "shows only once the server has answered requests".into(),
+            reason: match &ev.traffic_error {
+                Some(e) => format!(
+                    "shows only once the server has answered requests, and the warm-up request failed: {e}"
+                ),
+                None => "shows only once the server has answered requests".into(),
+            },
             evidence: None,
         };
     }
@@ -279,6 +286,31 @@ mod tests {
         assert_eq!(flag_value(&args, "--on").as_deref(), Some(""));
         assert_eq!(flag_value(&args, "--neg").as_deref(), Some("-1"));
         assert_eq!(flag_value(&args, "--missing"), None);
+    }
+
+    #[test]
+    fn a_failed_warm_up_request_is_part_of_the_reason() {
+        let sigs = Signatures::parse(
+            "name = \"t\"\nready = []\n[[feature]]\nid = \"graphs\"\nneeds_traffic = true\nactive = [\"captured\"]\nabsent = \"fell back\"\nabsent_reason = \"none\"\n",
+            "test",
+        )
+        .unwrap();
+        let profile = Profile {
+            expect: vec!["graphs".into()],
+            ..Profile::default()
+        };
+        let ev = Evidence {
+            traffic_error: Some("connection refused".into()),
+            ..Evidence::default()
+        };
+        let v = &judge(&sigs, &profile, &ev)[0];
+        assert_eq!(v.status, Status::Unknown);
+        assert!(
+            v.reason
+                .ends_with("the warm-up request failed: connection refused"),
+            "{}",
+            v.reason
+        );
     }
 
     #[test]
