@@ -84,7 +84,11 @@ pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
         };
         (
             message,
-            Some("each check above says what to do; `kiln doctor ID -v` shows the evidence".into()),
+            Some(if args.json {
+                "each check's `fix` in the JSON above says what to do".into()
+            } else {
+                "each check above says what to do; `kiln doctor ID -v` shows the evidence".into()
+            }),
         )
     })
 }

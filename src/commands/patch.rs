@@ -45,7 +45,11 @@ pub(super) fn run(settings: &Settings, args: &PatchArgs) -> Result<u8> {
                 "patch set `{}` is not in effect on {} {}",
                 report.set, report.package, report.version
             ),
-            Some("the table above says which patches are not applied and why".into()),
+            Some(if target.json {
+                "the JSON above says which patches are not applied and why".into()
+            } else {
+                "the table above says which patches are not applied and why".into()
+            }),
         )
     })
 }

@@ -44,7 +44,11 @@ pub(super) fn run(settings: &Settings, args: &VerifyArgs) -> Result<u8> {
                 cmp.verdict,
                 cmp.agreement * 100.0
             ),
-            Some("the table above shows where each prompt diverged".into()),
+            Some(if args.json {
+                "the JSON above shows where each prompt diverged".into()
+            } else {
+                "the table above shows where each prompt diverged".into()
+            }),
         )
     })
 }
