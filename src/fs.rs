@@ -60,6 +60,30 @@ pub(crate) fn temp_owner(name: &str) -> Option<u32> {
     pid.parse().ok()
 }
 
+/// Remove what other processes left in `dir` (a kill, a crash): each entry whose name `owner`
+/// reads a PID from, not this process's, and for which `gone` (that PID and the entry) says
+/// its writer has ended. Files and directories alike; best effort.
+pub(crate) fn remove_left_behind(
+    dir: &Path,
+    owner: impl Fn(&str) -> Option<u32>,
+    gone: impl Fn(u32, &std::fs::DirEntry) -> bool,
+) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = owner(&name) else { continue };
+        if pid == std::process::id() || !gone(pid, &e) {
+            continue;
+        }
+        let _ = match e.file_type() {
+            Ok(t) if t.is_dir() => std::fs::remove_dir_all(e.path()),
+            _ => std::fs::remove_file(e.path()),
+        };
+    }
+}
+
 /// `Path::exists` for many paths that share directories, the way `make` stats: each name looked
 /// up from its directory (kept open while paths stay in it), not walked again from `/`.
 #[derive(Default)]

@@ -207,10 +207,6 @@ impl<W: Write> HashingWriter<W> {
         }
     }
 
-    pub fn written(&self) -> u64 {
-        self.written
-    }
-
     /// The inner writer, the hex sha256 and the byte count of what was written.
     pub fn finish(self) -> (W, String, u64) {
         (self.inner, hex(&self.hasher.finalize()), self.written)

@@ -287,17 +287,8 @@ impl StateDir {
             );
         }
         for dir in dirs {
-            let Ok(entries) = std::fs::read_dir(&dir) else {
-                continue;
-            };
-            for e in entries.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if let Some(pid) = temp_owner(&name) {
-                    if pid != std::process::id() {
-                        let _ = std::fs::remove_file(e.path());
-                    }
-                }
-            }
+            // Under the lock, every other writer of these temp files is gone.
+            crate::fs::remove_left_behind(&dir, temp_owner, |_, _| true);
         }
     }
 }

@@ -64,18 +64,11 @@ pub(crate) fn extract(
 
 /// Staging directories (`PREFIX<pid>`) of extracts whose process is gone.
 fn remove_stale_staging(parent: &Path, prefix: &str) {
-    let Ok(entries) = std::fs::read_dir(parent) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let pid = name
-            .strip_prefix(prefix)
-            .and_then(|p| p.parse::<u32>().ok());
-        if pid.is_some_and(|p| !crate::process::pid_exists(p)) {
-            let _ = std::fs::remove_dir_all(e.path());
-        }
-    }
+    crate::fs::remove_left_behind(
+        parent,
+        |name| name.strip_prefix(prefix)?.parse().ok(),
+        |pid, _| !crate::process::pid_exists(pid),
+    );
 }
 
 fn open(archive: &Path) -> Result<Box<dyn Read>> {

@@ -74,27 +74,24 @@ impl Drop for TempFile {
 /// one written in the last ten minutes (the cache may be shared across hosts or containers too,
 /// where that PID means nothing here; a live download writes, a stalled one gives up sooner).
 pub(crate) fn remove_stale_partials(downloads: &Path) {
-    let Ok(entries) = std::fs::read_dir(downloads) else {
-        return;
+    let idle = |e: &std::fs::DirEntry| {
+        e.metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|d| d >= Duration::from_secs(600))
     };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let pid = name
-            .strip_prefix(".partial-")
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok());
-        if let Some(pid) = pid {
-            let idle = e
-                .metadata()
-                .and_then(|m| m.modified())
+    crate::fs::remove_left_behind(
+        downloads,
+        |name| {
+            name.strip_prefix(".partial-")?
+                .split('-')
+                .next()?
+                .parse()
                 .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|d| d >= Duration::from_secs(600));
-            if pid != std::process::id() && !crate::process::pid_exists(pid) && idle {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
+        },
+        |pid, e| !crate::process::pid_exists(pid) && idle(e),
+    );
 }
 
 fn tempfile_in(dir: &Path) -> TempFile {
