@@ -228,6 +228,15 @@ pub(crate) enum Found {
 }
 
 impl Requirement {
+    /// Merge another requirement of the same tool into this one: the higher minimum wins.
+    pub(crate) fn raise_min(&mut self, other: &Requirement) {
+        if let Some(min) = &other.min {
+            if self.min.as_ref().is_none_or(|have| have < min) {
+                self.min = Some(min.clone());
+            }
+        }
+    }
+
     /// Find the tool on PATH and compare its version; a few short processes, no shell.
     pub(crate) fn check(&self) -> Found {
         let Some(path) = self.tool.programs.iter().find_map(|p| which::which(p).ok()) else {

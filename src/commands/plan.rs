@@ -51,33 +51,29 @@ fn print_plan(plan: &Plan, origin: &str, requires: &str, json: bool) {
 /// The host tools the recipe and its steps (all but those `when` skips) require, each checked
 /// now: `✓ c++  /usr/bin/c++ 12.2.0  (the recipe)`. Empty when nothing is required.
 pub(super) fn render_requires(recipe: &Recipe, plan: &Plan) -> String {
-    let needed = super::preflight::needed(recipe, plan, |s| !matches!(s, Status::Skipped(_)));
-    if needed.is_empty() {
+    let (checked, hint) =
+        super::preflight::check_needed(recipe, plan, |s| !matches!(s, Status::Skipped(_)));
+    if checked.is_empty() {
         return String::new();
     }
     let mut out =
         String::from("requires (host tools, checked by `kiln up` before its first step):\n");
-    let width = needed
+    let width = checked
         .iter()
-        .map(|n| n.req.to_string().len())
+        .map(|c| c.needed.req.to_string().len())
         .max()
         .unwrap_or(0);
-    let mut missing = Vec::new();
-    for n in &needed {
-        let (ok, what) = super::preflight::describe(&n.req.check());
-        if !ok {
-            missing.push(n.req.tool);
-        }
+    for c in &checked {
         let _ = writeln!(
             out,
-            "  {} {:<width$}  {what}  ({})",
-            if ok { "✓" } else { "✗" },
-            n.req.to_string(),
-            n.by.join(", ")
+            "  {} {:<width$}  {}  ({})",
+            if c.ok { "✓" } else { "✗" },
+            c.needed.req.to_string(),
+            c.what,
+            c.needed.by.join(", ")
         );
     }
-    if !missing.is_empty() {
-        let hint = crate::requires::OsFamily::detect().install_hint(&missing);
+    if let Some(hint) = hint {
         let _ = writeln!(out, "  hint: {hint}");
     }
     out

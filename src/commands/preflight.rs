@@ -79,7 +79,7 @@ pub(super) struct Needed {
 
 /// The recipe's `requires` and those of the steps whose status `runs` accepts (the plan's steps
 /// are the recipe's, in order), merged by tool (the highest minimum version wins).
-pub(super) fn needed(
+fn needed(
     recipe: &Recipe,
     plan: &Plan,
     runs: impl Fn(&StepStatus) -> bool,
@@ -104,11 +104,7 @@ pub(super) fn needed(
     for (req, by) in sources {
         match out.iter_mut().find(|n| n.req.tool == req.tool) {
             Some(n) => {
-                if let Some(min) = &req.min {
-                    if n.req.min.as_ref().is_none_or(|have| have < min) {
-                        n.req.min = Some(min.clone());
-                    }
-                }
+                n.req.raise_min(req);
                 // The same source twice comes in a row (one step listing a tool twice).
                 if n.by.last() != Some(&by) {
                     n.by.push(by);
@@ -124,7 +120,7 @@ pub(super) fn needed(
 }
 
 /// What `kiln plan` shows of one checked requirement: `✓ c++  /usr/bin/c++ 12.2.0`.
-pub(super) fn describe(found: &Found) -> (bool, String) {
+fn describe(found: &Found) -> (bool, String) {
     match found {
         Found::Ok { path, version } => (
             true,
@@ -139,37 +135,57 @@ pub(super) fn describe(found: &Found) -> (bool, String) {
     }
 }
 
+/// One needed tool, checked now: found (and how it was found), or what is wrong.
+pub(super) struct Checked {
+    pub(super) needed: Needed,
+    pub(super) ok: bool,
+    pub(super) what: String,
+}
+
+/// [`needed`], each tool checked now, and the command that installs the missing ones.
+pub(super) fn check_needed(
+    recipe: &Recipe,
+    plan: &Plan,
+    runs: impl Fn(&StepStatus) -> bool,
+) -> (Vec<Checked>, Option<String>) {
+    let checked: Vec<Checked> = needed(recipe, plan, runs)
+        .into_iter()
+        .map(|needed| {
+            let (ok, what) = describe(&needed.req.check());
+            Checked { needed, ok, what }
+        })
+        .collect();
+    let missing: Vec<_> = checked
+        .iter()
+        .filter(|c| !c.ok)
+        .map(|c| c.needed.req.tool)
+        .collect();
+    let hint = (!missing.is_empty()).then(|| OsFamily::detect().install_hint(&missing));
+    (checked, hint)
+}
+
 /// `kiln up`'s host-tool check, before the first step: the recipe's `requires` and those of the
 /// steps about to run. Every problem is one line of the error; the hint installs them all.
 pub(super) fn host_tools(recipe: &Recipe, plan: &Plan, reporter: &dyn Reporter) -> Result<()> {
-    let needed = needed(recipe, plan, |s| matches!(s, StepStatus::Stale(_)));
-    if needed.is_empty() {
-        return Ok(());
-    }
-    let mut problems = Vec::new();
-    let mut tools = Vec::new();
-    for n in &needed {
-        let found = n.req.check();
-        let (ok, what) = describe(&found);
-        if !ok {
-            problems.push(format!("{}: {what} (needed by {})", n.req, n.by.join(", ")));
-            tools.push(n.req.tool);
+    let (checked, hint) = check_needed(recipe, plan, |s| matches!(s, StepStatus::Stale(_)));
+    let Some(hint) = hint else {
+        if !checked.is_empty() {
+            let tools: Vec<String> = checked.iter().map(|c| c.needed.req.to_string()).collect();
+            reporter.note(&format!("host tools: {} found", tools.join(", ")));
         }
-    }
-    if problems.is_empty() {
-        reporter.note(&format!(
-            "host tools: {} found",
-            needed
-                .iter()
-                .map(|n| n.req.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
         return Ok(());
-    }
+    };
+    let problems = checked
+        .iter()
+        .filter(|c| !c.ok)
+        .map(|c| {
+            let n = &c.needed;
+            format!("{}: {} (needed by {})", n.req, c.what, n.by.join(", "))
+        })
+        .collect();
     Err(Error::HostTools {
         recipe: recipe.name.clone(),
         problems,
-        hint: OsFamily::detect().install_hint(&tools),
+        hint,
     })
 }

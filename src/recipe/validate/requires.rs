@@ -42,16 +42,7 @@ pub(super) fn of_recipe(
 
 fn merge(out: &mut Vec<Requirement>, req: Requirement) {
     match out.iter_mut().find(|r| r.tool == req.tool) {
-        Some(have) => {
-            let higher = match (&have.min, &req.min) {
-                (None, Some(_)) => true,
-                (Some(a), Some(b)) => a < b,
-                _ => false,
-            };
-            if higher {
-                have.min = req.min;
-            }
-        }
+        Some(have) => have.raise_min(&req),
         None => out.push(req),
     }
 }
