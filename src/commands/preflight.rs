@@ -79,11 +79,7 @@ pub(super) struct Needed {
 
 /// The recipe's `requires` and those of the steps whose status `runs` accepts (the plan's steps
 /// are the recipe's, in order), merged by tool (the highest minimum version wins).
-fn needed(
-    recipe: &Recipe,
-    plan: &Plan,
-    runs: impl Fn(&StepStatus) -> bool,
-) -> Vec<Needed> {
+fn needed(recipe: &Recipe, plan: &Plan, runs: impl Fn(&StepStatus) -> bool) -> Vec<Needed> {
     let mut out: Vec<Needed> = Vec::new();
     let sources = recipe
         .requires

@@ -9,19 +9,42 @@ pub(super) fn say(s: &str) {
     eprintln!("kiln: {s}");
 }
 
+fn verdicts_json(l: &Launched, verdicts: &[Verdict]) -> serde_json::Value {
+    serde_json::json!({
+        "profile": l.variant.name,
+        "pid": l.running.record.pid,
+        "url": l.running.record.url,
+        "log": l.running.record.log,
+        "ready_after_s": l.running.ready_after.as_secs_f64(),
+        "verdicts": verdicts,
+    })
+}
+
+/// A result block of `kiln up` as one line of its JSON event stream.
+pub(super) fn event(shown: &crate::pipeline::Shown) {
+    use crate::pipeline::Shown;
+    let e = match shown {
+        Shown::Ab(c, base, candidate) => serde_json::json!({
+            "event": "greedy_ab", "baseline": base, "candidate": candidate, "comparison": c,
+        }),
+        Shown::Verdicts(l, v) => {
+            let mut e = verdicts_json(l, v);
+            e["event"] = "verdicts".into();
+            e
+        }
+        Shown::Bench(b, history) => serde_json::json!({
+            "event": "bench", "report": b, "history": history,
+        }),
+    };
+    println!("{e}");
+}
+
 /// The verdicts of a launched profile: a JSON object, or one line each.
 pub(super) fn verdicts(l: &Launched, verdicts: &[Verdict], json: bool) {
     let running = &l.running;
     let name = l.variant.name;
     if json {
-        let v = serde_json::json!({
-            "profile": name,
-            "pid": running.record.pid,
-            "url": running.record.url,
-            "log": running.record.log,
-            "ready_after_s": running.ready_after.as_secs_f64(),
-            "verdicts": verdicts,
-        });
+        let v = verdicts_json(l, verdicts);
         println!(
             "{}",
             serde_json::to_string_pretty(&v).expect("verdicts serialize")

@@ -131,19 +131,29 @@ fn serve_and_prove(settings: &Settings, recipe: &Recipe, args: &UpArgs) -> Resul
         bench: BenchOptions::default(),
         strict: args.strict,
     };
+    // With --json, stdout stays one JSON event per line: the result blocks are events too, and
+    // the lines a human reads go to stderr.
+    let json = args.json;
     let mut narrate = Narrator {
         say: &mut show::say,
         progress: &mut |s: &str| eprintln!("{s}"),
-        line: &mut |s: &str| println!("{s}"),
+        line: &mut |s: &str| {
+            if json {
+                eprintln!("{s}");
+            } else {
+                println!("{s}");
+            }
+        },
     };
     let report = pipeline::up(
         settings.session(recipe),
         &opts,
         &mut narrate,
-        &mut |shown| match shown {
-            Shown::Ab(c, base, candidate) => print!("{}", c.render(base, candidate)),
-            Shown::Verdicts(l, v) => show::verdicts(l, v, false),
-            Shown::Bench(b, history) => show::bench(b, history, false),
+        &mut |shown| match (json, shown) {
+            (true, shown) => show::event(&shown),
+            (false, Shown::Ab(c, base, candidate)) => print!("{}", c.render(base, candidate)),
+            (false, Shown::Verdicts(l, v)) => show::verdicts(l, v, false),
+            (false, Shown::Bench(b, history)) => show::bench(b, history, false),
         },
     )?;
     let files = report.write(&settings.paths)?;

@@ -91,4 +91,22 @@ fn kiln_up_serves_proves_benches_and_reports_on_the_cpu_demo() {
         "{md}"
     );
     crate::report_html::assert_renders_in_chromium(&state.join("reports/tiny-cpu/report.html"));
+
+    // --json: stdout is one JSON event per line, the result blocks included.
+    let out = kiln(&["up", "--json"]).output().unwrap();
+    let stop = kiln(&["serve", "--stop"]).output().unwrap();
+    assert!(stop.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let events: Vec<String> = stdout
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}\n{stdout}"));
+            v["event"].as_str().unwrap_or_default().to_string()
+        })
+        .collect();
+    for wanted in ["run_finished", "verdicts", "greedy_ab", "bench"] {
+        assert!(events.iter().any(|e| e == wanted), "{wanted}: {events:?}");
+    }
 }
