@@ -54,7 +54,7 @@ pub(super) fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
         }
         if !launched.running.alive() {
             let log = launched.running.record.log.clone();
-            let log_lines = read_lines(&log);
+            let log_lines = launched.log_lines();
             let err = serve::exited(
                 &pipeline::launch_of(s, &launched, timeout),
                 &log_lines,
@@ -67,14 +67,6 @@ pub(super) fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn read_lines(p: &std::path::Path) -> Vec<String> {
-    std::fs::read_to_string(p)
-        .unwrap_or_default()
-        .lines()
-        .map(String::from)
-        .collect()
 }
 
 /// The exit of `kiln serve`: 0 when every tuning is active, else an error that names those that

@@ -91,6 +91,12 @@ impl Launched<'_> {
     pub fn leave_running(self) {
         self.running.leave_running();
     }
+
+    /// This launch's lines of the server log (the file holds earlier launches too), read now.
+    pub fn log_lines(&self) -> Vec<String> {
+        current_run(&self.running.record.log, self.running.log_start)
+            .unwrap_or_else(|| self.running.log.clone())
+    }
 }
 
 /// Start `v` and wait until it is ready. `detach`: it outlives kiln.
@@ -157,8 +163,7 @@ pub fn verdicts(l: &Launched, served: bool) -> Vec<Verdict> {
             Err(e) => traffic_error = Some(e.to_string()),
         }
     }
-    let log =
-        current_run(&running.record.log, running.log_start).unwrap_or_else(|| running.log.clone());
+    let log = l.log_lines();
     let metrics = url
         .zip(l.sigs.metrics.as_deref())
         .and_then(|(u, path)| serve::fetch_text(&format!("{}{path}", u.trim_end_matches('/'))));
