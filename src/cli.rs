@@ -338,9 +338,17 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "DIR")]
     pub site_packages: Option<PathBuf>,
 
-    /// A recipe whose venv, toolkit, prefix and server flags the checks use
+    /// A recipe whose venv, toolkit, prefix and server flags the checks use [default: the one `kiln up` picks]
     #[arg(long, value_name = "RECIPE")]
     pub recipe: Option<String>,
+
+    /// Also run the launch preflight of this profile [default: the profiles `kiln up` launches]
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+
+    /// Override a recipe variable (repeatable), as `kiln up --set` does
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
 
     /// Also run GPU work: a matmul on every GPU and the torch symmetric-memory probe
     #[arg(long)]

@@ -1,4 +1,6 @@
-//! `kiln doctor`: resolve inputs (flags, a recipe), collect facts, run checks, print, bundle.
+//! `kiln doctor`: resolve inputs (flags, a recipe: the one named, else the one `kiln up` would
+//! pick), collect facts, run the checks that recipe needs and the launch preflight of its
+//! profiles, print, bundle.
 
 use std::path::PathBuf;
 
@@ -10,7 +12,8 @@ use crate::error::{Error, Result};
 use crate::recipe::{Recipe, StepKind};
 
 pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
-    let known: Vec<&'static str> = doctor::all_checks().iter().map(|d| d.id).collect();
+    let mut known: Vec<&'static str> = doctor::all_checks().iter().map(|d| d.id).collect();
+    known.extend(doctor::launch::IDS);
     for id in &args.checks {
         if !known.contains(&id.as_str()) {
             let hint = match did_you_mean(id, known.iter().copied()) {
@@ -35,15 +38,44 @@ pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
         pinned_cc: settings.facts.pinned("gpu.cc").map(str::to_string),
         ..Inputs::default()
     };
-    if let Some(name) = &args.recipe {
-        let recipe = settings.load_recipe(&RecipeArgs {
-            recipe: Some(name.clone()),
-            set: Vec::new(),
-        })?;
-        apply_recipe(&recipe, &mut inputs);
+    let recipe_args = RecipeArgs {
+        recipe: args.recipe.clone(),
+        set: args.set.clone(),
+    };
+    let recipe = match settings.load_recipe(&recipe_args) {
+        Ok(r) => Some(r),
+        // The recipe `kiln up` would pick is a default, not a demand: without it every check runs.
+        Err(e) if args.recipe.is_none() && args.set.is_empty() && args.profile.is_none() => {
+            eprintln!("kiln: doctor runs every check: the default recipe does not load: {e}");
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    if let Some(recipe) = &recipe {
+        apply_recipe(recipe, &mut inputs);
     }
     let facts = doctor::facts::collect(&inputs);
-    let report = doctor::run(facts, &args.checks);
+    let mut report = doctor::run(facts, &args.checks);
+    let wants_launch =
+        args.checks.is_empty() || args.checks.iter().any(|c| c.starts_with("launch."));
+    if let Some(recipe) = recipe.as_ref().filter(|_| wants_launch) {
+        let has_profiles = !recipe.profiles.is_empty() || !recipe.unavailable_profiles.is_empty();
+        if has_profiles || args.profile.is_some() {
+            let found = super::preflight::launch_checks(
+                settings,
+                &recipe_args,
+                recipe,
+                &[args.profile.as_deref()],
+                args.profile.is_none(),
+            )?;
+            report.checks.extend(
+                found
+                    .checks
+                    .into_iter()
+                    .filter(|c| args.checks.is_empty() || args.checks.iter().any(|s| s == c.id)),
+            );
+        }
+    }
     let json = serde_json::to_string_pretty(&report)
         .map_err(|e| Error::other(format!("cannot encode the report: {e}"), None))?;
     if args.json {
@@ -93,8 +125,49 @@ pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
     })
 }
 
-/// What a recipe tells the doctor: its venv's python, toolkit and driver floor, prefix, server flags.
+/// What a recipe tells the doctor: its venv's python, toolkit and driver floor, prefix, server
+/// flags, and what it needs of the host.
 pub(super) fn apply_recipe(recipe: &Recipe, inputs: &mut Inputs) {
+    let mut needs = doctor::Needs {
+        recipe: recipe.name.clone(),
+        ..doctor::Needs::default()
+    };
+    for step in &recipe.steps {
+        match &step.kind {
+            StepKind::Python(p) => {
+                let installs = |name: &str| {
+                    p.install.iter().chain(&p.build).any(|i| {
+                        crate::dist::normalize(
+                            i.split(['=', '<', '>', '!', '~', ' ', '@', '[', ';'])
+                                .next()
+                                .unwrap_or(""),
+                        ) == name
+                    })
+                };
+                needs.torch |= installs("torch") || installs("sglang");
+                needs.sglang |= installs("sglang");
+                needs.toolchain |= installs("torch") || installs("flash-attn");
+            }
+            StepKind::Cuda(_) => {
+                needs.gpu = true;
+                needs.toolchain = true;
+            }
+            _ => {}
+        }
+    }
+    for p in recipe.profiles.values() {
+        match doctor::launch::table::server_of(&p.cmd) {
+            Some(s) if s.name == "SGLang" => needs.sglang = true,
+            Some(s) => {
+                let args = doctor::launch::flags::Args::parse(&p.args);
+                needs.gpu |= args.value(s.gpu_layers).is_some_and(|n| n != "0");
+            }
+            None => {}
+        }
+    }
+    needs.gpu |= needs.torch || needs.sglang;
+    needs.torch |= needs.sglang;
+    inputs.needs = Some(needs);
     for step in &recipe.steps {
         match &step.kind {
             StepKind::Python(p) if inputs.python.is_none() => {

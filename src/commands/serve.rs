@@ -22,6 +22,9 @@ pub(super) fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
         }
         return Ok(0);
     }
+    if args.log.is_none() {
+        super::preflight::launch(settings, &args.recipe, &recipe, &[args.profile.as_deref()])?;
+    }
     let s = settings.session(&recipe);
     let v = Variant::pick(&recipe, args.profile.as_deref())?;
     if let Some(log) = &args.log {

@@ -21,6 +21,7 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
         .map(|s| Axis::parse(s))
         .collect::<Result<Vec<_>>>()?;
     let recipe = settings.load_recipe(&args.recipe)?;
+    super::preflight::launch(settings, &args.recipe, &recipe, &[Some(&args.profile)])?;
     let chosen = pipeline::Variant::pick(&recipe, Some(&args.profile))?;
     let (name, profile) = (chosen.name.to_string(), chosen.profile);
     check_axes(&recipe, &axes)?;

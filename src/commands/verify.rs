@@ -23,6 +23,12 @@ pub(super) fn run(settings: &Settings, args: &VerifyArgs) -> Result<u8> {
         }
     };
     let baseline = Variant::pick(&recipe, Some(&against))?;
+    super::preflight::launch(
+        settings,
+        &args.recipe,
+        &recipe,
+        &[Some(candidate.name), Some(baseline.name)],
+    )?;
     let opts = AbOptions {
         max_tokens: args.max_tokens,
         min_prefix: args.min_prefix,

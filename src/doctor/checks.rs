@@ -254,7 +254,15 @@ fn torch(f: &DoctorFacts) -> Check {
                 p.executable, p.version
             ),
         )
-        .fix("kiln up (installs the recipe's torch), or pass --python for the serving venv");
+        .fix(match &f.needs {
+            Some(n) => format!(
+                "kiln up {} (installs its torch), or pass --python for the serving venv",
+                n.recipe
+            ),
+            None => {
+                "kiln up RECIPE (installs its torch), or pass --python for the serving venv".into()
+            }
+        });
     };
     let version = t.version.clone().unwrap_or_else(|| "?".into());
     if let Some(e) = &t.error {
@@ -374,7 +382,10 @@ fn nvcc_torch(f: &DoctorFacts) -> Check {
             t.path.display()
         ),
         None => format!(
-            "install CUDA {tc} (kiln up installs the recipe's toolkit) and point CUDA_HOME at it"
+            "install CUDA {tc} ({} installs the recipe's toolkit) and point CUDA_HOME at it",
+            f.needs
+                .as_ref()
+                .map_or("kiln up RECIPE".into(), |n| format!("kiln up {}", n.recipe))
         ),
     };
     Check::fail(id, format!("nvcc {nvcc} ({path}) but torch is built for CUDA {tc}: flash-attn builds and FlashInfer JIT fail"))
@@ -542,19 +553,35 @@ fn max_jobs(f: &DoctorFacts) -> Check {
 fn disk(f: &DoctorFacts) -> Check {
     let id = "disk.free";
     let mut worst = Check::skip(id, "no directory to check");
+    // A recipe without a toolchain build (the CPU demo: 0.6 GiB of venv, sources and build)
+    // needs far less than one that installs CUDA and torch.
+    let light = f.needs.as_ref().is_some_and(|n| !n.toolchain);
+    let (fail_below, warn_below) = if light {
+        (GIB, 3 * GIB)
+    } else {
+        (10 * GIB, 50 * GIB)
+    };
     for d in &f.disks {
         let Some(free) = d.free_bytes else { continue };
         let line = format!("{} free at {} ({})", gib(free), d.label, d.path.display());
-        let c = if free < 10 * GIB {
+        let c = if free < fail_below {
             Check::fail(
                 id,
-                format!("only {line}: toolchains and builds need tens of GiB"),
+                if light {
+                    format!("only {line}: the recipe's venv, sources and build take about 1 GiB")
+                } else {
+                    format!("only {line}: toolchains and builds need tens of GiB")
+                },
             )
             .fix("free space or pass --state-dir on a bigger disk")
-        } else if free < 50 * GIB {
+        } else if free < warn_below {
             Check::warn(
                 id,
-                format!("{line}; a CUDA toolkit, torch and a flash-attn build take ≈ 30 GiB"),
+                if light {
+                    format!("{line}; the recipe's venv, sources and build take about 1 GiB")
+                } else {
+                    format!("{line}; a CUDA toolkit, torch and a flash-attn build take ≈ 30 GiB")
+                },
             )
             .fix("free space or move the state dir")
         } else {

@@ -48,6 +48,8 @@ pub(crate) struct Inputs {
     pub driver_floor: Option<String>,
     /// Server flags a recipe's profiles pass (e.g. `--enable-torch-symm-mem`).
     pub server_flags: Vec<String>,
+    /// What the recipe doctor follows needs of the host (None: no recipe, every check runs).
+    pub needs: Option<super::Needs>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -97,6 +99,7 @@ pub(crate) struct DoctorFacts {
     pub toolkit_version: Option<String>,
     pub driver_floor: Option<String>,
     pub server_flags: Vec<String>,
+    pub needs: Option<super::Needs>,
     pub deep: Option<DeepFacts>,
 }
 
@@ -229,6 +232,7 @@ pub(crate) fn collect(inputs: &Inputs) -> DoctorFacts {
         toolkit_version: inputs.toolkit_version.clone(),
         driver_floor: inputs.driver_floor.clone(),
         server_flags: inputs.server_flags.clone(),
+        needs: inputs.needs.clone(),
         deep: (inputs.deep && which_smi && gpu_count > 0)
             .then(|| python_for_deep.map(|py| super::deep::collect(&py, gpu_count)))
             .flatten(),

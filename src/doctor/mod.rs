@@ -5,6 +5,7 @@ pub(crate) mod bundle;
 mod checks;
 pub(crate) mod deep;
 pub(crate) mod facts;
+pub(crate) mod launch;
 pub(crate) mod render;
 pub(crate) mod sglang;
 
@@ -28,6 +29,9 @@ pub(crate) struct Check {
     pub summary: String,
     pub evidence: Vec<String>,
     pub fix: Option<String>,
+    /// The profile a launch check is about (`launch.*` checks only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
 }
 
 impl Check {
@@ -38,6 +42,7 @@ impl Check {
             summary: summary.into(),
             evidence: Vec::new(),
             fix: None,
+            profile: None,
         }
     }
     pub(crate) fn pass(id: &'static str, summary: impl Into<String>) -> Check {
@@ -96,13 +101,75 @@ impl Report {
     }
 }
 
-/// Run the selected checks (all when `selected` is empty) over `facts`.
+/// What a recipe needs of the host, so that doctor runs the checks it needs and skips the
+/// others (the CPU demo gets no driver or torch warnings).
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct Needs {
+    /// The recipe's name, for the skip lines and the fixes.
+    pub recipe: String,
+    /// An NVIDIA GPU: a `cuda` step, a GPU server (SGLang, llama-server with `-ngl`), torch.
+    pub gpu: bool,
+    /// torch (and a CUDA toolkit matching it): a python step installs torch or SGLang.
+    pub torch: bool,
+    /// SGLang and FlashInfer: a profile runs SGLang or a python step installs it.
+    pub sglang: bool,
+    /// A toolchain build (CUDA, torch, flash-attn): tens of GiB of disk.
+    pub toolchain: bool,
+}
+
+/// What each check is about, for [`Needs`]: (id prefix or id, the need).
+const NEED_OF: &[(&str, Need)] = &[
+    ("nvidia.driver", Need::Gpu),
+    ("gpu.", Need::Gpu),
+    ("driver.floor", Need::Gpu),
+    ("topology.p2p", Need::Gpu),
+    ("topology.", Need::Sglang),
+    ("python.torch", Need::Torch),
+    ("torch.", Need::Torch),
+    ("cuda.nvcc-torch", Need::Torch),
+    ("build.max-jobs", Need::Torch),
+    ("deep.", Need::Torch),
+    ("flashinfer.", Need::Sglang),
+    ("sglang.", Need::Sglang),
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Need {
+    Gpu,
+    Torch,
+    Sglang,
+}
+
+/// Why the recipe skips check `id`, if it does.
+fn not_needed(needs: &Needs, id: &str) -> Option<String> {
+    let need = NEED_OF
+        .iter()
+        .find(|(p, _)| id == *p || (p.ends_with('.') && id.starts_with(p)))?
+        .1;
+    let (met, what) = match need {
+        Need::Gpu => (needs.gpu, "NVIDIA GPU"),
+        Need::Torch => (needs.torch, "torch"),
+        Need::Sglang => (needs.sglang, "SGLang"),
+    };
+    (!met).then(|| format!("recipe `{}` needs no {what}", needs.recipe))
+}
+
+/// Run the selected checks (all when `selected` is empty) over `facts`; with a recipe's
+/// [`Needs`] in the facts, the checks it does not need are skipped (unless named).
 pub(crate) fn run(facts: DoctorFacts, selected: &[String]) -> Report {
     let checks = all_checks()
         .into_iter()
         .filter(|d| selected.is_empty() || selected.iter().any(|s| s == d.id))
         .map(|d| {
-            let mut check = (d.run)(&facts);
+            let skip = facts
+                .needs
+                .as_ref()
+                .filter(|_| selected.is_empty())
+                .and_then(|n| not_needed(n, d.id));
+            let mut check = match skip {
+                Some(why) => Check::skip(d.id, why),
+                None => (d.run)(&facts),
+            };
             check.id = d.id;
             check
         })

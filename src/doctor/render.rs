@@ -31,7 +31,10 @@ pub(crate) fn headline(report: &Report) -> String {
         Some(p) => format!("Python {} at {}", p.version, p.executable),
         None => "no Python environment".to_string(),
     };
-    format!("kiln doctor: {gpus}; {python}")
+    match &f.needs {
+        Some(n) => format!("kiln doctor: {gpus}; {python}; recipe `{}`", n.recipe),
+        None => format!("kiln doctor: {gpus}; {python}"),
+    }
 }
 
 pub(crate) fn render(report: &Report, verbose: bool) -> String {
@@ -39,7 +42,20 @@ pub(crate) fn render(report: &Report, verbose: bool) -> String {
     let _ = writeln!(out, "{}\n", headline(report));
     let width = report.checks.iter().map(|c| c.id.len()).max().unwrap_or(0);
     for c in &report.checks {
-        let _ = writeln!(out, "{} {:width$}  {}", mark(c.status), c.id, c.summary);
+        match &c.profile {
+            Some(p) => {
+                let _ = writeln!(
+                    out,
+                    "{} {:width$}  `{p}`: {}",
+                    mark(c.status),
+                    c.id,
+                    c.summary
+                );
+            }
+            None => {
+                let _ = writeln!(out, "{} {:width$}  {}", mark(c.status), c.id, c.summary);
+            }
+        }
         if let Some(fix) = c
             .fix
             .as_ref()

@@ -20,6 +20,8 @@ pub struct Gpu {
     pub compute_cap: String,
     pub driver: String,
     pub memory_mib: u64,
+    /// `memory.used` when the driver reports it: free memory is `memory_mib - used`.
+    pub memory_used_mib: Option<u64>,
     pub uuid: Option<String>,
     pub bus_id: Option<String>,
     pub persistence_mode: Option<String>,
@@ -157,6 +159,7 @@ pub(crate) fn parse_csv(text: &str) -> Vec<Gpu> {
                 memory_mib: get("memory.total")
                     .and_then(|m| m.parse().ok())
                     .unwrap_or(0),
+                memory_used_mib: get("memory.used").and_then(|m| m.parse().ok()),
                 uuid: get("uuid"),
                 bus_id: get("pci.bus_id"),
                 persistence_mode: get("persistence_mode"),
