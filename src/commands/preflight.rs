@@ -447,8 +447,13 @@ pub(super) fn launch(
 
 /// `kiln up`'s launch preflight, before its first step: skipped (and said so) with `--no-serve`,
 /// `--only` or `--no-doctor`.
-pub(super) fn launch_up(settings: &Settings, args: &UpArgs, recipe: &Recipe) -> Result<()> {
-    let reporter = super::reporter(args.json);
+pub(super) fn launch_up(
+    settings: &Settings,
+    args: &UpArgs,
+    recipe: &Recipe,
+    reporter: &dyn Reporter,
+    stage: &mut &'static str,
+) -> Result<()> {
     let skip = if args.no_serve {
         Some("--no-serve provisions only; `kiln serve` runs it before it launches")
     } else if !args.only.is_empty() {
@@ -458,14 +463,17 @@ pub(super) fn launch_up(settings: &Settings, args: &UpArgs, recipe: &Recipe) -> 
     } else if recipe.profiles.is_empty() && recipe.unavailable_profiles.is_empty() {
         None
     } else {
-        return launch_with(
+        *stage = "preflight";
+        launch_with(
             settings,
             &args.recipe,
             recipe,
             &[args.profile.as_deref()],
             true,
-            reporter.as_ref(),
-        );
+            reporter,
+        )?;
+        *stage = "steps";
+        return Ok(());
     };
     if let Some(why) = skip {
         reporter.note(&format!("launch preflight skipped: {why}"));

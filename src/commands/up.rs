@@ -43,7 +43,7 @@ pub(super) fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
         }
         return Ok(0);
     }
-    let mut stage = "preflight";
+    let mut stage = "steps";
     let result = match provision(settings, args, &recipe, &state, &selection, &mut stage) {
         Ok(true) => {
             stage = "serve";
@@ -79,8 +79,6 @@ fn provision(
     selection: &Selection,
     stage: &mut &'static str,
 ) -> Result<bool> {
-    super::preflight::launch_up(settings, args, recipe)?;
-    *stage = "steps";
     let lock = state.lock()?;
     let memo = HashMemo::load(&state.memo_path());
     let plan = engine::plan(recipe, state, &settings.facts, selection, &memo)?;
@@ -97,6 +95,7 @@ fn provision(
         }
         *stage = "steps";
     }
+    super::preflight::launch_up(settings, args, recipe, reporter.as_ref(), stage)?;
     // Only runs that start processes need the watchdog (a no-op re-run stays a few stats).
     let _watchdog = match plan.count("stale") {
         0 => None,

@@ -72,7 +72,7 @@ pub(crate) struct Host<'a> {
 }
 
 fn gib(bytes: u64) -> String {
-    format!("{:.1} GiB", bytes as f64 / GIB as f64)
+    crate::units::format_size(bytes)
 }
 
 impl Launch<'_> {
@@ -744,8 +744,8 @@ fn port(l: &Launch, h: &Host, args: Option<&Args>) -> Check {
             format!("port {port} is held by the server kiln started for profile `{profile}` of {} (pid {pid})", l.recipe),
         )
         .evidence("kiln stops or reuses its own server before launching"),
-        None => Check::fail(id, format!("port {port} is already in use by a process kiln did not start"))
-            .fix(format!("stop it (`ss -ltnp 'sport = :{port}'` names it), or pick another port (e.g. `--set port={}`)", port.saturating_add(1))),
+        None => Check::fail(id, format!("port {port} is already in use (not by a server kiln started for {})", l.recipe))
+            .fix(format!("stop it with `kiln serve --stop` if another kiln recipe or state dir started it, else end what holds it (`ss -ltnp 'sport = :{port}'` names it); or pick another port (e.g. `--set port={}`)", port.saturating_add(1))),
     }
 }
 
