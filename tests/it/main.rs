@@ -19,6 +19,7 @@ mod fuzz;
 mod gpu_replay;
 mod image;
 mod input_limits;
+mod launch_preflight;
 mod net_deadlines;
 mod patch;
 mod patch_step;
