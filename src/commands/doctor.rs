@@ -51,8 +51,12 @@ pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
         }
         Err(e) => return Err(e),
     };
-    if let Some(recipe) = &recipe {
-        apply_recipe(recipe, &mut inputs);
+    // A named recipe (or `--set`) supplies its venv, toolkit and flags; the default one only
+    // says which checks matter (and whose launch preflight runs).
+    match &recipe {
+        Some(r) if args.recipe.is_some() || !args.set.is_empty() => apply_recipe(r, &mut inputs),
+        Some(r) => inputs.needs = Some(needs_of(r)),
+        None => {}
     }
     let facts = doctor::facts::collect(&inputs);
     let mut report = doctor::run(facts, &args.checks);
@@ -128,6 +132,32 @@ pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
 /// What a recipe tells the doctor: its venv's python, toolkit and driver floor, prefix, server
 /// flags, and what it needs of the host.
 pub(super) fn apply_recipe(recipe: &Recipe, inputs: &mut Inputs) {
+    inputs.needs = Some(needs_of(recipe));
+    for step in &recipe.steps {
+        match &step.kind {
+            StepKind::Python(p) if inputs.python.is_none() => {
+                let python = p.venv.join("bin/python");
+                if python.exists() {
+                    inputs.python = Some(python.display().to_string());
+                }
+            }
+            StepKind::Cuda(c) => {
+                inputs.toolkit_version = Some(c.version.clone());
+                inputs.driver_floor = Some(c.driver_floor.clone());
+            }
+            _ => {}
+        }
+    }
+    inputs.prefix = recipe.vars.get("prefix").map(PathBuf::from);
+    inputs.server_flags = recipe
+        .profiles
+        .values()
+        .flat_map(|p| p.args.iter().cloned())
+        .collect();
+}
+
+/// What a recipe needs of the host: a GPU, torch, SGLang, a toolchain build.
+fn needs_of(recipe: &Recipe) -> doctor::Needs {
     let mut needs = doctor::Needs {
         recipe: recipe.name.clone(),
         ..doctor::Needs::default()
@@ -167,26 +197,5 @@ pub(super) fn apply_recipe(recipe: &Recipe, inputs: &mut Inputs) {
     }
     needs.gpu |= needs.torch || needs.sglang;
     needs.torch |= needs.sglang;
-    inputs.needs = Some(needs);
-    for step in &recipe.steps {
-        match &step.kind {
-            StepKind::Python(p) if inputs.python.is_none() => {
-                let python = p.venv.join("bin/python");
-                if python.exists() {
-                    inputs.python = Some(python.display().to_string());
-                }
-            }
-            StepKind::Cuda(c) => {
-                inputs.toolkit_version = Some(c.version.clone());
-                inputs.driver_floor = Some(c.driver_floor.clone());
-            }
-            _ => {}
-        }
-    }
-    inputs.prefix = recipe.vars.get("prefix").map(PathBuf::from);
-    inputs.server_flags = recipe
-        .profiles
-        .values()
-        .flat_map(|p| p.args.iter().cloned())
-        .collect();
+    needs
 }

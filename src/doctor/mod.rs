@@ -11,6 +11,8 @@ pub(crate) mod sglang;
 
 use serde::Serialize;
 
+use crate::host::gpu::SmiState;
+
 pub(crate) use facts::{DoctorFacts, Inputs};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -161,10 +163,16 @@ pub(crate) fn run(facts: DoctorFacts, selected: &[String]) -> Report {
         .into_iter()
         .filter(|d| selected.is_empty() || selected.iter().any(|s| s == d.id))
         .map(|d| {
+            // A driver that is there but broken is always said, whatever the recipe.
+            let broken = d.id == "nvidia.driver"
+                && matches!(
+                    facts.nvidia_smi,
+                    SmiState::Mismatch { .. } | SmiState::Failed { .. }
+                );
             let skip = facts
                 .needs
                 .as_ref()
-                .filter(|_| selected.is_empty())
+                .filter(|_| selected.is_empty() && !broken)
                 .and_then(|n| not_needed(n, d.id));
             let mut check = match skip {
                 Some(why) => Check::skip(d.id, why),

@@ -102,12 +102,20 @@ fn stack_site(ws: &Workspace, sglang: &str, flashinfer: &str) -> PathBuf {
 #[test]
 fn a_host_without_gpu_or_torch_gets_a_clean_report() {
     let ws = Workspace::new();
+    // No GPU: doctor follows the recipe `kiln up` picks here, the CPU demo, which needs no
+    // driver and no torch (issue 18: exit 0 on a healthy CPU box).
     let (code, report) = json(&mut doctor(&ws, None));
     assert_exit_matches(code, &report);
-    assert_eq!(status(&report, "nvidia.driver"), "warn");
-    assert!(summary(&report, "nvidia.driver").contains("nvidia-smi is not on PATH"));
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["facts"]["needs"]["recipe"], "tiny-cpu");
+    assert_eq!(status(&report, "nvidia.driver"), "skip");
+    assert_eq!(
+        summary(&report, "nvidia.driver"),
+        "recipe `tiny-cpu` needs no NVIDIA GPU"
+    );
     for id in [
         "driver.floor",
+        "python.torch",
         "torch.arch",
         "topology.multicast",
         "gpu.persistence",
@@ -116,14 +124,31 @@ fn a_host_without_gpu_or_torch_gets_a_clean_report() {
     ] {
         assert_eq!(status(&report, id), "skip", "{id}");
     }
+    assert_eq!(status(&report, "disk.free"), "pass");
     assert_eq!(report["facts"]["nvidia_smi"]["state"], "missing");
     assert!(report["facts"]["system"]["cores"].as_u64().unwrap() >= 1);
     // The human form says the same, one line per check.
     let out = doctor(&ws, None).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("kiln doctor: no NVIDIA GPU;"), "{text}");
-    assert!(text.contains("[!] nvidia.driver"), "{text}");
+    assert!(text.contains("recipe `tiny-cpu`"), "{text}");
+    assert!(text.contains("[-] nvidia.driver"), "{text}");
     assert_eq!(out.status.code(), Some(code));
+    // A GPU recipe named on the same host needs the driver: its absence is a warning again,
+    // and the torch fix names that recipe's command.
+    let (code, report) = json(doctor(&ws, None).args(["--recipe", "glm5-nvfp4-sm120"]));
+    assert_exit_matches(code, &report);
+    assert_eq!(status(&report, "nvidia.driver"), "warn");
+    assert!(summary(&report, "nvidia.driver").contains("nvidia-smi is not on PATH"));
+    if status(&report, "python.torch") == "warn" {
+        assert!(
+            check(&report, "python.torch")["fix"]
+                .as_str()
+                .unwrap()
+                .starts_with("kiln up glm5-nvfp4-sm120 (installs its torch)"),
+            "{report:#}"
+        );
+    }
 }
 
 #[test]
