@@ -212,13 +212,16 @@ fn required_vars(messages: &BTreeMap<String, String>) -> Vec<String> {
     vars
 }
 
+/// (placeholder, variable) for each variable without a value.
+type Unset = Vec<(String, String)>;
+
 /// The recipe with every profile resolved: profiles unavailable for a variable without a value
 /// are resolved again with a placeholder standing for it (reloaded at most a few times).
 fn all_profiles(
     settings: &Settings,
     args: &RecipeArgs,
     recipe: &Recipe,
-) -> Result<(Option<Recipe>, Vec<(String, String)>)> {
+) -> Result<(Option<Recipe>, Unset)> {
     let mut unset: Vec<(String, String)> = Vec::new();
     let mut full: Option<Recipe> = None;
     for _ in 0..4 {

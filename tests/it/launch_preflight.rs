@@ -351,7 +351,16 @@ fn weights_too_large_too_little_kv_cache_and_missing_paths_are_named() {
 /// pinning sglang==0.5.9.
 fn sglang_recipe(ws: &Workspace, venv: &Path, tp: u32, extra: &[&str], pin: bool) {
     let model = checkpoint(ws, "m", 10, None);
-    let extra: String = extra.iter().map(|a| format!(", \"{a}\"")).collect();
+    let extra = extra
+        .iter()
+        .map(|a| format!("\"{a}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let extra = if extra.is_empty() {
+        extra
+    } else {
+        format!(", {extra}")
+    };
     let step = if pin {
         format!(
             "[[step]]\nid = \"sglang\"\nkind = \"python\"\nvenv = \"{}\"\ninstall = [\"sglang==0.5.9\"]\n",

@@ -755,8 +755,7 @@ fn jit_dirs(l: &Launch, h: &Host) -> Vec<(&'static str, PathBuf)> {
     let env = |k: &str| l.env.get(k).cloned().or_else(|| std::env::var(k).ok());
     let home = h
         .home
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("/root"));
+        .map_or_else(|| PathBuf::from("/root"), Path::to_path_buf);
     let user = std::env::var("USER").unwrap_or_else(|_| "root".into());
     vec![
         (
