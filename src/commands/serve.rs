@@ -14,11 +14,17 @@ pub(super) fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
     let recipe = settings.load_recipe(&args.recipe)?;
     if args.stop {
         match serve::stop_recorded(&settings.paths, &recipe.name)? {
-            Some(r) => eprintln!(
+            serve::Stopped::Ended(r) => eprintln!(
                 "kiln: stopped profile `{}` of {} (process group {})",
                 r.profile, recipe.name, r.pid
             ),
-            None => eprintln!("kiln: no running server recorded for {}", recipe.name),
+            serve::Stopped::Nothing => {
+                eprintln!("kiln: no running server recorded for {}", recipe.name);
+            }
+            serve::Stopped::Stale(r, why) => eprintln!(
+                "kiln: the record of profile `{}` of {} is stale: {why}; nothing was signalled and the record was removed",
+                r.profile, recipe.name
+            ),
         }
         return Ok(0);
     }

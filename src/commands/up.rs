@@ -96,10 +96,13 @@ fn provision(
         *stage = "steps";
     }
     // Only runs that start processes need the watchdog (a no-op re-run stays a few stats).
-    let _watchdog = match plan.count("stale") {
+    let watchdog = match plan.count("stale") {
         0 => None,
         _ => Some(crate::process::watchdog::start(&settings.paths.running())?),
     };
+    for stale in watchdog.iter().flat_map(|w| &w.stale) {
+        reporter.note(&format!("stale process record removed: {stale}"));
+    }
     let jobs = args
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));

@@ -22,6 +22,7 @@ mod input_limits;
 mod net_deadlines;
 mod patch;
 mod patch_step;
+mod pid_safety;
 mod python_step;
 mod receipts_index;
 mod recipes;
