@@ -24,6 +24,29 @@ fn temp_for(path: &Path) -> std::path::PathBuf {
     ))
 }
 
+/// Create `path` as a new file for writing (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0666 less the
+/// umask): never through a symlink or onto a file someone placed there first.
+pub(crate) fn create_new(path: &Path) -> std::io::Result<File> {
+    File::options()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
+/// A temp file at `tmp` for an atomic replace: created new ([`create_new`]); a leftover of an
+/// earlier process that had this pid (or anything planted under the name, a symlink included)
+/// is unlinked first, never written through.
+fn create_temp(tmp: &Path) -> std::io::Result<File> {
+    match create_new(tmp) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(tmp)?;
+            create_new(tmp)
+        }
+        other => other,
+    }
+}
+
 /// Write `bytes` to `path` so readers see the old content or the new, never a mix. The temp file
 /// (`.NAME.tmp-PID`, see [`temp_owner`]) is removed when the write fails (a full disk).
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -31,7 +54,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     create_dir(dir)?;
     let tmp = temp_for(path);
     let ctx = |e| Error::io(format!("cannot write {}", path.display()), e);
-    let written = File::create(&tmp)
+    let written = create_temp(&tmp)
         .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
         .and_then(|()| std::fs::rename(&tmp, path));
     if let Err(e) = written {
@@ -47,7 +70,9 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 pub(crate) fn replace_unsynced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))?;
     let tmp = temp_for(path);
-    let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    let written = create_temp(&tmp)
+        .and_then(|mut f| f.write_all(bytes))
+        .and_then(|()| std::fs::rename(&tmp, path));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }

@@ -21,6 +21,7 @@ mod image;
 mod input_limits;
 mod net_deadlines;
 mod patch;
+mod patch_journal;
 mod patch_step;
 mod pid_safety;
 mod python_step;
