@@ -7,6 +7,7 @@
 
 mod archive_safety;
 mod bench;
+mod coarse_clock;
 mod common;
 mod cuda_step;
 mod doctor;
@@ -31,6 +32,7 @@ mod report_html;
 mod serve;
 mod shell_help;
 mod shipped;
+mod state_dir;
 mod tune;
 mod up_e2e;
 mod up_outcome;
