@@ -140,7 +140,9 @@ pub(crate) fn timestamp_granularity(dir: &Path, cache: &Path) -> std::time::Dura
                 u64::try_from(m.mtime()).unwrap_or(0),
                 u32::try_from(m.mtime_nsec()).unwrap_or(0),
             );
-            set.duration_since(UNIX_EPOCH).unwrap_or_default().saturating_sub(kept)
+            set.duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .saturating_sub(kept)
         });
     let _ = std::fs::remove_file(&probe);
     let Ok(loss) = kept else {

@@ -104,7 +104,9 @@ pub fn use_timestamp_granularity(g: std::time::Duration) {
 /// How long after a change a file's timestamps may still not tell the next change from it:
 /// [`RACY`] plus the file system's timestamp granularity.
 pub fn racy_window() -> std::time::Duration {
-    RACY + std::time::Duration::from_nanos(GRANULARITY_NS.load(std::sync::atomic::Ordering::Relaxed))
+    RACY + std::time::Duration::from_nanos(
+        GRANULARITY_NS.load(std::sync::atomic::Ordering::Relaxed),
+    )
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

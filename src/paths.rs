@@ -2,7 +2,9 @@
 //! here; nothing else joins a literal directory name onto the state or cache root.
 //!
 //! ```text
-//! <state>/runs/<recipe>/{receipts,logs}/   one recipe's receipts and step logs
+//! <state>/runs/<recipe>/{receipts,logs}/   one recipe's receipts and step logs (`origin`: the
+//!                                          file that claimed the name; another recipe of that
+//!                                          name gets runs/<recipe>@<digest>/)
 //! <state>/hashmemo.json, <state>/lock      the file-hash memo and the run lock
 //! <state>/clock-granularity                its file system's timestamp granularity
 //! <state>/work/<recipe>/                   a recipe's default working directory
@@ -48,9 +50,40 @@ impl StatePaths {
         self.root.join("runs")
     }
 
-    /// One recipe's run: `receipts/` and `logs/`.
+    /// One recipe's run: `receipts/` and `logs/`. `recipe` is its run key ([`Self::run_key`]).
     pub fn run_dir(&self, recipe: &str) -> PathBuf {
         self.runs().join(recipe)
+    }
+
+    /// The run directory's name for the recipe `name` loaded from `origin`: `name`, unless
+    /// another recipe file of that name claimed `runs/<name>/` first (its `origin` file), then
+    /// `name@<digest of origin>`, so that two recipes of one name never share receipts. An
+    /// unclaimed directory (new, or kept by a kiln before this rule) is claimed here.
+    pub fn run_key(&self, name: &str, origin: &str) -> String {
+        let origin = std::fs::canonicalize(origin)
+            .map_or_else(|_| origin.to_string(), |p| p.display().to_string());
+        let marker = self.run_dir(name).join("origin");
+        let claimed = |marker: &Path| std::fs::read_to_string(marker).ok();
+        let owner = claimed(&marker).or_else(|| {
+            use std::io::Write;
+            let _ = std::fs::create_dir_all(self.run_dir(name));
+            // First claim wins (O_EXCL); a concurrent claimer reads the winner's.
+            if let Ok(mut f) = std::fs::File::options()
+                .write(true)
+                .create_new(true)
+                .open(&marker)
+            {
+                let _ = f.write_all(origin.as_bytes());
+            }
+            claimed(&marker)
+        });
+        match owner {
+            Some(o) if o != origin => format!(
+                "{name}@{}",
+                &crate::hash::sha256_bytes(origin.as_bytes())[..12]
+            ),
+            _ => name.to_string(),
+        }
     }
 
     pub fn receipts(&self, recipe: &str) -> PathBuf {

@@ -22,7 +22,7 @@ pub(super) fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
         }
     }
     let recipe = settings.load(&spec)?;
-    let state = StateDir::new(&settings.paths, &recipe.name);
+    let state = StateDir::of(&settings.paths, &recipe);
     let selection = Selection {
         only: args.only.clone(),
         from: args.from.clone(),

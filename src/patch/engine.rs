@@ -421,7 +421,6 @@ pub(super) fn apply(
         .iter()
         .map(|(rel, w)| (site.join(rel), w.original.as_bytes(), w.current.as_bytes()))
         .collect();
-    // The journal is durable before the first file is touched (the backups already are).
     let intent = Journal {
         set: set.name.clone(),
         site_packages: site.to_path_buf(),
@@ -436,10 +435,27 @@ pub(super) fn apply(
             .collect(),
         previous,
     };
-    journal::begin(&store, &intent)?;
-    let written = write_all_or_nothing(&targets, write).and_then(|()| store.save(&record));
+    commit(&store, &intent, &targets, &record, write)?;
+    for (path, _, _) in &targets {
+        report.pycache_removed += store::remove_pycache(path)?;
+    }
+    Ok(report)
+}
+
+/// Write the files and the record under the journal `intent`: the journal is durable before the
+/// first file is touched (the backups already are), and removed once the record is written; a
+/// failure puts the originals back (or leaves the journal for the next run to).
+fn commit(
+    store: &Store,
+    intent: &Journal,
+    targets: &[(PathBuf, &[u8], &[u8])],
+    record: &Record,
+    write: WriteFile<'_>,
+) -> Result<()> {
+    journal::begin(store, intent)?;
+    let written = write_all_or_nothing(targets, write).and_then(|()| store.save(record));
     if let Err(e) = written {
-        return Err(match journal::undo(&store, &intent) {
+        return Err(match journal::undo(store, intent) {
             Ok(_) => e,
             Err(undo) => Error::other(
                 format!("{e}; putting the original files back also failed: {undo}"),
@@ -447,11 +463,7 @@ pub(super) fn apply(
             ),
         });
     }
-    journal::finish(&store, &intent)?;
-    for (path, _, _) in &targets {
-        report.pycache_removed += store::remove_pycache(path)?;
-    }
-    Ok(report)
+    journal::finish(store, intent)
 }
 
 /// The other sets named by the requirements of the `unmet` patches (`SET` if none).

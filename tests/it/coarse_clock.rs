@@ -102,7 +102,10 @@ fn an_input_edited_twice_within_a_second_is_never_missed() {
     let measured = std::fs::read_to_string(root.join("state/clock-granularity")).unwrap();
     assert_eq!(
         measured.trim(),
-        format!("{} 1000000000", std::fs::metadata(root.join("state")).unwrap().dev())
+        format!(
+            "{} 1000000000",
+            std::fs::metadata(root.join("state")).unwrap().dev()
+        )
     );
 
     let mut reproduced = 0;

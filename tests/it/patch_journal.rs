@@ -23,7 +23,10 @@ const FILES: [(&str, &str); 4] = [
 ];
 const DIST_INFO: [(&str, &str); 2] = [
     ("sglang==0.5.9", "sglang-0.5.9.dist-info"),
-    ("flashinfer-python==0.6.3", "flashinfer_python-0.6.3.dist-info"),
+    (
+        "flashinfer-python==0.6.3",
+        "flashinfer_python-0.6.3.dist-info",
+    ),
 ];
 
 /// A site-packages holding the real wheels' metadata and the files the sets patch, with the
@@ -72,7 +75,8 @@ fn patch(
     kill_at: Option<u32>,
 ) -> (Option<i32>, String) {
     let mut cmd = ws.kiln();
-    cmd.args(["patch", action, set, "--site-packages"]).arg(site);
+    cmd.args(["patch", action, set, "--site-packages"])
+        .arg(site);
     if let Some(n) = kill_at {
         cmd.env("KILN_TEST_PATCH_KILL_AT", n.to_string());
     }
@@ -91,8 +95,7 @@ fn patch(
 }
 
 fn journal_left(ws: &Workspace) -> bool {
-    std::fs::read_dir(ws.state().join("patches/journal"))
-        .is_ok_and(|mut d| d.next().is_some())
+    std::fs::read_dir(ws.state().join("patches/journal")).is_ok_and(|mut d| d.next().is_some())
 }
 
 const SET: &str = "sglang-0.5.9-sm120";
@@ -123,7 +126,11 @@ fn a_kill_at_any_write_point_of_an_apply_is_undone_or_finished() {
         let interrupted = journal_left(&ws);
         let (code, out) = patch(&ws, &site, "check", SET, None);
         if code == Some(0) {
-            assert_eq!(tree(&site), applied, "point {n}: check says applied:\n{out}");
+            assert_eq!(
+                tree(&site),
+                applied,
+                "point {n}: check says applied:\n{out}"
+            );
             assert!(!interrupted, "point {n}:\n{out}");
         } else {
             assert_eq!(code, Some(1), "point {n}:\n{out}");
@@ -155,11 +162,19 @@ fn a_kill_at_any_write_point_of_an_apply_is_undone_or_finished() {
         assert_eq!(code, None);
         let (code, out) = patch(&ws, &site, "apply", SET, None);
         assert_eq!(code, Some(0), "point {n}:\n{out}");
-        assert_eq!(tree(&site), applied, "point {n}: apply after a kill:\n{out}");
+        assert_eq!(
+            tree(&site),
+            applied,
+            "point {n}: apply after a kill:\n{out}"
+        );
         assert!(!journal_left(&ws));
         let (code, out) = patch(&ws, &site, "revert", SET, None);
         assert_eq!(code, Some(0), "point {n}:\n{out}");
-        assert_eq!(tree(&site), original, "point {n}: revert after a kill:\n{out}");
+        assert_eq!(
+            tree(&site),
+            original,
+            "point {n}: revert after a kill:\n{out}"
+        );
     }
     // 3 backups, the journal, each of 3 files before and after its rename, the record, the
     // journal's removal.

@@ -45,7 +45,16 @@ fn in_pid_namespace(ws: &Workspace, setup: &str, args: &[&str]) -> Option<String
     // `setsid`: the namespace's pid 1 leads a session and group of its own, so that even
     // `kill(0)` from kiln reaches no process outside the namespace (the test's own group).
     let out = std::process::Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "setsid", "sh", "-c", SCRIPT, "sh"])
+        .args([
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "setsid",
+            "sh",
+            "-c",
+            SCRIPT,
+            "sh",
+        ])
         .process_group(0)
         .args(args)
         .current_dir(ws.path())

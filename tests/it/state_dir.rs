@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use crate::common::{stderr_of, Workspace};
 
-const RECIPE: &str = "[recipe]\nname = \"mine\"\n\n[[step]]\nid = \"x\"\nkind = \"run\"\ncmd = [\"true\"]\n";
+const RECIPE: &str =
+    "[recipe]\nname = \"mine\"\n\n[[step]]\nid = \"x\"\nkind = \"run\"\ncmd = [\"true\"]\n";
 
 fn chmod(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -24,7 +25,11 @@ fn a_state_or_cache_dir_others_can_write_is_refused() {
     assert_eq!(mode, 0o700);
 
     let state = ws.state().display().to_string();
-    for (mode, who) in [(0o777, "everyone"), (0o770, "its group"), (0o722, "everyone")] {
+    for (mode, who) in [
+        (0o777, "everyone"),
+        (0o770, "its group"),
+        (0o722, "everyone"),
+    ] {
         chmod(&ws.state(), mode);
         let err = stderr_of(ws.kiln().args(["plan", "r.toml"]), 2);
         assert!(
@@ -43,7 +48,9 @@ fn a_state_or_cache_dir_others_can_write_is_refused() {
     std::os::unix::fs::chown(ws.state(), Some(4321), Some(4321)).unwrap();
     let err = stderr_of(ws.kiln().args(["serve", "r.toml", "--stop"]), 2);
     assert!(
-        err.contains(&format!("refusing the state directory {state}: it is owned by uid 4321, not by you")),
+        err.contains(&format!(
+            "refusing the state directory {state}: it is owned by uid 4321, not by you"
+        )),
         "{err}"
     );
     std::os::unix::fs::chown(ws.state(), Some(0), Some(0)).unwrap();
@@ -52,7 +59,9 @@ fn a_state_or_cache_dir_others_can_write_is_refused() {
     std::fs::create_dir(&cache).unwrap();
     chmod(&cache, 0o1777);
     let err = stderr_of(
-        ws.kiln().env("KILN_CACHE_DIR", &cache).args(["plan", "r.toml"]),
+        ws.kiln()
+            .env("KILN_CACHE_DIR", &cache)
+            .args(["plan", "r.toml"]),
         2,
     );
     assert!(
@@ -92,7 +101,14 @@ fn a_planted_temp_symlink_is_not_written_through() {
         return;
     }
     let out = std::process::Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "sh", "-c", "\"$0\" up r.toml; echo \"kiln exit $?\""])
+        .args([
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "sh",
+            "-c",
+            "\"$0\" up r.toml; echo \"kiln exit $?\"",
+        ])
         .arg(assert_cmd::cargo::cargo_bin("kiln"))
         .current_dir(ws.path())
         .env("KILN_HOME", ws.state())
@@ -117,7 +133,11 @@ fn a_planted_temp_symlink_is_not_written_through() {
     ] {
         let meta = std::fs::symlink_metadata(&file).unwrap();
         assert!(meta.is_file(), "{} is not a regular file", file.display());
-        assert!(std::fs::symlink_metadata(link).is_err(), "{}", link.display());
+        assert!(
+            std::fs::symlink_metadata(link).is_err(),
+            "{}",
+            link.display()
+        );
     }
 }
 
@@ -202,7 +222,8 @@ fn a_full_disk_leaves_no_torn_history_line() {
     }
     let err = kiln::bench::append_history(&paths, &record).unwrap_err();
     assert!(
-        err.to_string().contains("cannot append to") && format!("{err:?}").contains("No space left"),
+        err.to_string().contains("cannot append to")
+            && format!("{err:?}").contains("No space left"),
         "{err:?}"
     );
     assert_eq!(
@@ -262,7 +283,10 @@ fn set_values_are_taken_literally() {
         .arg(format!("word={value}"))
         .assert()
         .success();
-    assert_eq!(std::fs::read_to_string(ws.path().join("said")).unwrap(), value);
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("said")).unwrap(),
+        value
+    );
 }
 
 #[test]
@@ -284,9 +308,62 @@ fn env_names_that_no_process_can_receive_are_refused_where_written() {
             ws.write("r.toml", &text);
             let err = stderr_of(ws.kiln().args(["plan", "r.toml"]), 2);
             assert!(
-                err.contains(why) && err.contains(&format!("r.toml:{line}:")) && err.contains("hint: "),
+                err.contains(why)
+                    && err.contains(&format!("r.toml:{line}:"))
+                    && err.contains("hint: "),
                 "{section} {key}:\n{err}"
             );
         }
     }
+}
+
+#[test]
+fn two_recipes_of_one_name_keep_their_own_receipts() {
+    let ws = Workspace::new();
+    let twin = "[recipe]\nname = \"twin\"\n\n[[step]]\nid = \"build\"\nkind = \"run\"\ncwd = \"${recipe.dir}\"\n\
+                cmd = [\"sh\", \"-c\", \"echo run >> counts\"]\n";
+    ws.write("a/r.toml", twin);
+    ws.write("b/r.toml", twin);
+    let count = |dir: &str| {
+        std::fs::read_to_string(ws.path().join(dir).join("counts"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    for dir in ["a", "b", "a", "b"] {
+        ws.kiln()
+            .args(["up", &format!("{dir}/r.toml")])
+            .assert()
+            .success();
+    }
+    assert_eq!(
+        (count("a"), count("b")),
+        (1, 1),
+        "one recipe's run undid the other's"
+    );
+    let plan = ws.kiln().args(["plan", "a/r.toml"]).output().unwrap();
+    let plan = String::from_utf8_lossy(&plan.stdout);
+    assert!(
+        crate::common::status_of(&plan, "build").starts_with("fresh"),
+        "{plan}"
+    );
+}
+
+#[test]
+fn serve_stop_does_not_need_the_required_values() {
+    let ws = Workspace::new();
+    ws.write(
+        "r.toml",
+        "[recipe]\nname = \"needy\"\n[vars]\nmodel = { help = \"path to the model\" }\n\n\
+         [[step]]\nid = \"x\"\nkind = \"run\"\ncmd = [\"echo\", \"${model}\"]\n\n\
+         [profile.s]\ncmd = [\"sleep\", \"${model}\"]\nport = \"18123\"\n",
+    );
+    let err = stderr_of(ws.kiln().args(["serve", "r.toml", "--stop"]), 0);
+    assert!(
+        err.contains("no running server recorded for needy"),
+        "{err}"
+    );
+    // Everything else still asks for them.
+    let err = stderr_of(ws.kiln().args(["plan", "r.toml"]), 2);
+    assert!(err.contains("pass `--set model=...`"), "{err}");
 }

@@ -127,7 +127,11 @@ pub(super) fn build(loaded: &Loaded, opts: &LoadOptions) -> Result<Recipe> {
 
 /// The recipe's name (its `[recipe] name`, else its file's stem), checked to be usable as a
 /// directory name.
-fn recipe_name(sources: &Sources, root_id: usize, meta: Option<&wire::Meta>) -> Result<String> {
+pub(super) fn recipe_name(
+    sources: &Sources,
+    root_id: usize,
+    meta: Option<&wire::Meta>,
+) -> Result<String> {
     let name = meta
         .and_then(|m| m.name.as_ref().map(|n| n.get_ref().clone()))
         .unwrap_or_else(|| {
