@@ -5,8 +5,8 @@
 //!
 //! The start time is what decides: the kernel never gives one pid to two processes started in
 //! the same tick of one boot, and an `exec` keeps it (a `sh -c 'exec server'` wrapper is still the
-//! process kiln started). The executable is recorded beside it for the message and must be
-//! readable: a process whose `/proc/PID/exe` kiln cannot read (another user's) is not signalled.
+//! process kiln started). The executable is recorded with them, and must still be readable: a
+//! process whose `/proc/PID/exe` kiln cannot read (another user's) is not signalled.
 
 use std::path::PathBuf;
 
