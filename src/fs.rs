@@ -24,6 +24,29 @@ fn temp_for(path: &Path) -> std::path::PathBuf {
     ))
 }
 
+/// Create `path` as a new file for writing (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0666 less the
+/// umask): never through a symlink or onto a file someone placed there first.
+pub(crate) fn create_new(path: &Path) -> std::io::Result<File> {
+    File::options()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
+/// A temp file at `tmp` for an atomic replace: created new ([`create_new`]); a leftover of an
+/// earlier process that had this pid (or anything planted under the name, a symlink included)
+/// is unlinked first, never written through.
+fn create_temp(tmp: &Path) -> std::io::Result<File> {
+    match create_new(tmp) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(tmp)?;
+            create_new(tmp)
+        }
+        other => other,
+    }
+}
+
 /// Write `bytes` to `path` so readers see the old content or the new, never a mix. The temp file
 /// (`.NAME.tmp-PID`, see [`temp_owner`]) is removed when the write fails (a full disk).
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -31,7 +54,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     create_dir(dir)?;
     let tmp = temp_for(path);
     let ctx = |e| Error::io(format!("cannot write {}", path.display()), e);
-    let written = File::create(&tmp)
+    let written = create_temp(&tmp)
         .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
         .and_then(|()| std::fs::rename(&tmp, path));
     if let Err(e) = written {
@@ -47,11 +70,90 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 pub(crate) fn replace_unsynced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))?;
     let tmp = temp_for(path);
-    let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    let written = create_temp(&tmp)
+        .and_then(|mut f| f.write_all(bytes))
+        .and_then(|()| std::fs::rename(&tmp, path));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     written
+}
+
+/// Append `line` and a newline to `path` as one whole record or not at all: under an exclusive
+/// lock of the file, in one write, made durable; a failed write (ENOSPC) is cut back off. A
+/// torn last line someone else left (a crash) is ended first, so the record is not glued to it.
+pub(crate) fn append_line(path: &Path, line: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut f = File::options()
+        .read(true)
+        .append(true)
+        .create(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    f.lock()?;
+    let len = f.metadata()?.len();
+    let mut record = Vec::with_capacity(line.len() + 2);
+    if len > 0 {
+        let mut last = [0u8; 1];
+        f.read_exact_at(&mut last, len - 1)?;
+        if last[0] != b'\n' {
+            record.push(b'\n');
+        }
+    }
+    record.extend_from_slice(line);
+    record.push(b'\n');
+    let written = f.write_all(&record).and_then(|()| f.sync_data());
+    if written.is_err() {
+        let _ = f.set_len(len);
+    }
+    written
+}
+
+/// The granularity of the timestamps the file system of `dir` keeps, measured once and cached
+/// in `cache` (with the device it was measured on; another device is measured again). The
+/// measure: set a probe file's mtime to a time just below a whole second (…001.999999999) and
+/// read back what the file system kept; the loss, plus a nanosecond, is its granularity (1 ns
+/// on ext4 with large inodes, xfs, tmpfs; 1 s on ext4 with 128-byte inodes; 2 s on FAT).
+/// Unmeasurable (a read-only directory): 0, the racy window stays at its floor.
+pub(crate) fn timestamp_granularity(dir: &Path, cache: &Path) -> std::time::Duration {
+    use std::os::unix::fs::MetadataExt;
+    use std::time::{Duration, UNIX_EPOCH};
+    let Ok(dev) = std::fs::metadata(dir).map(|m| m.dev()) else {
+        return Duration::ZERO;
+    };
+    let cached = std::fs::read_to_string(cache).ok().and_then(|t| {
+        let (d, ns) = t.trim().split_once(' ')?;
+        (d.parse::<u64>().ok()? == dev).then(|| ns.parse::<u64>().ok())?
+    });
+    if let Some(ns) = cached {
+        return Duration::from_nanos(ns);
+    }
+    let probe = dir.join(format!(".clock-probe.tmp-{}", std::process::id()));
+    let set = UNIX_EPOCH + Duration::new(1_000_000_001, 999_999_999);
+    let kept = create_temp(&probe)
+        .and_then(|f| {
+            f.set_modified(set)?;
+            f.metadata()
+        })
+        .map(|m| {
+            let kept = Duration::new(
+                u64::try_from(m.mtime()).unwrap_or(0),
+                u32::try_from(m.mtime_nsec()).unwrap_or(0),
+            );
+            set.duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .saturating_sub(kept)
+        });
+    let _ = std::fs::remove_file(&probe);
+    let Ok(loss) = kept else {
+        return Duration::ZERO;
+    };
+    let granularity = (loss + Duration::from_nanos(1)).min(Duration::from_secs(2));
+    let _ = write_atomic(
+        cache,
+        format!("{dev} {}\n", granularity.as_nanos()).as_bytes(),
+    );
+    granularity
 }
 
 /// The PID in a [`write_atomic`] temp name (`.NAME.tmp-PID`): whose leftover it is.

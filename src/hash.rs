@@ -69,19 +69,45 @@ impl FileVersion {
         std::fs::metadata(path).ok().map(|m| FileVersion::of(&m))
     }
 
-    /// Whether this version was made at least [`RACY`] before `t`: then any change after `t`
-    /// makes a different version, even within one tick of the file system's coarse clock (git's
-    /// "racy" rule; the ctime, which no one can set back, is what is compared).
+    /// Whether this version was made at least the racy window ([`racy_window`]) before `t`:
+    /// then any change after `t` makes a different version, even within one timestamp of the
+    /// file system (git's "racy" rule; the ctime, which no one can set back, is what is
+    /// compared). A version whose times have no sub-second part at all comes from a file
+    /// system that keeps whole seconds (the odds of both being 0 on a finer one are 1 in
+    /// 10^18): it gets a window of at least a second, whatever the state directory measured.
     pub fn settled_before(&self, t: std::time::SystemTime) -> bool {
         let t = t
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
-        u128::try_from(self.ctime_ns).is_ok_and(|c| c + RACY.as_nanos() < t)
+        let mut window = racy_window();
+        if self.ctime_ns % 1_000_000_000 == 0 && self.mtime_ns % 1_000_000_000 == 0 {
+            window = window.max(RACY + std::time::Duration::from_secs(1));
+        }
+        u128::try_from(self.ctime_ns).is_ok_and(|c| c + window.as_nanos() < t)
     }
 }
 
-/// How far behind the clock file timestamps may be (they come from a coarse clock).
+/// How far behind the clock file timestamps may be (they come from a coarse clock), on top of
+/// the file system's own timestamp granularity.
 pub const RACY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The granularity of the state directory's file system timestamps, in nanoseconds, as
+/// measured (see [`crate::fs::timestamp_granularity`]); 0 until told.
+static GRANULARITY_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Use the measured timestamp granularity `g` for the racy window from now on.
+pub fn use_timestamp_granularity(g: std::time::Duration) {
+    let ns = u64::try_from(g.as_nanos()).unwrap_or(u64::MAX);
+    GRANULARITY_NS.store(ns, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// How long after a change a file's timestamps may still not tell the next change from it:
+/// [`RACY`] plus the file system's timestamp granularity.
+pub fn racy_window() -> std::time::Duration {
+    RACY + std::time::Duration::from_nanos(
+        GRANULARITY_NS.load(std::sync::atomic::Ordering::Relaxed),
+    )
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Stamp {
@@ -134,8 +160,11 @@ impl HashMemo {
         }
     }
 
-    /// sha256 of `path`, reusing the memo when the file's stat is unchanged.
+    /// sha256 of `path`, reusing the memo when the file's stat is unchanged. A version too
+    /// recent to be told from the next change ([`FileVersion::settled_before`]) is hashed but
+    /// not kept: within one timestamp, an edit of the same size leaves the stat unchanged.
     pub fn file(&self, path: &Path) -> Result<String> {
+        let reading = std::time::SystemTime::now();
         let meta = std::fs::metadata(path)
             .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
         let version = FileVersion::of(&meta);
@@ -148,10 +177,12 @@ impl HashMemo {
             .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
         let (sha, _) = sha256_reader(f)
             .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-        self.entries
-            .lock()
-            .expect("memo lock")
-            .insert(path.to_path_buf(), Stamp::new(version, sha.clone()));
+        let mut entries = self.entries.lock().expect("memo lock");
+        if version.settled_before(reading) {
+            entries.insert(path.to_path_buf(), Stamp::new(version, sha.clone()));
+        } else if entries.remove(path).is_none() {
+            return Ok(sha);
+        }
         *self.dirty.lock().expect("memo lock") = true;
         Ok(sha)
     }

@@ -2,8 +2,11 @@
 //! here; nothing else joins a literal directory name onto the state or cache root.
 //!
 //! ```text
-//! <state>/runs/<recipe>/{receipts,logs}/   one recipe's receipts and step logs
+//! <state>/runs/<recipe>/{receipts,logs}/   one recipe's receipts and step logs (`origin`: the
+//!                                          file that claimed the name; another recipe of that
+//!                                          name gets runs/<recipe>@<digest>/)
 //! <state>/hashmemo.json, <state>/lock      the file-hash memo and the run lock
+//! <state>/clock-granularity                its file system's timestamp granularity
 //! <state>/work/<recipe>/                   a recipe's default working directory
 //! <state>/shipped/                         embedded recipes written out for their companions
 //! <state>/serve/<recipe>.json, <recipe>-<profile>.log   a recorded server, its log
@@ -16,6 +19,8 @@
 //! ```
 
 use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
 
 /// Paths under one state directory and its cache directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,9 +50,40 @@ impl StatePaths {
         self.root.join("runs")
     }
 
-    /// One recipe's run: `receipts/` and `logs/`.
+    /// One recipe's run: `receipts/` and `logs/`. `recipe` is its run key ([`Self::run_key`]).
     pub fn run_dir(&self, recipe: &str) -> PathBuf {
         self.runs().join(recipe)
+    }
+
+    /// The run directory's name for the recipe `name` loaded from `origin`: `name`, unless
+    /// another recipe file of that name claimed `runs/<name>/` first (its `origin` file), then
+    /// `name@<digest of origin>`, so that two recipes of one name never share receipts. An
+    /// unclaimed directory (new, or kept by a kiln before this rule) is claimed here.
+    pub fn run_key(&self, name: &str, origin: &str) -> String {
+        let origin = std::fs::canonicalize(origin)
+            .map_or_else(|_| origin.to_string(), |p| p.display().to_string());
+        let marker = self.run_dir(name).join("origin");
+        let claimed = |marker: &Path| std::fs::read_to_string(marker).ok();
+        let owner = claimed(&marker).or_else(|| {
+            use std::io::Write;
+            let _ = std::fs::create_dir_all(self.run_dir(name));
+            // First claim wins (O_EXCL); a concurrent claimer reads the winner's.
+            if let Ok(mut f) = std::fs::File::options()
+                .write(true)
+                .create_new(true)
+                .open(&marker)
+            {
+                let _ = f.write_all(origin.as_bytes());
+            }
+            claimed(&marker)
+        });
+        match owner {
+            Some(o) if o != origin => format!(
+                "{name}@{}",
+                &crate::hash::sha256_bytes(origin.as_bytes())[..12]
+            ),
+            _ => name.to_string(),
+        }
     }
 
     pub fn receipts(&self, recipe: &str) -> PathBuf {
@@ -80,6 +116,11 @@ impl StatePaths {
 
     pub fn lock(&self) -> PathBuf {
         self.root.join("lock")
+    }
+
+    /// The state directory's measured timestamp granularity (see `fs::timestamp_granularity`).
+    pub fn clock_granularity(&self) -> PathBuf {
+        self.root.join("clock-granularity")
     }
 
     /// A recipe's default working directory (`${kiln.work_dir}`).
@@ -154,6 +195,86 @@ impl StatePaths {
     /// Facts of Python interpreters, cached while they are unchanged.
     pub fn python_facts(&self) -> PathBuf {
         self.cache.join("python-facts")
+    }
+}
+
+/// Why a directory is not private to kiln's user, if it is not: owned by another user, or
+/// writable by its group or by everyone (ssh's rule for `~/.ssh`). The superuser's directories
+/// are trusted as owners, as ssh trusts them.
+fn not_private(meta: &std::fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let mode = meta.mode() & 0o7777;
+    if meta.uid() != me && meta.uid() != 0 {
+        return Some(format!(
+            "it is owned by uid {}, not by you (uid {me})",
+            meta.uid()
+        ));
+    }
+    let who = match (mode & 0o020 != 0, mode & 0o002 != 0) {
+        (_, true) => "everyone",
+        (true, false) => "its group",
+        (false, false) => return None,
+    };
+    Some(format!("it is writable by {who} (mode {mode:04o})"))
+}
+
+impl StatePaths {
+    /// Refuse a state or cache directory that another user could write: kiln keeps there the
+    /// pids it signals, the backups it restores and the receipts it trusts. One that does not
+    /// exist yet is created now, private (0700), so that a permissive umask cannot make it
+    /// refusable later.
+    pub fn ensure_private(&self) -> Result<()> {
+        for (what, dir) in [("state", &self.root), ("cache", &self.cache)] {
+            let meta = match std::fs::metadata(dir) {
+                Ok(m) => m,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    create_private(dir)?;
+                    continue;
+                }
+                Err(e) => {
+                    return Err(Error::io(
+                        format!("cannot read the {what} directory {}", dir.display()),
+                        e,
+                    ))
+                }
+            };
+            if !meta.is_dir() {
+                return Err(Error::usage(
+                    format!("the {what} directory {} is not a directory", dir.display()),
+                    Some("point KILN_HOME (or --state-dir, KILN_CACHE_DIR) at a directory".into()),
+                ));
+            }
+            if let Some(why) = not_private(&meta) {
+                return Err(Error::usage(
+                    format!(
+                        "refusing the {what} directory {}: {why}",
+                        dir.display()
+                    ),
+                    Some(format!(
+                        "kiln keeps the pids it signals, the patch backups it restores and the receipts it trusts there: make it yours alone (`chmod go-w {0}`, `chown $(id -u) {0}`), or use another (--state-dir, KILN_HOME, KILN_CACHE_DIR)",
+                        dir.display()
+                    )),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Create `dir` (its missing parents as usual) with mode 0700.
+fn create_private(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| Error::io(format!("cannot create {}", parent.display()), e))?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            Err(Error::io(format!("cannot create {}", dir.display()), e))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -354,41 +354,49 @@ impl Report {
     }
 }
 
-/// Append a report to `<state>/bench/history.jsonl`.
+/// Append a report to `<state>/bench/history.jsonl`: one whole line or nothing (see
+/// [`crate::fs::append_line`]), so a full disk leaves no torn record for the next to glue onto.
 pub fn append_history(paths: &StatePaths, report: &Report) -> Result<std::path::PathBuf> {
-    use std::io::Write;
     let dir = paths.bench();
     crate::fs::create_dir(&dir)?;
     let path = dir.join("history.jsonl");
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
-    writeln!(
-        f,
-        "{}",
-        serde_json::to_string(report).expect("reports serialize")
-    )
-    .map_err(|e| Error::io(format!("cannot append to {}", path.display()), e))?;
+    let line = serde_json::to_string(report).expect("reports serialize");
+    crate::fs::append_line(&path, line.as_bytes())
+        .map_err(|e| Error::io(format!("cannot append to {}", path.display()), e))?;
     Ok(path)
 }
 
-/// Read a baseline: a `kiln bench --json` report, or the last line of a history file.
-pub fn read_baseline(path: &Path) -> Result<Report> {
+/// Read a baseline: a `kiln bench --json` report, or the last whole record of a history file.
+/// A history line that is not a record (torn by a crash or a full disk) is skipped and told to
+/// `warn` with its line number.
+pub fn read_baseline(path: &Path, warn: &mut dyn FnMut(&str)) -> Result<Report> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Error::io(format!("cannot read the baseline {}", path.display()), e))?;
     let one = serde_json::from_str::<Report>(&text);
-    let parsed = one.or_else(|e| {
-        text.lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .map_or(Err(e), serde_json::from_str::<Report>)
-    });
+    let parsed = one.or_else(|e| last_record(&text, path, warn).ok_or(e));
     parsed.map_err(|e| {
         Error::usage(
             format!("{} is not a kiln bench result: {e}", path.display()),
             Some("record one with `kiln bench --json > FILE`, or pass the state dir's bench/history.jsonl".into()),
         )
     })
+}
+
+/// The last line of a history that is a whole report; the torn ones after it are reported.
+fn last_record(text: &str, path: &Path, warn: &mut dyn FnMut(&str)) -> Option<Report> {
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, line) in lines.iter().enumerate().rev() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Report>(line) {
+            Ok(r) => return Some(r),
+            Err(e) => warn(&format!(
+                "{}:{}: skipped a line that is not a whole bench record (torn by a crash or a full disk?): {e}",
+                path.display(),
+                i + 1
+            )),
+        }
+    }
+    None
 }

@@ -16,7 +16,10 @@ pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
         None => bench::DEFAULT_PROMPT.to_string(),
     };
     let baseline = match &args.baseline {
-        Some(p) => Some((bench::read_baseline(p)?, p.clone())),
+        Some(p) => Some((
+            bench::read_baseline(p, &mut |w| eprintln!("kiln: warning: {w}"))?,
+            p.clone(),
+        )),
         None => None,
     };
     let opts = BenchOptions {

@@ -31,6 +31,16 @@ use crate::report::{JsonReporter, PlainReporter, ProgressReporter, Reporter};
 /// Run a parsed command line; the returned code is the process's exit status.
 pub fn run(cli: Cli) -> Result<u8> {
     let settings = Settings::resolve(&cli)?;
+    if !matches!(
+        cli.command,
+        Command::Completions { .. } | Command::Man { .. } | Command::Watchdog { .. }
+    ) {
+        settings.paths.ensure_private()?;
+        crate::hash::use_timestamp_granularity(crate::fs::timestamp_granularity(
+            settings.paths.root(),
+            &settings.paths.clock_granularity(),
+        ));
+    }
     match cli.command {
         Command::Up(args) => up::run(&settings, &args),
         Command::Plan(args) => plan::run(&settings, &args),

@@ -28,7 +28,7 @@ pub(super) fn run(settings: &Settings, args: &PatchArgs) -> Result<u8> {
     }
     let report = match action {
         "apply" => patch::apply(&set, &site, &settings.paths, &opts)?,
-        "check" => patch::check(&set, &site, &opts)?,
+        "check" => patch::check(&set, &site, &settings.paths, &opts)?,
         _ => patch::revert(&set, &site, &settings.paths, &opts)?,
     };
     if target.json {

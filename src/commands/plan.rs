@@ -18,7 +18,7 @@ pub(super) fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
         return Ok(0);
     }
     let recipe = settings.load(&spec)?;
-    let state = StateDir::new(&settings.paths, &recipe.name);
+    let state = StateDir::of(&settings.paths, &recipe);
     let memo = HashMemo::load(&state.memo_path());
     let plan = engine::plan(
         &recipe,

@@ -11,17 +11,26 @@ use crate::serve;
 use crate::serve::verdict::Verdict;
 
 pub(super) fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
-    let recipe = settings.load_recipe(&args.recipe)?;
     if args.stop {
-        match serve::stop_recorded(&settings.paths, &recipe.name)? {
-            Some(r) => eprintln!(
-                "kiln: stopped profile `{}` of {} (process group {})",
-                r.profile, recipe.name, r.pid
+        // Only the recipe's name: stopping must not ask for its required `--set` values.
+        let spec = settings.recipe_spec(&args.recipe)?;
+        let name = crate::recipe::name_of(Some(&spec.name), &settings.paths)?;
+        match serve::stop_recorded(&settings.paths, &name)? {
+            serve::Stopped::Ended(r) => eprintln!(
+                "kiln: stopped profile `{}` of {name} (process group {})",
+                r.profile, r.pid
             ),
-            None => eprintln!("kiln: no running server recorded for {}", recipe.name),
+            serve::Stopped::Nothing => {
+                eprintln!("kiln: no running server recorded for {name}");
+            }
+            serve::Stopped::Stale(r, why) => eprintln!(
+                "kiln: the record of profile `{}` of {name} is stale: {why}; nothing was signalled and the record was removed",
+                r.profile
+            ),
         }
         return Ok(0);
     }
+    let recipe = settings.load_recipe(&args.recipe)?;
     if args.log.is_none() {
         super::preflight::launch(settings, &args.recipe, &recipe, &[args.profile.as_deref()])?;
     }

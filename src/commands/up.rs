@@ -22,7 +22,7 @@ pub(super) fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
         }
     }
     let recipe = settings.load(&spec)?;
-    let state = StateDir::new(&settings.paths, &recipe.name);
+    let state = StateDir::of(&settings.paths, &recipe);
     let selection = Selection {
         only: args.only.clone(),
         from: args.from.clone(),
@@ -97,10 +97,13 @@ fn provision(
     }
     super::preflight::launch_up(settings, args, recipe, reporter.as_ref(), stage)?;
     // Only runs that start processes need the watchdog (a no-op re-run stays a few stats).
-    let _watchdog = match plan.count("stale") {
+    let watchdog = match plan.count("stale") {
         0 => None,
         _ => Some(crate::process::watchdog::start(&settings.paths.running())?),
     };
+    for stale in watchdog.iter().flat_map(|w| &w.stale) {
+        reporter.note(&format!("stale process record removed: {stale}"));
+    }
     let jobs = args
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));

@@ -111,7 +111,11 @@ pub(crate) fn lookup(
         || !accept(&shape)
         || !record.inputs.still_match(opts)
         || record.facts.iter().any(|(k, v)| opts.facts.get(k) != *v)
-        || dir_stamp(&opts.paths.receipts(&record.recipe)) != record.receipts
+        || dir_stamp(
+            &opts
+                .paths
+                .receipts(&opts.paths.run_key(&record.recipe, &record.origin)),
+        ) != record.receipts
     {
         return None;
     }

@@ -25,9 +25,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-// Timestamps of files come from a coarse clock (a few ms behind): a directory changed within
-// `RACY` may change again within the same timestamp, so an index is not built on it.
-use crate::hash::RACY;
+// Timestamps of files come from a coarse clock (a few ms behind, or whole seconds on some file
+// systems): a directory changed within the racy window may change again within the same
+// timestamp, so an index is not built on it.
+use crate::hash::racy_window;
 
 const MAGIC: &str = "kiln-receipts-index 1";
 
@@ -123,7 +124,7 @@ impl Known {
             let mtime = SystemTime::UNIX_EPOCH
                 + Duration::from_secs(u64::try_from(secs).ok()?)
                 + Duration::from_nanos(u64::try_from(nanos).ok()?);
-            if mtime + RACY > clock {
+            if mtime + racy_window() > clock {
                 return None;
             }
         }

@@ -58,6 +58,12 @@ impl StateDir {
         }
     }
 
+    /// The run state of `recipe`, in the run directory of its name and file (see
+    /// [`StatePaths::run_key`]).
+    pub(crate) fn of(paths: &StatePaths, recipe: &crate::recipe::Recipe) -> Self {
+        Self::new(paths, &paths.run_key(&recipe.name, &recipe.origin))
+    }
+
     fn receipts_dir(&self) -> PathBuf {
         self.paths.receipts(&self.recipe)
     }

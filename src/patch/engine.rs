@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::journal::{self, Intent, Journal};
 use super::ops::{self, Drift};
 use super::package::{self, Installed};
 use super::set::{self, Patch, PatchSet, Requirement};
@@ -263,6 +264,8 @@ fn report_of(action: Action, set: &PatchSet, site: &Path, evaluation: &Evaluatio
         pycache_removed: 0,
         diff: None,
         effective: false,
+        interrupted: None,
+        undone: vec![],
     }
 }
 
@@ -275,11 +278,23 @@ fn effective(patches: &[PatchReport]) -> bool {
     })
 }
 
-pub(super) fn check(set: &PatchSet, site: &Path, opts: Options) -> Result<Report> {
+/// `paths`: the state directory whose journal tells of an interrupted apply (`None`: not looked
+/// at, as right after an apply of this process).
+pub(super) fn check(
+    set: &PatchSet,
+    site: &Path,
+    paths: Option<&StatePaths>,
+    opts: Options,
+) -> Result<Report> {
+    let interrupted = match paths {
+        Some(p) => journal::pending(&Store::new(p), &set.name, site)?,
+        None => None,
+    };
     let evaluation = evaluate(set, site, opts)?;
     let mut report = report_of(Action::Check, set, site, &evaluation);
     let unmet = unmet_requirements(set, site, &report.patches)?;
-    report.effective = effective(&report.patches) && unmet.is_empty();
+    report.effective = effective(&report.patches) && unmet.is_empty() && interrupted.is_none();
+    report.interrupted = interrupted.as_ref().map(journal::describe);
     for (id, why) in unmet {
         let p = report
             .patches
@@ -304,6 +319,8 @@ pub(super) fn apply(
     opts: Options,
     write: WriteFile<'_>,
 ) -> Result<Report> {
+    let store = Store::new(paths);
+    let undone = finish_interrupted(&store, set, site, opts)?;
     let evaluation = evaluate(set, site, opts)?;
     let installed = &evaluation.installed;
     if !set.versions.contains(&installed.version) && !opts.force {
@@ -343,6 +360,7 @@ pub(super) fn apply(
         ));
     }
     let mut report = report_of(Action::Apply, set, site, &evaluation);
+    report.undone = undone;
     let changed: Vec<(&String, &Working)> = evaluation
         .files
         .iter()
@@ -365,7 +383,6 @@ pub(super) fn apply(
     if changed.is_empty() {
         return Ok(report);
     }
-    let store = Store::new(paths);
     let previous = store.load(&set.name, site)?;
     let mut record = Record {
         set: set.name.clone(),
@@ -404,19 +421,49 @@ pub(super) fn apply(
         .iter()
         .map(|(rel, w)| (site.join(rel), w.original.as_bytes(), w.current.as_bytes()))
         .collect();
-    write_all_or_nothing(&targets, write)?;
-    if let Err(e) = store.save(&record) {
-        let undo: Vec<(PathBuf, &[u8], &[u8])> = targets
+    let intent = Journal {
+        set: set.name.clone(),
+        site_packages: site.to_path_buf(),
+        pid: std::process::id(),
+        files: changed
             .iter()
-            .map(|(p, old, new)| (p.clone(), *new, *old))
-            .collect();
-        write_all_or_nothing(&undo, &mut |p, b| store::write_preserving(p, b))?;
-        return Err(e);
-    }
+            .map(|(rel, w)| Intent {
+                path: (*rel).clone(),
+                original_sha256: sha256_bytes(w.original.as_bytes()),
+                patched_sha256: sha256_bytes(w.current.as_bytes()),
+            })
+            .collect(),
+        previous,
+    };
+    commit(&store, &intent, &targets, &record, write)?;
     for (path, _, _) in &targets {
         report.pycache_removed += store::remove_pycache(path)?;
     }
     Ok(report)
+}
+
+/// Write the files and the record under the journal `intent`: the journal is durable before the
+/// first file is touched (the backups already are), and removed once the record is written; a
+/// failure puts the originals back (or leaves the journal for the next run to).
+fn commit(
+    store: &Store,
+    intent: &Journal,
+    targets: &[(PathBuf, &[u8], &[u8])],
+    record: &Record,
+    write: WriteFile<'_>,
+) -> Result<()> {
+    journal::begin(store, intent)?;
+    let written = write_all_or_nothing(targets, write).and_then(|()| store.save(record));
+    if let Err(e) = written {
+        return Err(match journal::undo(store, intent) {
+            Ok(_) => e,
+            Err(undo) => Error::other(
+                format!("{e}; putting the original files back also failed: {undo}"),
+                Some("the next `kiln patch revert` or `apply` of this set finishes putting them back (the journal is kept)".into()),
+            ),
+        });
+    }
+    journal::finish(store, intent)
 }
 
 /// The other sets named by the requirements of the `unmet` patches (`SET` if none).
@@ -465,6 +512,24 @@ fn write_all_or_nothing(targets: &[(PathBuf, &[u8], &[u8])], write: WriteFile<'_
     Ok(())
 }
 
+/// Undo an apply of `set` on `site` that a kill interrupted (see [`journal`]), unless this is a
+/// dry run; returns the files put back.
+fn finish_interrupted(
+    store: &Store,
+    set: &PatchSet,
+    site: &Path,
+    opts: Options,
+) -> Result<Vec<String>> {
+    match journal::pending(store, &set.name, site)? {
+        Some(j) if !opts.dry_run => journal::undo(store, &j),
+        Some(j) => Err(Error::other(
+            format!("patch set `{}`: {}", set.name, journal::describe(&j)),
+            Some("run it without --dry-run to put the original files back first".into()),
+        )),
+        None => Ok(vec![]),
+    }
+}
+
 pub(super) fn revert(
     set: &PatchSet,
     site: &Path,
@@ -472,6 +537,7 @@ pub(super) fn revert(
     opts: Options,
 ) -> Result<Report> {
     let store = Store::new(paths);
+    let undone = finish_interrupted(&store, set, site, opts)?;
     let evaluation = evaluate(
         set,
         site,
@@ -481,6 +547,7 @@ pub(super) fn revert(
         },
     )?;
     let mut report = report_of(Action::Revert, set, site, &evaluation);
+    report.undone = undone;
     let Some(record) = store.load(&set.name, site)? else {
         report.effective = true;
         return Ok(report);

@@ -4,6 +4,7 @@
 
 pub mod diff;
 mod engine;
+mod journal;
 mod op_table;
 pub mod ops;
 pub mod package;
@@ -104,6 +105,12 @@ pub struct Report {
     pub diff: Option<String>,
     /// check: every patch is applied or obsolete and every requirement holds; apply / revert: done.
     pub effective: bool,
+    /// check: an apply of this set was killed before it finished (what its journal says).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<String>,
+    /// apply / revert: files an interrupted earlier apply had changed, put back first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub undone: Vec<String>,
 }
 
 /// Apply a patch set (all-or-nothing); idempotent.
@@ -129,9 +136,15 @@ pub fn apply_with(
     engine::apply(set, site_packages, paths, *opts, write)
 }
 
-/// Report each patch as applied / not applied / obsolete / drifted; writes nothing.
-pub fn check(set: &PatchSet, site_packages: &Path, opts: &Options) -> Result<Report> {
-    engine::check(set, site_packages, *opts)
+/// Report each patch as applied / not applied / obsolete / drifted, and an apply that was
+/// interrupted (the journal in `paths`); writes nothing.
+pub fn check(
+    set: &PatchSet,
+    site_packages: &Path,
+    paths: &StatePaths,
+    opts: &Options,
+) -> Result<Report> {
+    engine::check(set, site_packages, Some(paths), *opts)
 }
 
 /// Restore the byte-identical originals recorded by apply.
@@ -162,7 +175,8 @@ pub fn apply_named(
     )
 }
 
-/// Check a patch set given by shipped name or path (a step's "is it still in effect" probe).
+/// Check a patch set given by shipped name or path (a step's "is it still in effect" probe,
+/// right after its apply, which finished any interrupted one).
 pub fn check_named(set: &str, site_packages: &Path) -> Result<Report> {
-    check(&load(set)?, site_packages, &Options::default())
+    engine::check(&load(set)?, site_packages, None, Options::default())
 }

@@ -40,6 +40,15 @@ pub fn render(report: &Report) -> String {
     if let Some(diff) = &report.diff {
         out.push_str(diff);
     }
+    if let Some(why) = &report.interrupted {
+        out.push_str(&format!("interrupted: {why}\n"));
+    }
+    if !report.undone.is_empty() {
+        out.push_str(&format!(
+            "an interrupted apply was undone first: restored {}\n",
+            report.undone.join(", ")
+        ));
+    }
     let files = |n: usize| {
         if n == 1 {
             "1 file".to_string()
@@ -52,6 +61,9 @@ pub fn render(report: &Report) -> String {
         n => format!("; removed {n} stale __pycache__ entries"),
     };
     let summary = match report.action {
+        Action::Check if report.interrupted.is_some() => {
+            "not effective: an apply was interrupted".to_string()
+        }
         Action::Check if report.effective => {
             "effective: every patch is applied or obsolete".to_string()
         }

@@ -1,5 +1,6 @@
 //! What kiln remembers about applied patch sets, in `<state>/patches/`: one record per (set,
-//! site-packages) with each file's original and patched sha256, and content-addressed backups.
+//! site-packages) with each file's original and patched sha256, content-addressed backups, and
+//! the journal of an apply in progress (see [`super::journal`]).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -42,10 +43,20 @@ impl Store {
         }
     }
 
-    fn record_path(&self, set: &str, site: &Path) -> PathBuf {
+    /// `SET-KEY.json`: KEY names the site-packages directory (its canonical path's sha256).
+    fn file_name(set: &str, site: &Path) -> String {
         let site = site.canonicalize().unwrap_or_else(|_| site.to_path_buf());
         let key = &sha256_bytes(site.as_os_str().as_encoded_bytes())[..16];
-        self.root.join("records").join(format!("{set}-{key}.json"))
+        format!("{set}-{key}.json")
+    }
+
+    fn record_path(&self, set: &str, site: &Path) -> PathBuf {
+        self.root.join("records").join(Self::file_name(set, site))
+    }
+
+    /// The journal of an apply of `set` on `site` in progress.
+    pub(super) fn journal_path(&self, set: &str, site: &Path) -> PathBuf {
+        self.root.join("journal").join(Self::file_name(set, site))
     }
 
     pub fn load(&self, set: &str, site: &Path) -> Result<Option<Record>> {
@@ -70,7 +81,9 @@ impl Store {
         write_atomic(
             &self.record_path(&record.set, &record.site_packages),
             &bytes,
-        )
+        )?;
+        super::journal::write_point();
+        Ok(())
     }
 
     pub fn remove(&self, set: &str, site: &Path) -> Result<()> {
@@ -89,6 +102,7 @@ impl Store {
         let path = self.root.join("backups").join(&sha);
         if !path.exists() {
             write_atomic(&path, bytes)?;
+            super::journal::write_point();
         }
         Ok(sha)
     }
@@ -108,24 +122,31 @@ impl Store {
     }
 }
 
-/// Replace a file's content atomically, keeping its permissions.
+/// Replace a file's content atomically (a temp file created new, fsynced, renamed over it,
+/// the directory fsynced), keeping its permissions.
 pub fn write_preserving(path: &Path, bytes: &[u8]) -> Result<()> {
     let ctx = |e| Error::io(format!("cannot write {}", path.display()), e);
     let permissions = std::fs::metadata(path).map_err(ctx)?.permissions();
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let tmp = dir.join(format!(".{name}.kiln-{}", std::process::id()));
+    // A temp file of an earlier process with this pid (killed) is ours to replace.
+    let _ = std::fs::remove_file(&tmp);
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = crate::fs::create_new(&tmp)?;
         f.write_all(bytes)?;
         f.set_permissions(permissions)?;
         f.sync_all()?;
-        std::fs::rename(&tmp, path)
+        super::journal::write_point();
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-    result.map_err(ctx)
+    result.map_err(ctx)?;
+    super::journal::write_point();
+    Ok(())
 }
 
 /// Remove compiled caches of `file` (`__pycache__/<stem>.*.pyc`); returns how many were removed.

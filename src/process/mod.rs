@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::redact::Redactor;
 
+pub(crate) mod identity;
 pub(crate) mod watchdog;
+
+pub(crate) use identity::{Identity, Refusal};
 
 /// How many trailing output lines an error shows.
 pub(crate) const TAIL_LINES: usize = 40;
@@ -242,8 +245,12 @@ pub(crate) fn run_logged(
     })
 }
 
-/// End a process group: SIGTERM, a short grace period, then SIGKILL.
+/// End a process group: SIGTERM, a short grace period, then SIGKILL. Never group 0 or 1 (which
+/// `killpg` reads as kiln's own group and every process) nor kiln's own group.
 pub(crate) fn kill_group(pgid: u32) {
+    if !identity::signallable_group(pgid) {
+        return;
+    }
     let pgid = pgid as libc::pid_t;
     // SAFETY: plain syscalls on a process group this module created.
     unsafe {
@@ -261,6 +268,14 @@ pub(crate) fn kill_group(pgid: u32) {
     unsafe {
         libc::killpg(pgid, libc::SIGKILL);
     }
+}
+
+/// End the process group led by the recorded process `id`, only if that process is still the
+/// one recorded (see [`identity`]); otherwise nothing is signalled and the reason is returned.
+pub(crate) fn stop_recorded_group(id: &Identity) -> std::result::Result<(), Refusal> {
+    id.verify()?;
+    kill_group(id.pid);
+    Ok(())
 }
 
 /// Run a short command and return its stdout; an error carries the exit status and stderr.
@@ -429,13 +444,6 @@ pub(crate) fn spawn_detached(
         pid: child.id(),
         child,
     })
-}
-
-/// Whether any process of group `pgid` is still alive (zombies of our own children count as gone
-/// once reaped by `Detached::try_exit`).
-pub(crate) fn group_alive(pgid: u32) -> bool {
-    // SAFETY: signal 0 only probes for existence.
-    unsafe { libc::killpg(pgid as libc::pid_t, 0) == 0 }
 }
 
 /// Whether process `pid` exists (it may belong to someone else; a zombie counts).

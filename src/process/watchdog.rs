@@ -7,6 +7,11 @@
 //! a previous run left behind (if the watchdog itself was killed). Appending to one file, rather
 //! than a file per group, creates no inode per step: on a file system without a journal,
 //! allocating inodes next to many recently deleted ones was most of a 10,000-step run's time.
+//!
+//! A registry is read back after kiln died, possibly after a reboot or long after its groups
+//! ended and their ids went to unrelated processes: its first line is the boot id, each `+`
+//! line carries the group leader's start time, and a group is ended only while its leader is
+//! still that process (see [`super::identity`]). Anything else is left alone and reported.
 
 use std::fs::File;
 use std::io::Write;
@@ -14,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::kill_group;
+use super::identity::{self, Identity};
 use crate::error::{Error, Result};
 
 /// This run's registry, while its watchdog runs.
@@ -35,6 +40,8 @@ pub(super) fn active() -> bool {
 pub(crate) struct Watchdog {
     child: std::process::Child,
     registry: PathBuf,
+    /// Groups earlier runs left registered that were not ended, and why (stale records).
+    pub stale: Vec<String>,
 }
 
 impl Drop for Watchdog {
@@ -52,13 +59,16 @@ impl Drop for Watchdog {
 pub(crate) fn start(dir: &Path) -> Result<Watchdog> {
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
-    reap(dir);
+    let stale = reap(dir);
     let registry = dir.join(std::process::id().to_string());
-    let file = File::options()
+    let mut file = File::options()
         .create(true)
         .append(true)
         .open(&registry)
         .map_err(|e| Error::io(format!("cannot create {}", registry.display()), e))?;
+    let boot = identity::boot_id().unwrap_or_default();
+    file.write_all(format!("boot {boot}\n").as_bytes())
+        .map_err(|e| Error::io(format!("cannot write {}", registry.display()), e))?;
     let spawned = std::env::current_exe().and_then(|exe| {
         use std::os::unix::process::CommandExt;
         std::process::Command::new(exe)
@@ -80,58 +90,96 @@ pub(crate) fn start(dir: &Path) -> Result<Watchdog> {
         }
     };
     *current() = Some(file);
-    Ok(Watchdog { child, registry })
+    Ok(Watchdog {
+        child,
+        registry,
+        stale,
+    })
 }
 
-/// Append `+PGID` or `-PGID` to this run's registry (one write: appends do not interleave).
-fn record(sign: char, pgid: u32) {
+/// Append a line to this run's registry (one write: appends do not interleave).
+fn record(line: &str) {
     if let Some(file) = current().as_mut() {
-        let _ = file.write_all(format!("{sign}{pgid}\n").as_bytes());
+        let _ = file.write_all(line.as_bytes());
     }
 }
 
-/// Record a step's process group while it runs.
+/// Record a step's process group while it runs: `+PGID START_TICKS`, the leader's start time
+/// read now (the leader is kiln's unreaped child: its pid cannot have been reused yet).
 pub(super) fn register(pgid: u32) {
-    record('+', pgid);
+    if let Some(start) = identity::start_ticks(pgid) {
+        record(&format!("+{pgid} {start}\n"));
+    }
 }
 
 pub(super) fn unregister(pgid: u32) {
-    record('-', pgid);
+    record(&format!("-{pgid}\n"));
 }
 
-/// The groups a registry leaves running: those added and not removed since (a group id the
-/// system reused is added again after its removal). A line cut short is ignored.
-fn live_groups(registry: &str) -> std::collections::BTreeSet<u32> {
-    let mut live = std::collections::BTreeSet::new();
+/// The groups a registry leaves running, as identities of their leaders: those added and not
+/// removed since (a group id the system reused is added again after its removal), with the
+/// boot id of the registry's first line. A line cut short is ignored; a `+` line without a
+/// start time (an older kiln) gives an identity that can never match.
+fn live_groups(registry: &str) -> Vec<Identity> {
+    let mut boot = String::new();
+    let mut live = std::collections::BTreeMap::new();
     for line in registry.split_inclusive('\n') {
         let Some(line) = line.strip_suffix('\n') else {
             continue;
         };
-        let (sign, pgid) = line.split_at(line.len().min(1));
-        match (sign, pgid.parse::<u32>()) {
-            ("+", Ok(g)) => {
-                live.insert(g);
+        if let Some(b) = line.strip_prefix("boot ") {
+            boot = b.trim().to_string();
+            continue;
+        }
+        let (sign, rest) = line.split_at(line.len().min(1));
+        let mut fields = rest.split(' ');
+        let Some(Ok(pgid)) = fields.next().map(str::parse::<u32>) else {
+            continue;
+        };
+        match sign {
+            "+" => {
+                let start = fields.next().and_then(|t| t.parse::<u64>().ok());
+                live.insert(pgid, start);
             }
-            ("-", Ok(g)) => {
-                live.remove(&g);
+            "-" => {
+                live.remove(&pgid);
             }
             _ => {}
         }
     }
-    live
+    live.into_iter()
+        .map(|(pid, start)| Identity {
+            pid,
+            start_ticks: start.unwrap_or(0),
+            boot_id: if start.is_some() {
+                boot.clone()
+            } else {
+                String::new()
+            },
+            exe: PathBuf::new(),
+        })
+        .collect()
 }
 
-/// End every group the registries under `dir` leave running and forget them.
-pub(crate) fn reap(dir: &Path) {
+/// End every group the registries under `dir` leave running whose leader is still the process
+/// recorded, and forget them all; returns what was not ended and why.
+pub(crate) fn reap(dir: &Path) -> Vec<String> {
+    let mut stale = Vec::new();
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let registry = std::fs::read_to_string(entry.path()).unwrap_or_default();
-        for pgid in live_groups(&registry) {
-            if pgid > 1 {
-                kill_group(pgid);
+        for leader in live_groups(&registry) {
+            match super::stop_recorded_group(&leader) {
+                Ok(()) | Err(identity::Refusal::Gone(_)) => {}
+                Err(why) => stale.push(format!(
+                    "{}: process group {} left alone: {why}",
+                    entry.path().display(),
+                    leader.pid
+                )),
             }
         }
         let _ = std::fs::remove_file(entry.path());
     }
+    stale
 }
 
 /// The watchdog's body: wait until `parent` is gone, then end what it left running.
@@ -156,9 +204,16 @@ mod tests {
 
     #[test]
     fn a_registry_leaves_running_what_was_added_and_not_removed() {
-        let live = live_groups("+10\n+11\n-10\n+12\n-12\n+12\n+13");
-        assert_eq!(live.into_iter().collect::<Vec<_>>(), [11, 12]);
+        let live = live_groups("boot b-1\n+10 5\n+11 6\n-10\n+12 7\n-12\n+12 8\n+13 9");
+        let got: Vec<(u32, u64, &str)> = live
+            .iter()
+            .map(|i| (i.pid, i.start_ticks, i.boot_id.as_str()))
+            .collect();
+        assert_eq!(got, [(11, 6, "b-1"), (12, 8, "b-1")]);
         assert!(live_groups("").is_empty());
         assert!(live_groups("garbage\n+\n-x\n").is_empty());
+        // An older kiln's line has no start time: an identity no process matches.
+        let old = live_groups("+10\n");
+        assert_eq!((old[0].pid, old[0].boot_id.as_str()), (10, ""));
     }
 }

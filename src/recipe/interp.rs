@@ -45,6 +45,18 @@ pub const MAX_DEPTH: usize = 64;
 pub const FILTERS: &[&str] = &["nodot", "major", "minor", "lower", "upper", "quote"];
 
 impl Template {
+    /// A template that expands to `text` itself: a `--set` value is data, never a template
+    /// (`$$` stays two dollars, `${x}` stays those four characters).
+    pub fn literal(text: &str) -> Template {
+        Template {
+            parts: if text.is_empty() {
+                vec![]
+            } else {
+                vec![Part::Lit(text.to_string())]
+            },
+        }
+    }
+
     pub fn parse(text: &str) -> Result<Template, SyntaxError> {
         let mut parts = Vec::new();
         let mut lit = String::new();

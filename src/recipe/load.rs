@@ -79,6 +79,35 @@ pub fn load(spec: Option<&str>, opts: &LoadOptions) -> Result<Recipe> {
     Ok(recipe)
 }
 
+/// The name of the recipe `spec` names, from its files alone (no variable is expanded): what
+/// `kiln serve --stop` needs, which must not ask for the recipe's required `--set` values.
+pub fn name_of(spec: Option<&str>, paths: &StatePaths) -> Result<String> {
+    let origin = resolve(spec)?;
+    let shipped_root = paths.shipped();
+    let tree = match &origin {
+        Origin::Disk(path) => tree_of(path),
+        Origin::Embedded(_) => None,
+    };
+    let roots = Roots {
+        shipped: &shipped_root,
+        tree: tree.as_ref(),
+    };
+    let mut loaded = Loaded {
+        sources: Sources::default(),
+        files: Vec::new(),
+    };
+    read_tree(
+        &origin,
+        None,
+        &mut loaded,
+        &mut Vec::new(),
+        &mut Vec::new(),
+        &roots,
+    )?;
+    let (root_id, root) = loaded.files.last().expect("the root file is always loaded");
+    validate::recipe_name(&loaded.sources, *root_id, root.recipe.as_ref())
+}
+
 fn resolve(spec: Option<&str>) -> Result<Origin> {
     let Some(spec) = spec else {
         return Ok(Origin::Embedded(format!(

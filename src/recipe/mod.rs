@@ -17,7 +17,7 @@ use std::time::Duration;
 
 pub use api::Api;
 pub(crate) use cache::{slot_base, Inputs};
-pub use load::{load, LoadOptions};
+pub use load::{load, name_of, LoadOptions};
 
 /// A validated recipe: variables resolved, steps in dependency order.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]

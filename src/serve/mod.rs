@@ -46,6 +46,9 @@ pub struct Record {
     pub api: String,
     pub log: PathBuf,
     pub started_unix: u64,
+    /// Which process `pid` is (start time, boot, executable): `--stop` signals only that one.
+    #[serde(default)]
+    pub(crate) identity: Option<process::Identity>,
 }
 
 pub fn record_path(paths: &StatePaths, recipe: &str) -> PathBuf {
@@ -124,7 +127,7 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
         .is_ok()
         {
             let holder = read_record(l.paths, l.recipe)
-                .filter(|r| process::pid_alive(r.pid))
+                .filter(|r| r.identity.as_ref().is_some_and(|i| i.verify().is_ok()))
                 .map_or(String::new(), |r| {
                     format!(
                         " (kiln started profile `{}` there, pid {})",
@@ -180,6 +183,7 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
         started_unix: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
+        identity: process::Identity::of(child.pid),
     };
     write_atomic(
         &record_path(l.paths, l.recipe),
@@ -465,15 +469,30 @@ pub fn fetch_text(url: &str) -> Option<String> {
     }
 }
 
-/// Stop the server recorded for `recipe`; false when none was recorded or it was gone already.
-pub fn stop_recorded(paths: &StatePaths, recipe: &str) -> Result<Option<Record>> {
+/// What `kiln serve --stop` found.
+pub enum Stopped {
+    /// No server recorded (or it had ended already).
+    Nothing,
+    /// Its process group was ended.
+    Ended(Record),
+    /// The record no longer names the process kiln started: nothing was signalled (why).
+    Stale(Record, String),
+}
+
+/// Stop the server recorded for `recipe`, only if its pid still names the process kiln started
+/// (see [`process::identity`]); the record is removed either way.
+pub fn stop_recorded(paths: &StatePaths, recipe: &str) -> Result<Stopped> {
     let Some(r) = read_record(paths, recipe) else {
-        return Ok(None);
+        return Ok(Stopped::Nothing);
     };
-    let alive = process::group_alive(r.pid);
-    if alive {
-        process::kill_group(r.pid);
-    }
+    let outcome = match &r.identity {
+        Some(id) if id.pid == r.pid => process::stop_recorded_group(id),
+        _ => process::identity::verify_bare(r.pid),
+    };
     let _ = std::fs::remove_file(record_path(paths, recipe));
-    Ok(alive.then_some(r))
+    Ok(match outcome {
+        Ok(()) => Stopped::Ended(r),
+        Err(process::Refusal::Gone(_)) => Stopped::Nothing,
+        Err(why) => Stopped::Stale(r, why.to_string()),
+    })
 }

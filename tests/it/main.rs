@@ -7,6 +7,7 @@
 
 mod archive_safety;
 mod bench;
+mod coarse_clock;
 mod common;
 mod cuda_step;
 mod doctor;
@@ -22,7 +23,9 @@ mod input_limits;
 mod launch_preflight;
 mod net_deadlines;
 mod patch;
+mod patch_journal;
 mod patch_step;
+mod pid_safety;
 mod python_step;
 mod receipts_index;
 mod recipes;
@@ -30,6 +33,7 @@ mod report_html;
 mod serve;
 mod shell_help;
 mod shipped;
+mod state_dir;
 mod tune;
 mod up_e2e;
 mod up_outcome;

@@ -77,7 +77,7 @@ pub(super) fn build(loaded: &Loaded, opts: &LoadOptions) -> Result<Recipe> {
     let mut recipe_env = BTreeMap::new();
     for (file, f) in &loaded.files {
         for (k, v) in &f.env {
-            recipe_env.insert(k.get_ref().clone(), r.expand(*file, v)?);
+            recipe_env.insert(r.env_name(*file, k)?, r.expand(*file, v)?);
         }
     }
 
@@ -127,7 +127,11 @@ pub(super) fn build(loaded: &Loaded, opts: &LoadOptions) -> Result<Recipe> {
 
 /// The recipe's name (its `[recipe] name`, else its file's stem), checked to be usable as a
 /// directory name.
-fn recipe_name(sources: &Sources, root_id: usize, meta: Option<&wire::Meta>) -> Result<String> {
+pub(super) fn recipe_name(
+    sources: &Sources,
+    root_id: usize,
+    meta: Option<&wire::Meta>,
+) -> Result<String> {
     let name = meta
         .and_then(|m| m.name.as_ref().map(|n| n.get_ref().clone()))
         .unwrap_or_else(|| {
@@ -170,12 +174,9 @@ fn apply_overrides(r: &mut Resolver, overrides: &[(String, String)]) -> Result<(
                 Some(hint),
             ));
         }
-        let template = Template::parse(value).map_err(|e| {
-            Error::usage(
-                format!("`--set {key}=...`: {}", e.message),
-                Some(e.hint.to_string()),
-            )
-        })?;
+        // Taken literally: a value given on the command line is data (a password with `$$` or
+        // `${` in it is not a template to expand).
+        let template = Template::literal(value);
         let help = r.defs.get(key).and_then(|d| d.help.clone());
         r.defs.insert(
             key.clone(),

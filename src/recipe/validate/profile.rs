@@ -45,7 +45,7 @@ pub(super) fn profile(
         out.args.push(r.expand(file, a)?);
     }
     for (k, v) in &p.env {
-        out.env.insert(k.get_ref().clone(), r.expand(file, v)?);
+        out.env.insert(r.env_name(file, k)?, r.expand(file, v)?);
     }
     for e in &p.expect {
         out.expect.push(e.get_ref().clone());

@@ -161,7 +161,7 @@ pub(super) fn step(
 
     let mut env = recipe_env.clone();
     for (k, v) in &s.env {
-        env.insert(k.get_ref().clone(), r.expand(file, v)?);
+        env.insert(r.env_name(file, k)?, r.expand(file, v)?);
     }
     let mut inputs = Vec::new();
     for i in &s.inputs {

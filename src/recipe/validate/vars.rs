@@ -302,6 +302,29 @@ impl Resolver<'_> {
         Ok(base.join(self.expand(file, s)?))
     }
 
+    /// An `env` key, refused where no process could receive it: empty, or holding `=` (which
+    /// would split into another name and value) or a NUL byte.
+    pub(super) fn env_name(&self, file: usize, k: &Spanned<String>) -> Result<String> {
+        let name = k.get_ref();
+        let why = if name.is_empty() {
+            "is empty"
+        } else if name.contains('=') {
+            "contains `=` (the environment would read it as another name and value)"
+        } else if name.contains('\0') {
+            "contains a NUL byte"
+        } else {
+            return Ok(name.clone());
+        };
+        Err(self
+            .diag(
+                file,
+                k.span(),
+                format!("environment variable name `{}` {why}", name.escape_debug()),
+            )
+            .with_hint("name it with letters, digits and `_`, e.g. `CUDA_HOME`; the value goes after `=` in TOML: `env = { NAME = \"value\" }`")
+            .into())
+    }
+
     pub(super) fn diag(
         &self,
         file: usize,

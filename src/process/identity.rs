@@ -1,0 +1,215 @@
+//! Which process a recorded pid meant: its start time (`/proc/PID/stat` field 22, clock ticks
+//! since boot), the boot it ran in (`/proc/sys/kernel/random/boot_id`) and its executable. A
+//! pid read back from the state directory is signalled only while the process holding it is
+//! still that one; pids 0 and 1 and kiln's own process group never are.
+//!
+//! The start time is what decides: the kernel never gives one pid to two processes started in
+//! the same tick of one boot, and an `exec` keeps it (a `sh -c 'exec server'` wrapper is still the
+//! process kiln started). The executable is recorded with them, and must still be readable: a
+//! process whose `/proc/PID/exe` kiln cannot read (another user's) is not signalled.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// What identifies one process across time: enough to tell it from a later holder of its pid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Identity {
+    pub(crate) pid: u32,
+    /// `/proc/PID/stat` field 22: clock ticks after boot when it started.
+    pub(crate) start_ticks: u64,
+    pub(crate) boot_id: String,
+    pub(crate) exe: PathBuf,
+}
+
+/// Why a recorded process is not signalled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// pid 0 or 1: `kill(-pid)` would mean kiln's own group or every process.
+    Reserved(u32),
+    /// The group kiln itself runs in.
+    OwnGroup(u32),
+    /// No process holds the pid any more.
+    Gone(u32),
+    /// Recorded in an earlier boot.
+    OtherBoot(u32),
+    /// The pid now belongs to a process started at another time.
+    Reused { pid: u32, recorded: u64, now: u64 },
+    /// The record says nothing that identifies the process (an older kiln wrote it).
+    Unidentified(u32),
+    /// Its executable cannot be read (another user's process).
+    Unreadable(u32),
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Reserved(p) => write!(
+                f,
+                "pid {p} is never signalled (as a process group it means {})",
+                if *p == 0 {
+                    "kiln's own group"
+                } else {
+                    "every process"
+                }
+            ),
+            Refusal::OwnGroup(p) => write!(f, "process group {p} is kiln's own"),
+            Refusal::Gone(p) => write!(f, "no process {p} is running"),
+            Refusal::OtherBoot(p) => {
+                write!(f, "pid {p} was recorded before the machine restarted")
+            }
+            Refusal::Reused { pid, recorded, now } => write!(
+                f,
+                "pid {pid} now belongs to another process (started at tick {now}, not {recorded})"
+            ),
+            Refusal::Unidentified(p) => write!(
+                f,
+                "the record of pid {p} has no start time to tell the process from a later one"
+            ),
+            Refusal::Unreadable(p) => write!(
+                f,
+                "the executable of pid {p} cannot be read (not kiln's user's process)"
+            ),
+        }
+    }
+}
+
+/// This boot's id, if the kernel says it.
+pub(crate) fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// `/proc/PID/stat` field 22 (the start time); fields are counted after the `(comm)`, which
+/// may itself hold spaces and parentheses.
+pub(crate) fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    // rest starts at field 3 (state).
+    rest.split_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+fn exe(pid: u32) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/exe")).ok()
+}
+
+/// kiln's own process group.
+fn own_group() -> u32 {
+    // SAFETY: getpgrp has no preconditions and cannot fail.
+    u32::try_from(unsafe { libc::getpgrp() }).unwrap_or(0)
+}
+
+impl Identity {
+    /// The identity of the live process `pid`, read now (`None` if it is gone or unreadable).
+    pub(crate) fn of(pid: u32) -> Option<Identity> {
+        Some(Identity {
+            pid,
+            start_ticks: start_ticks(pid)?,
+            boot_id: boot_id()?,
+            exe: exe(pid)?,
+        })
+    }
+
+    /// Whether the process holding `self.pid` now is the one recorded, and may be signalled
+    /// as the leader of its group.
+    pub(crate) fn verify(&self) -> Result<(), Refusal> {
+        let pid = self.pid;
+        if pid <= 1 {
+            return Err(Refusal::Reserved(pid));
+        }
+        if pid == own_group() {
+            return Err(Refusal::OwnGroup(pid));
+        }
+        if self.boot_id.is_empty() {
+            return Err(Refusal::Unidentified(pid));
+        }
+        if boot_id().as_deref() != Some(self.boot_id.as_str()) {
+            return Err(Refusal::OtherBoot(pid));
+        }
+        let now = start_ticks(pid).ok_or(Refusal::Gone(pid))?;
+        if now != self.start_ticks {
+            return Err(Refusal::Reused {
+                pid,
+                recorded: self.start_ticks,
+                now,
+            });
+        }
+        exe(pid).ok_or(Refusal::Unreadable(pid))?;
+        Ok(())
+    }
+}
+
+/// A pid read from a record that has no identity (written by an older kiln): nothing proves
+/// it is still the process kiln started, so it is always refused, with the reason.
+pub(crate) fn verify_bare(pid: u32) -> Result<(), Refusal> {
+    if pid <= 1 {
+        return Err(Refusal::Reserved(pid));
+    }
+    if pid == own_group() {
+        return Err(Refusal::OwnGroup(pid));
+    }
+    Err(Refusal::Unidentified(pid))
+}
+
+/// Whether kiln may signal process group `pgid` at all (a last guard in front of `killpg`):
+/// never 0 or 1, never kiln's own group.
+pub(crate) fn signallable_group(pgid: u32) -> bool {
+    pgid > 1 && pgid != own_group() && libc::pid_t::try_from(pgid).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_itself_and_a_changed_start_time_is_not() {
+        let me = Identity::of(std::process::id()).expect("own identity");
+        assert!(me.start_ticks > 0 && !me.boot_id.is_empty());
+        // This test process leads no group of its own, so it is not refused as kiln's group
+        // unless the harness made it a leader.
+        if own_group() != me.pid {
+            assert_eq!(me.verify(), Ok(()));
+        }
+        let older = Identity {
+            start_ticks: me.start_ticks - 1,
+            ..me.clone()
+        };
+        assert!(matches!(older.verify(), Err(Refusal::Reused { .. })));
+        let rebooted = Identity {
+            boot_id: "00000000-0000-0000-0000-000000000000".into(),
+            ..me.clone()
+        };
+        assert_eq!(rebooted.verify(), Err(Refusal::OtherBoot(me.pid)));
+        for pid in [0, 1] {
+            let hostile = Identity { pid, ..me.clone() };
+            assert_eq!(hostile.verify(), Err(Refusal::Reserved(pid)));
+        }
+        let group = Identity {
+            pid: own_group(),
+            ..me
+        };
+        assert_eq!(group.verify(), Err(Refusal::OwnGroup(own_group())));
+        assert!(!signallable_group(0) && !signallable_group(1));
+        assert!(!signallable_group(own_group()));
+        assert!(!signallable_group(u32::MAX));
+    }
+
+    #[test]
+    fn a_comm_with_spaces_and_parentheses_does_not_shift_the_fields() {
+        // The kernel names a process (`comm`) after the file it executes.
+        let dir = tempfile::tempdir().unwrap();
+        let odd = dir.path().join("a) b (c");
+        std::os::unix::fs::symlink(which::which("sleep").unwrap(), &odd).unwrap();
+        let mut child = std::process::Command::new(&odd).arg("5").spawn().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let id = Identity::of(child.id()).expect("child identity");
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
+        assert!(stat.contains("(a) b (c)"), "{stat}");
+        let mine = start_ticks(std::process::id()).unwrap();
+        assert!(id.start_ticks >= mine, "{id:?} vs {mine}");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}

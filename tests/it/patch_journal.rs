@@ -1,0 +1,182 @@
+//! `kiln patch apply` killed (SIGKILL) at every write point of a real sglang 0.5.9 apply: the
+//! next `check` tells the truth, and `revert` (or the next `apply`) ends byte-identical to the
+//! original (or to a clean apply), with no temp file or journal left behind.
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+
+use crate::common::{copy_tree, wheel_site, Workspace};
+
+/// The files the sm120 sets patch (the rest of the wheels is not read by them).
+const FILES: [(&str, &str); 4] = [
+    (
+        "sglang==0.5.9",
+        "sglang/srt/distributed/device_communicators/all_reduce_utils.py",
+    ),
+    (
+        "sglang==0.5.9",
+        "sglang/srt/distributed/device_communicators/torch_symm_mem.py",
+    ),
+    ("sglang==0.5.9", "sglang/srt/layers/communicator.py"),
+    ("flashinfer-python==0.6.3", "flashinfer/jit/comm.py"),
+];
+const DIST_INFO: [(&str, &str); 2] = [
+    ("sglang==0.5.9", "sglang-0.5.9.dist-info"),
+    (
+        "flashinfer-python==0.6.3",
+        "flashinfer_python-0.6.3.dist-info",
+    ),
+];
+
+/// A site-packages holding the real wheels' metadata and the files the sets patch, with the
+/// flashinfer set (which the sglang set requires) applied.
+fn new_site(ws: &Workspace) -> PathBuf {
+    let site = ws.path().join("site");
+    for (spec, dir) in DIST_INFO {
+        copy_tree(&wheel_site(spec).join(dir), &site.join(dir));
+    }
+    for (spec, file) in FILES {
+        std::fs::create_dir_all(site.join(file).parent().unwrap()).unwrap();
+        std::fs::copy(wheel_site(spec).join(file), site.join(file)).unwrap();
+    }
+    let (code, out) = patch(ws, &site, "apply", "flashinfer-0.6.3-sm120", None);
+    assert_eq!(code, Some(0), "{out}");
+    site
+}
+
+/// Every file under `dir` (temp files included) with its bytes' sha256.
+fn tree(dir: &Path) -> BTreeMap<PathBuf, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = entry.path();
+            if entry.file_type().unwrap().is_dir() {
+                stack.push(p);
+            } else {
+                let bytes = std::fs::read(&p).unwrap();
+                out.insert(
+                    p.strip_prefix(dir).unwrap().to_path_buf(),
+                    kiln::hash::sha256_bytes(&bytes),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// `kiln patch ACTION SET`, killed at write point `kill_at` if given: (exit code, output).
+fn patch(
+    ws: &Workspace,
+    site: &Path,
+    action: &str,
+    set: &str,
+    kill_at: Option<u32>,
+) -> (Option<i32>, String) {
+    let mut cmd = ws.kiln();
+    cmd.args(["patch", action, set, "--site-packages"])
+        .arg(site);
+    if let Some(n) = kill_at {
+        cmd.env("KILN_TEST_PATCH_KILL_AT", n.to_string());
+    }
+    let out = cmd.output().unwrap();
+    if kill_at.is_some() && out.status.code().is_none() {
+        assert_eq!(out.status.signal(), Some(libc::SIGKILL));
+    }
+    (
+        out.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn journal_left(ws: &Workspace) -> bool {
+    std::fs::read_dir(ws.state().join("patches/journal")).is_ok_and(|mut d| d.next().is_some())
+}
+
+const SET: &str = "sglang-0.5.9-sm120";
+
+#[test]
+fn a_kill_at_any_write_point_of_an_apply_is_undone_or_finished() {
+    // The trees before and after a clean apply.
+    let ws = Workspace::new();
+    let site0 = new_site(&ws);
+    let original = tree(&site0);
+    let (code, out) = patch(&ws, &site0, "apply", SET, None);
+    assert_eq!(code, Some(0), "{out}");
+    let applied = tree(&site0);
+    assert_ne!(original, applied);
+
+    let mut points = 0;
+    for n in 1.. {
+        // Killed at point n, then check, revert, apply, revert.
+        let ws = Workspace::new();
+        let site = new_site(&ws);
+        let (code, out) = patch(&ws, &site, "apply", SET, Some(n));
+        if code == Some(0) {
+            assert_eq!(tree(&site), applied, "{out}");
+            break;
+        }
+        assert_eq!(code, None, "point {n}: not killed:\n{out}");
+        points = n;
+        let interrupted = journal_left(&ws);
+        let (code, out) = patch(&ws, &site, "check", SET, None);
+        if code == Some(0) {
+            assert_eq!(
+                tree(&site),
+                applied,
+                "point {n}: check says applied:\n{out}"
+            );
+            assert!(!interrupted, "point {n}:\n{out}");
+        } else {
+            assert_eq!(code, Some(1), "point {n}:\n{out}");
+        }
+        if interrupted {
+            assert!(
+                out.contains("interrupted: an apply of this set by process"),
+                "point {n}: check hides the interrupted apply:\n{out}"
+            );
+        }
+        let (code, out) = patch(&ws, &site, "revert", SET, None);
+        assert_eq!(code, Some(0), "point {n}:\n{out}");
+        assert_eq!(
+            tree(&site),
+            original,
+            "point {n}: revert did not restore the originals:\n{out}"
+        );
+        assert!(!journal_left(&ws), "point {n}: journal kept");
+        let (code, out) = patch(&ws, &site, "apply", SET, None);
+        assert_eq!(code, Some(0), "point {n}:\n{out}");
+        assert_eq!(tree(&site), applied, "point {n}:\n{out}");
+        let (code, out) = patch(&ws, &site, "revert", SET, None);
+        assert_eq!((code, tree(&site) == original), (Some(0), true), "{out}");
+
+        // Killed at point n, then apply again straight away.
+        let ws = Workspace::new();
+        let site = new_site(&ws);
+        let (code, _) = patch(&ws, &site, "apply", SET, Some(n));
+        assert_eq!(code, None);
+        let (code, out) = patch(&ws, &site, "apply", SET, None);
+        assert_eq!(code, Some(0), "point {n}:\n{out}");
+        assert_eq!(
+            tree(&site),
+            applied,
+            "point {n}: apply after a kill:\n{out}"
+        );
+        assert!(!journal_left(&ws));
+        let (code, out) = patch(&ws, &site, "revert", SET, None);
+        assert_eq!(code, Some(0), "point {n}:\n{out}");
+        assert_eq!(
+            tree(&site),
+            original,
+            "point {n}: revert after a kill:\n{out}"
+        );
+    }
+    // 3 backups, the journal, each of 3 files before and after its rename, the record, the
+    // journal's removal.
+    assert!(points >= 11, "only {points} write points");
+}
