@@ -6,6 +6,7 @@ pub mod client;
 pub mod plot;
 mod protocol;
 pub mod stats;
+pub mod wire;
 
 use std::path::Path;
 use std::time::Duration;

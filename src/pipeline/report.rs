@@ -56,14 +56,15 @@ pub struct ReportFiles {
     pub html: PathBuf,
 }
 
-/// 0 when every tuning is active, 1 when one fell back or is unknown, 2 when one crashed.
+/// 0 when every tuning is active, 1 when one fell back or is unknown (or only configured), 2 when
+/// one crashed or its evidence conflicts.
 pub fn verdict_code(verdicts: &[Verdict]) -> u8 {
     verdicts
         .iter()
         .map(|v| match v.status {
             Status::Active => 0,
-            Status::FellBack | Status::Unknown => 1,
-            Status::Crashed => 2,
+            Status::FellBack | Status::Unknown | Status::Configured => 1,
+            Status::Crashed | Status::Conflicting => 2,
         })
         .max()
         .unwrap_or(0)

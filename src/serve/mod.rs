@@ -1,6 +1,7 @@
 //! `serve`: launch a profile's server in its own process group (log in the state dir), wait for
 //! readiness with phase milestones, triage an early exit, and judge the tunings it asked for.
 
+pub mod evidence;
 pub mod logtail;
 pub mod signatures;
 pub mod verdict;
@@ -46,6 +47,13 @@ pub struct Record {
     pub api: String,
     pub log: PathBuf,
     pub started_unix: u64,
+    /// Where this launch's header starts in `log` (the file is appended to, launch after launch):
+    /// the launch boundary is this offset kiln recorded, never a line of text.
+    #[serde(default)]
+    pub log_offset: u64,
+    /// The nonce in this launch's header line, checked at `log_offset` before its lines are read.
+    #[serde(default)]
+    pub launch_id: String,
 }
 
 pub fn record_path(paths: &StatePaths, recipe: &str) -> PathBuf {
@@ -148,6 +156,7 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
     let mut spec = CommandSpec::new(program.clone(), rest.iter().chain(&p.args).cloned());
     spec.env = p.env.clone();
     let log_start;
+    let launch_id = launch_nonce();
     {
         use std::io::Write;
         let mut f = std::fs::OpenOptions::new()
@@ -158,9 +167,9 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
         log_start = f.metadata().map_or(0, |m| m.len());
         let _ = writeln!(
             f,
-            "=== kiln serve {} --profile {}: {}",
-            l.recipe,
-            l.profile_name,
+            "{} {}: {}",
+            launch_header(l.recipe, l.profile_name),
+            launch_tag(&launch_id),
             crate::redact::Redactor::from_env(
                 spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str()))
             )
@@ -180,6 +189,8 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
         started_unix: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
+        log_offset: log_start,
+        launch_id,
     };
     write_atomic(
         &record_path(l.paths, l.recipe),
@@ -217,6 +228,53 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
             Err(e)
         }
     }
+}
+
+/// The first words of the header line kiln writes before each launch.
+fn launch_header(recipe: &str, profile: &str) -> String {
+    format!("=== kiln serve {recipe} --profile {profile}")
+}
+
+fn launch_tag(id: &str) -> String {
+    format!("[launch {id}]")
+}
+
+/// A nonce for one launch: 16 random bytes as hex (the time and pid where /dev/urandom is not
+/// readable).
+fn launch_nonce() -> String {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    if read.is_err() {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        return crate::hash::sha256_bytes(format!("{t}-{}", std::process::id()).as_bytes())[..32]
+            .to_string();
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// This launch's lines of its log: what follows the header kiln wrote at `record.log_offset`,
+/// checked by its nonce. `None` when the file no longer holds that header there (rotated,
+/// truncated): no line of server output can stand in for it.
+pub fn launch_lines(record: &Record) -> Option<Vec<String>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(&record.log).ok()?;
+    f.seek(SeekFrom::Start(record.log_offset)).ok()?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let (header, rest) = text.split_once('\n')?;
+    let expected = format!(
+        "{} {}: ",
+        launch_header(&record.recipe, &record.profile),
+        launch_tag(&record.launch_id)
+    );
+    if record.launch_id.is_empty() || !header.starts_with(&expected) {
+        return None;
+    }
+    Some(rest.lines().map(String::from).collect())
 }
 
 /// The error of a profile that was not ready within its timeout.
