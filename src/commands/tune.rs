@@ -171,7 +171,7 @@ struct Evaluator<'a> {
     settings: &'a Settings,
     recipe_args: &'a RecipeArgs,
     profile: &'a str,
-    reference: Option<&'a [Vec<String>]>,
+    reference: Option<&'a [crate::bench::ab::Output]>,
     ab_tokens: u32,
     launches: usize,
 }

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::judge::{judge, Outcome};
 use super::Launched;
+use crate::bench::wire::escape_controls;
 use crate::bench::{self, ab::Comparison};
 use crate::error::{Error, Result};
 use crate::fs::write_atomic;
@@ -68,6 +69,11 @@ pub fn verdict_code(verdicts: &[Verdict]) -> u8 {
         })
         .max()
         .unwrap_or(0)
+}
+
+/// A Markdown table cell of wire text: control characters escaped, `|` kept in the cell.
+fn md_cell(s: &str) -> String {
+    escape_controls(s).replace('|', "\\|")
 }
 
 impl Report {
@@ -146,7 +152,7 @@ impl Report {
             }
         );
         for w in &self.outcome.warnings {
-            let _ = write!(md, "\n- warning: {w}");
+            let _ = write!(md, "\n- warning: {}", escape_controls(w));
         }
         md.push_str(
             "\n\n## Tuning verdicts\n\n| feature | verdict | reason | evidence |\n|---|---|---|---|\n",
@@ -157,8 +163,8 @@ impl Report {
                 "| {} | {} | {} | {} |",
                 v.feature,
                 v.status.label(),
-                v.reason,
-                v.evidence.as_deref().unwrap_or("").replace('|', "\\|")
+                md_cell(&v.reason),
+                md_cell(v.evidence.as_deref().unwrap_or(""))
             );
         }
         if let (Some(c), Some(base)) = (&served.ab, &served.baseline) {

@@ -193,6 +193,15 @@ pub fn verdicts(l: &Launched, served: bool) -> Vec<Verdict> {
                         format!("enable_{key}")
                     }
                 );
+                let note = crate::bench::wire::escape_controls(&note);
+                // A resolved-configuration echo is `configured`, never proof it runs.
+                if v.status == verdict::Status::Unknown && value == &serde_json::Value::Bool(true) {
+                    v.status = verdict::Status::Configured;
+                    v.reason = format!(
+                        "{from} says it is enabled; no line shows it at work ({})",
+                        v.reason
+                    );
+                }
                 v.evidence = Some(match v.evidence.take() {
                     Some(e) => format!("{e}; {note}"),
                     None => note,
@@ -266,7 +275,7 @@ pub fn greedy_outputs(
     v: Variant,
     max_tokens: u32,
     say: &mut dyn FnMut(&str),
-) -> Result<Vec<Vec<String>>> {
+) -> Result<Vec<ab::Output>> {
     let launched = launch(s, v, false, None, say)?;
     let Some(url) = launched.running.record.url.clone() else {
         launched.stop(s);
@@ -306,15 +315,21 @@ impl Default for BenchOptions {
     }
 }
 
-/// What identifies a bench setup: this host's GPU and driver, the server, model and arguments.
+/// What identifies a bench setup: this host's GPU and driver, the server, model and arguments
+/// (its settings endpoint; its launch command where kiln knows it).
 pub fn bench_fingerprint(facts: &Facts, url: &str, api: Api) -> Fingerprint {
-    let (server, model, server_args) = bench::server_fingerprint(url, api);
+    fingerprint_of(facts, url, api, None)
+}
+
+fn fingerprint_of(facts: &Facts, url: &str, api: Api, launch: Option<&[String]>) -> Fingerprint {
+    let (server, model, server_args, settings) = bench::server_fingerprint(url, api, launch);
     Fingerprint {
         gpu: facts.get("gpu.name").unwrap_or_else(|| "no GPU".into()),
         driver: facts.get("gpu.driver").unwrap_or_else(|| "-".into()),
         server,
         model,
         server_args,
+        settings,
     }
 }
 
@@ -329,7 +344,8 @@ pub fn measure(
     opts: &BenchOptions,
     narrate: &mut Narrator,
 ) -> Result<(bench::Report, PathBuf)> {
-    let fp = bench_fingerprint(facts, url, api);
+    let launch = serve::recorded_argv(paths, url);
+    let fp = fingerprint_of(facts, url, api, launch.as_deref());
     (narrate.progress)(&format!(
         "Benchmarking {url} max_tokens={}, num_runs={}, warmup={}",
         opts.max_tokens, opts.runs, opts.warmup

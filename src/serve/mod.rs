@@ -54,6 +54,27 @@ pub struct Record {
     /// The nonce in this launch's header line, checked at `log_offset` before its lines are read.
     #[serde(default)]
     pub launch_id: String,
+    /// The command line it was started with (secret values redacted): the bench fingerprint's
+    /// server arguments.
+    #[serde(default)]
+    pub argv: Vec<String>,
+}
+
+/// The command line of the server kiln recorded at `url`, if one is recorded and alive.
+pub fn recorded_argv(paths: &StatePaths, url: &str) -> Option<Vec<String>> {
+    let url = url.trim_end_matches('/');
+    std::fs::read_dir(paths.serve_dir())
+        .ok()?
+        .filter_map(std::result::Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|t| serde_json::from_str::<Record>(&t).ok())
+        .find(|r| {
+            r.url.as_deref().map(|u| u.trim_end_matches('/')) == Some(url)
+                && !r.argv.is_empty()
+                && process::pid_alive(r.pid)
+        })
+        .map(|r| r.argv)
 }
 
 pub fn record_path(paths: &StatePaths, recipe: &str) -> PathBuf {
@@ -157,6 +178,14 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
     spec.env = p.env.clone();
     let log_start;
     let launch_id = launch_nonce();
+    let redactor =
+        crate::redact::Redactor::from_env(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let argv: Vec<String> = p
+        .cmd
+        .iter()
+        .chain(&p.args)
+        .map(|a| redactor.redact(a))
+        .collect();
     {
         use std::io::Write;
         let mut f = std::fs::OpenOptions::new()
@@ -170,10 +199,7 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
             "{} {}: {}",
             launch_header(l.recipe, l.profile_name),
             launch_tag(&launch_id),
-            crate::redact::Redactor::from_env(
-                spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str()))
-            )
-            .redact(&spec.display())
+            redactor.redact(&spec.display())
         );
     }
     let mut tail = LogTail::from_end(&log_path);
@@ -191,6 +217,7 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
             .map_or(0, |d| d.as_secs()),
         log_offset: log_start,
         launch_id,
+        argv,
     };
     write_atomic(
         &record_path(l.paths, l.recipe),
@@ -252,7 +279,11 @@ fn launch_nonce() -> String {
         return crate::hash::sha256_bytes(format!("{t}-{}", std::process::id()).as_bytes())[..32]
             .to_string();
     }
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    b.iter().fold(String::new(), |mut s, x| {
+        use std::fmt::Write;
+        let _ = write!(s, "{x:02x}");
+        s
+    })
 }
 
 /// This launch's lines of its log: what follows the header kiln wrote at `record.log_offset`,

@@ -397,7 +397,7 @@ impl Signatures {
             lines
                 .iter()
                 .find(|l| c.patterns.iter().any(|p| p.is_match(l)))
-                .map(|l| (c, l.trim().to_string()))
+                .map(|l| (c, crate::bench::wire::escape_controls(l.trim())))
         })
     }
 }

@@ -219,26 +219,14 @@ fn judge_one(
     profile: &Profile,
     ev: &Evidence,
 ) -> Verdict {
+    // Evidence is the server's text: escaped once here, for every output that shows it.
     let verdict = |status, reason: String, evidence: Option<String>| Verdict {
         feature: f.id.clone(),
         status,
-        reason,
-        evidence,
+        reason: escape_controls(&reason),
+        evidence: evidence.map(|e| escape_controls(&e)),
     };
-    // A crash line counts with crash context: the end of a traceback, or the server's exit.
-    let crash = ev.log.iter().enumerate().find(|(i, l)| {
-        f.crashed.iter().any(|p| p.is_match(l)) && (ev.exited || ends_traceback(ev.log, *i))
-    });
-    let crash = crash.map(|(_, l)| l.trim().to_string()).or_else(|| {
-        ev.exited
-            .then(|| {
-                own.iter()
-                    .find(|e| f.crashed.iter().any(|p| p.is_match(&e.message)))
-                    .map(|e| e.text.clone())
-            })
-            .flatten()
-    });
-    if let Some(line) = crash {
+    if let Some(line) = crash_line(f, own, ev) {
         return verdict(
             Status::Crashed,
             "the server crashed in its code path".into(),
@@ -342,6 +330,28 @@ fn judge_one(
         Status::Unknown
     };
     verdict(status, f.absent_reason.clone(), None)
+}
+
+/// The line of a crash of the feature's code path, with crash context: the end of a traceback,
+/// or (once the server has exited) a crash line of its own logger.
+fn crash_line(f: &Feature, own: &[&Entry], ev: &Evidence) -> Option<String> {
+    let crashed = |l: &str| f.crashed.iter().any(|p| p.is_match(l));
+    let after_traceback = ev
+        .log
+        .iter()
+        .enumerate()
+        .find(|(i, l)| crashed(l) && (ev.exited || ends_traceback(ev.log, *i)));
+    after_traceback
+        .map(|(_, l)| l.trim().to_string())
+        .or_else(|| {
+            ev.exited
+                .then(|| {
+                    own.iter()
+                        .find(|e| crashed(&e.message))
+                        .map(|e| e.text.clone())
+                })
+                .flatten()
+        })
 }
 
 /// A gate of the server's code evaluated from the launch: `Some` when it stays closed.
