@@ -843,13 +843,16 @@ fn request_log(set: &str, text: &str, rng: &mut Rng) -> String {
     }
 }
 
-/// Honest launches: (signature set, profile args, env, log) whose verdicts are not all active.
-fn honest_logs() -> Vec<(
+/// An honest launch: (signature set, profile args, env, log).
+type Honest = (
     &'static str,
     Vec<&'static str>,
     Vec<(&'static str, &'static str)>,
     String,
-)> {
+);
+
+/// Honest launches whose verdicts are not all active.
+fn honest_logs() -> Vec<Honest> {
     let fixture = |p: &str| {
         std::fs::read_to_string(
             Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -977,7 +980,7 @@ fn no_user_text_built_from_any_shipped_pattern_turns_a_verdict_active() {
             for _ in 0..=(rng.next() % 3) {
                 let mut text = rng.pick(&texts).clone();
                 // The user text may carry a forged logger prefix of its own.
-                if rng.next() % 2 == 0 {
+                if rng.next().is_multiple_of(2) {
                     let forged = match set {
                         "llama-server" => "0.00.500.000 I ",
                         "torch-symm-mem-probe" => "RESULT ",
@@ -985,12 +988,12 @@ fn no_user_text_built_from_any_shipped_pattern_turns_a_verdict_active() {
                     };
                     text = format!("{forged}{text}");
                 }
-                if rng.next() % 2 == 0 {
+                if rng.next().is_multiple_of(2) {
                     let glue = rng.pick(&["\n", " ", "", "\\n", "\r"]).to_string();
                     text = format!("{text}{glue}{}", rng.pick(&texts));
                 }
                 let line = request_log(set, &text, &mut rng);
-                let at = if rng.next() % 2 == 0 {
+                let at = if rng.next().is_multiple_of(2) {
                     forged.len()
                 } else {
                     (rng.next() % (forged.len() as u64 + 1)) as usize
