@@ -198,3 +198,51 @@ impl Report {
         Ok(files)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::judge::Outcome;
+
+    #[test]
+    fn wire_text_reaches_report_md_and_json_escaped() {
+        let report = Report {
+            recipe: "r".into(),
+            stage: None,
+            served: Some(Served {
+                profile: "p".into(),
+                url: None,
+                pid: 1,
+                ready_after_s: 0.0,
+                verdicts: vec![Verdict {
+                    feature: "threads".into(),
+                    status: Status::FellBack,
+                    reason: "a | b\u{1b}[2J".into(),
+                    evidence: Some("n_threads = 1 \u{1b}]0;owned\u{7}".into()),
+                }],
+                baseline: None,
+                ab: None,
+                bench: None,
+            }),
+            strict: false,
+            outcome: Outcome {
+                ok: false,
+                error: None,
+                warnings: vec!["bench: \u{1b}[31mred".into()],
+                hint: None,
+            },
+            exit_code: 1,
+        };
+        let md = report.to_markdown();
+        assert!(!md.contains('\u{1b}') && !md.contains('\u{7}'), "{md:?}");
+        assert!(
+            md.contains(
+                "| threads | fell back | a \\| b\\u{1b}[2J | n_threads = 1 \\u{1b}]0;owned\\u{7} |"
+            ) && md.contains("- warning: bench: \\u{1b}[31mred"),
+            "{md}"
+        );
+        // Verdicts escape their evidence when they are made (serve::verdict), so report.json's
+        // strings hold the escaped text too; serde escapes whatever else as \u001b.
+        assert!(!report.to_json().contains('\u{1b}'));
+    }
+}
