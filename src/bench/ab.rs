@@ -1,11 +1,15 @@
-//! Greedy A/B: the same fixed prompts at temperature 0 against two servers; token-level
-//! agreement and the first divergence per prompt.
+//! Greedy A/B: the same fixed prompts at temperature 0 against two servers; agreement and the
+//! first divergence per prompt. Outputs compare as sequences, never as chunks: token ids where
+//! the API streams them (SGLang), else the concatenated text character by character, so the same
+//! text streamed one or two tokens per chunk is identical. One output ending where the other
+//! goes on is wrong output, however late.
 
 use std::time::Duration;
 
 use serde::Serialize;
 
 use super::client::{self, Api, Request};
+use super::wire::escape_controls;
 use crate::error::Result;
 
 /// Fixed prompts: plain text, code, a list and numbers, so different kernels get exercised.
@@ -16,8 +20,36 @@ pub const PROMPTS: &[&str] = &[
     "Q: What is 17 * 23? Show your work.\nA:",
 ];
 
-/// Greedy outputs (token ids or streamed pieces) for every prompt.
-pub fn collect(base: &str, api: Api, max_tokens: u32) -> Result<Vec<Vec<String>>> {
+/// One greedy output: the token ids where the API streams them, the text, the token count.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Output {
+    pub ids: Option<Vec<String>>,
+    pub text: String,
+    pub tokens: u64,
+}
+
+impl Output {
+    /// An output of token ids (`text` their concatenation).
+    pub fn of_ids(ids: &[&str]) -> Output {
+        Output {
+            ids: Some(ids.iter().map(|s| (*s).to_string()).collect()),
+            text: ids.concat(),
+            tokens: ids.len() as u64,
+        }
+    }
+
+    /// An output known by its text and token count only (an OpenAI stream).
+    pub fn of_text(text: &str, tokens: u64) -> Output {
+        Output {
+            ids: None,
+            text: text.to_string(),
+            tokens,
+        }
+    }
+}
+
+/// Greedy outputs for every prompt.
+pub fn collect(base: &str, api: Api, max_tokens: u32) -> Result<Vec<Output>> {
     PROMPTS
         .iter()
         .map(|p| {
@@ -28,7 +60,11 @@ pub fn collect(base: &str, api: Api, max_tokens: u32) -> Result<Vec<Vec<String>>
                 ignore_eos: true,
                 timeout: Duration::from_secs(600),
             };
-            client::generate(base, api, &req).map(|g| g.pieces)
+            client::generate(base, api, &req).map(|g| Output {
+                ids: (api == Api::Sglang && !g.pieces.is_empty()).then_some(g.pieces),
+                text: g.text,
+                tokens: g.tokens,
+            })
         })
         .collect()
 }
@@ -36,10 +72,13 @@ pub fn collect(base: &str, api: Api, max_tokens: u32) -> Result<Vec<Vec<String>>
 #[derive(Debug, Clone, Serialize)]
 pub struct PromptResult {
     pub prompt: String,
-    /// Tokens equal before the first divergence.
+    /// What `agree` and `total` count: `tokens` (ids compared) or `characters` (text compared).
+    pub unit: &'static str,
+    /// Units equal before the first divergence.
     pub agree: usize,
     pub total: usize,
-    /// (index, baseline token, candidate token) of the first divergence.
+    /// (index, baseline, candidate) at the first divergence: a token, or the next characters;
+    /// `<end>` where one output ended.
     pub first_divergence: Option<(usize, String, String)>,
     pub status: &'static str,
 }
@@ -54,36 +93,65 @@ pub struct Comparison {
 }
 
 /// Compare candidate outputs with the baseline's. A divergence before `min_prefix` tokens is
-/// "wrong output"; a later one is "diverged late" (reduction-order noise is plausible there).
-pub fn compare(
-    baseline: &[Vec<String>],
-    candidate: &[Vec<String>],
-    min_prefix: usize,
-) -> Comparison {
+/// "wrong output"; a later one is "diverged late" (reduction-order noise is plausible there). An
+/// output that ends while the other goes on is "wrong output" wherever it ends. Text is compared
+/// by characters; `min_prefix` is then converted with the baseline's characters per token.
+pub fn compare(baseline: &[Output], candidate: &[Output], min_prefix: usize) -> Comparison {
     let mut prompts = Vec::new();
     for (i, (a, b)) in baseline.iter().zip(candidate).enumerate() {
-        let total = a.len().max(b.len());
-        let agree = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+        let (unit, x, y, min) = if let (Some(x), Some(y)) = (&a.ids, &b.ids) {
+            ("tokens", x.clone(), y.clone(), min_prefix)
+        } else {
+            let chars = |s: &str| s.chars().map(String::from).collect::<Vec<_>>();
+            let (x, y) = (chars(&a.text), chars(&b.text));
+            let per_token = if a.tokens > 0 {
+                x.len() as f64 / a.tokens as f64
+            } else {
+                1.0
+            };
+            let min = (min_prefix as f64 * per_token).ceil() as usize;
+            ("characters", x, y, min)
+        };
+        let total = x.len().max(y.len());
+        let agree = x.iter().zip(&y).take_while(|(p, q)| p == q).count();
+        let ended = agree == x.len().min(y.len());
         let first = (agree < total).then(|| {
-            (
-                agree,
-                a.get(agree).cloned().unwrap_or_else(|| "<end>".into()),
-                b.get(agree).cloned().unwrap_or_else(|| "<end>".into()),
-            )
+            let at = |v: &[String]| -> String {
+                if agree >= v.len() {
+                    "<end>".into()
+                } else if unit == "tokens" {
+                    escape_controls(&v[agree])
+                } else {
+                    escape_controls(&v[agree..v.len().min(agree + 12)].concat())
+                }
+            };
+            (agree, at(&x), at(&y))
         });
         let status = match first {
             None => "identical",
-            Some(_) if agree >= min_prefix.min(total) => "diverged late",
+            Some(_) if ended => "wrong output",
+            Some(_) if agree >= min.min(total) => "diverged late",
             Some(_) => "wrong output",
         };
         prompts.push(PromptResult {
             prompt: PROMPTS
                 .get(i)
                 .map_or(String::new(), std::string::ToString::to_string),
+            unit,
             agree,
             total,
             first_divergence: first,
             status,
+        });
+    }
+    if baseline.len() != candidate.len() {
+        prompts.push(PromptResult {
+            prompt: "(the number of outputs)".into(),
+            unit: "outputs",
+            agree: baseline.len().min(candidate.len()),
+            total: baseline.len().max(candidate.len()),
+            first_divergence: None,
+            status: "wrong output",
         });
     }
     let (agree, total) = prompts
@@ -136,7 +204,11 @@ impl Comparison {
                 p.status
             ));
             if let Some((i, a, b)) = &p.first_divergence {
-                s.push_str(&format!(" (first divergence at token {i}: {a:?} vs {b:?})"));
+                let unit = p.unit.trim_end_matches('s');
+                // `a` and `b` are escaped already: quoted, not Debug-escaped twice.
+                s.push_str(&format!(
+                    " (first divergence at {unit} {i}: \"{a}\" vs \"{b}\")"
+                ));
             }
             s.push('\n');
         }
@@ -153,8 +225,8 @@ impl Comparison {
 mod tests {
     use super::*;
 
-    fn toks(s: &str) -> Vec<String> {
-        s.split(' ').map(String::from).collect()
+    fn toks(s: &str) -> Output {
+        Output::of_ids(&s.split(' ').collect::<Vec<_>>())
     }
 
     #[test]
@@ -173,5 +245,40 @@ mod tests {
         let wrong = compare(&base, &[toks("a x c d e f")], 3);
         assert_eq!((wrong.verdict, wrong.exit_code()), ("wrong output", 2));
         assert!((wrong.agreement - 1.0 / 6.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn stopping_early_is_wrong_output_however_late() {
+        let base = vec![toks("a b c d e f")];
+        let short = compare(&base, &[toks("a b c d e")], 1);
+        assert_eq!(short.verdict, "wrong output");
+        assert_eq!(
+            short.prompts[0].first_divergence,
+            Some((5, "f".into(), "<end>".into()))
+        );
+        let longer = compare(&[toks("a b c")], &[toks("a b c d")], 1);
+        assert_eq!(longer.verdict, "wrong output");
+    }
+
+    #[test]
+    fn text_compares_independently_of_chunking() {
+        let one = Output::of_text("Paris is the capital.", 5);
+        let two = Output::of_text("Paris is the capital.", 5);
+        assert_eq!(
+            compare(std::slice::from_ref(&one), &[two], 2).verdict,
+            "identical"
+        );
+        // 21 characters over 5 tokens: min_prefix 2 tokens is 9 characters.
+        let early = compare(
+            std::slice::from_ref(&one),
+            &[Output::of_text("Paris was the capital.", 5)],
+            2,
+        );
+        assert_eq!(
+            (early.verdict, early.prompts[0].unit),
+            ("wrong output", "characters")
+        );
+        let late = compare(&[one], &[Output::of_text("Paris is the capitol.", 5)], 2);
+        assert_eq!(late.verdict, "diverged late");
     }
 }

@@ -1,5 +1,7 @@
 //! Streaming generation clients: SGLang's native `/generate` and OpenAI `/v1/completions` (SSE,
-//! read line by line). One request in, one measured `Generation` out.
+//! read line by line). One request in, one measured `Generation` out. Tokens are counted from
+//! what was streamed; the server's own count is cross-checked, and a count above `max_tokens`
+//! is refused. Redirects to another origin are not followed; same-origin ones keep the method.
 
 use std::io::{BufRead, BufReader, Read};
 use std::time::{Duration, Instant};
@@ -15,7 +17,8 @@ pub use crate::recipe::Api;
 /// What one streamed request measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Generation {
-    /// Completion tokens: the server's count when it reports one, else the streamed pieces.
+    /// Completion tokens: what was streamed (token ids, else pieces), or the server's own count
+    /// where it is consistent with the stream (a piece can hold several tokens).
     pub tokens: u64,
     pub prompt_tokens: Option<u64>,
     /// Seconds from sending the request to the first token.
@@ -30,7 +33,10 @@ pub struct Generation {
     /// completion_tokens / spec_verify_ct, per request.
     pub accept_length: Option<f64>,
     pub finish_reason: Option<String>,
-    /// Token ids (SGLang) or streamed pieces (OpenAI): what greedy A/B compares.
+    /// Where the server's own count disagreed with the stream.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+    /// Token ids (SGLang) or streamed pieces (OpenAI).
     #[serde(skip)]
     pub pieces: Vec<String>,
     #[serde(skip)]
@@ -78,13 +84,17 @@ pub fn generate(base: &str, api: Api, req: &Request) -> Result<Generation> {
         .timeout_connect(Duration::from_secs(5))
         .timeout_read(req.timeout.min(IDLE_TIMEOUT))
         .timeout(req.timeout)
+        .redirects(0)
         .build();
     let start = Instant::now();
-    let resp = agent
-        .post(&url)
-        .set("Content-Type", "application/json")
-        .send_string(&body.to_string())
-        .map_err(|e| http_error(&url, e, req.timeout))?;
+    let body = body.to_string();
+    let (resp, url) = follow(&url, |u| {
+        agent
+            .post(u)
+            .set("Content-Type", "application/json")
+            .send_string(&body)
+            .map_err(|e| http_error(u, e, req.timeout))
+    })?;
     let mut s = Stream::default();
     let mut reader = BufReader::new(Read::take(resp.into_reader(), MAX_STREAM_BYTES));
     loop {
@@ -120,14 +130,92 @@ pub fn generate(base: &str, api: Api, req: &Request) -> Result<Generation> {
         })?;
         if let Some(err) = v.get("error") {
             return Err(Error::other(
-                format!("{url} reported an error mid-stream: {err}"),
+                format!(
+                    "{url} reported an error mid-stream: {}",
+                    clip(&err.to_string())
+                ),
                 None,
             ));
         }
         let now = start.elapsed().as_secs_f64();
         protocol::chunk(api, &mut s, &v, now);
     }
-    s.finish(api)
+    s.finish(api, req.max_tokens)
+}
+
+/// Redirect hops followed within one origin.
+const MAX_REDIRECTS: usize = 5;
+
+/// Send `send(url)`, following a redirect only within the origin (scheme, host and port) and
+/// with the same method and body; a redirect elsewhere is an error naming its `Location`.
+fn follow(
+    url: &str,
+    send: impl Fn(&str) -> Result<ureq::Response>,
+) -> Result<(ureq::Response, String)> {
+    let mut url = url.to_string();
+    for _ in 0..=MAX_REDIRECTS {
+        let resp = send(&url)?;
+        if !(300..400).contains(&resp.status()) {
+            return Ok((resp, url));
+        }
+        let code = resp.status();
+        let location = resp.header("Location").unwrap_or("").to_string();
+        let next = resolve(&url, &location);
+        match next {
+            Some(n) if origin(&n) == origin(&url) => url = n,
+            _ => {
+                return Err(Error::other(
+                    format!(
+                        "{url} answered HTTP {code} redirecting to {}: not followed (another origin)",
+                        crate::bench::wire::escape_controls(&location)
+                    ),
+                    Some("point --url at the server itself; kiln does not report another host's numbers as this one's".into()),
+                ))
+            }
+        }
+    }
+    Err(Error::other(
+        format!("{url}: more than {MAX_REDIRECTS} redirects"),
+        Some("point --url at the server itself".into()),
+    ))
+}
+
+/// `scheme://host:port` of an absolute URL (the port made explicit).
+fn origin(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit('@').next()?.to_ascii_lowercase();
+    let has_port = authority
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        && !authority.ends_with(']');
+    let default = match scheme.to_ascii_lowercase().as_str() {
+        "http" => "80",
+        "https" => "443",
+        _ => return None,
+    };
+    Some(if has_port {
+        format!("{}://{authority}", scheme.to_ascii_lowercase())
+    } else {
+        format!("{}://{authority}:{default}", scheme.to_ascii_lowercase())
+    })
+}
+
+/// `location` resolved against `base`: absolute, or a path on `base`'s origin.
+fn resolve(base: &str, location: &str) -> Option<String> {
+    if location.contains("://") {
+        return Some(location.to_string());
+    }
+    if location.starts_with("//") {
+        let scheme = base.split_once("://")?.0;
+        return Some(format!("{scheme}:{location}"));
+    }
+    let (scheme, rest) = base.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    if location.starts_with('/') {
+        return Some(format!("{scheme}://{authority}{location}"));
+    }
+    None
 }
 
 /// What a streamed response has shown so far (`protocol::chunk` feeds it).
@@ -160,7 +248,7 @@ impl Stream {
         }
     }
 
-    fn finish(self, api: Api) -> Result<Generation> {
+    fn finish(self, api: Api, max_tokens: u32) -> Result<Generation> {
         let Some((t_first, n_first)) = self.first else {
             return Err(Error::other(
                 format!(
@@ -173,7 +261,7 @@ impl Stream {
                 )),
             ));
         };
-        let tokens = self.server_tokens.unwrap_or(self.count);
+        let (tokens, warnings) = self.cross_check(api, max_tokens)?;
         let span = self.last - t_first;
         let decode =
             (self.count > n_first && span > 0.0).then(|| (self.count - n_first) as f64 / span);
@@ -191,9 +279,46 @@ impl Stream {
             spec_verify_ct: self.verify_ct,
             accept_length: accept,
             finish_reason: self.finish,
+            warnings,
             pieces: self.pieces,
             text: self.text,
         })
+    }
+}
+
+impl Stream {
+    /// The token count to report: what was streamed, or the server's count where the stream
+    /// allows it (token ids: exactly; text pieces: at least one token each, at most one per byte
+    /// of text plus a few that print nothing). A count above `max_tokens` is refused.
+    fn cross_check(&self, api: Api, max_tokens: u32) -> Result<(u64, Vec<String>)> {
+        let streamed = self.count;
+        let mut warnings = Vec::new();
+        for (what, n) in [
+            ("streamed", streamed),
+            ("the server's usage", self.server_tokens.unwrap_or(0)),
+        ] {
+            if n > u64::from(max_tokens) {
+                return Err(Error::other(
+                    format!("the server reported {n} completion tokens ({what}) for a request of at most {max_tokens}"),
+                    Some("a server that returns more than it was asked cannot be measured; check --url and --api".into()),
+                ));
+            }
+        }
+        let Some(server) = self.server_tokens else {
+            return Ok((streamed, warnings));
+        };
+        let (low, high) = match api {
+            Api::Sglang if !self.pieces.is_empty() => (streamed, streamed),
+            _ => (streamed, (self.text.len() as u64).max(streamed) + 4),
+        };
+        if (low..=high).contains(&server) {
+            return Ok((server, warnings));
+        }
+        warnings.push(format!(
+            "the server's usage says {server} completion tokens but the stream shows {streamed} ({} bytes of text): counted {streamed}",
+            self.text.len()
+        ));
+        Ok((streamed, warnings))
     }
 }
 
@@ -250,8 +375,9 @@ fn stream_error(
     )
 }
 
+/// At most 200 characters of a server's text, control characters escaped.
 fn clip(s: &str) -> String {
-    s.chars().take(200).collect()
+    super::wire::escape_controls(&s.chars().take(200).collect::<String>())
 }
 
 fn http_error(url: &str, e: ureq::Error, deadline: Duration) -> Error {
@@ -276,13 +402,21 @@ fn http_error(url: &str, e: ureq::Error, deadline: Duration) -> Error {
 
 /// GET `url` with a short timeout: the status code and body, or `None` when nothing answered.
 pub fn get(url: &str, timeout: Duration) -> Option<(u16, String)> {
-    let agent = ureq::AgentBuilder::new().timeout(timeout).build();
-    match agent.get(url).call() {
+    let agent = ureq::AgentBuilder::new()
+        .timeout(timeout)
+        .redirects(0)
+        .build();
+    let sent = follow(url, |u| {
+        agent.get(u).call().or_else(|e| match e {
+            ureq::Error::Status(_, r) => Ok(r),
+            ureq::Error::Transport(t) => Err(Error::other(t.to_string(), None)),
+        })
+    });
+    match sent.map(|(r, _)| r) {
         Ok(r) => {
             let code = r.status();
             Some((code, r.into_string().unwrap_or_default()))
         }
-        Err(ureq::Error::Status(code, r)) => Some((code, r.into_string().unwrap_or_default())),
-        Err(ureq::Error::Transport(_)) => None,
+        Err(_) => None,
     }
 }

@@ -6,7 +6,9 @@ pub mod client;
 pub mod plot;
 mod protocol;
 pub mod stats;
+pub mod wire;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -41,7 +43,12 @@ pub struct Fingerprint {
     pub driver: String,
     pub server: String,
     pub model: String,
+    /// A hash of everything below and of the server's settings endpoint.
     pub server_args: String,
+    /// The server's settings by name: its launch command's flags (secret values redacted) and
+    /// the settings endpoint's key fields; the gate names the ones that differ.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub settings: BTreeMap<String, String>,
 }
 
 impl Fingerprint {
@@ -66,21 +73,107 @@ impl Fingerprint {
         pairs
             .iter()
             .filter(|(_, a, b)| a != b)
-            .map(|(k, a, b)| format!("{k}: {b} → {a}"))
+            .map(|(k, a, b)| {
+                if *k == "server_args" && !(self.settings.is_empty() && other.settings.is_empty()) {
+                    format!(
+                        "server arguments: {}",
+                        setting_changes(&other.settings, &self.settings)
+                    )
+                } else {
+                    format!("{k}: {b} → {a}")
+                }
+            })
             .collect()
     }
 }
 
+/// "-t 1 → 2, -fa (not set) → on": the settings that differ from `then` to `now`.
+fn setting_changes(then: &BTreeMap<String, String>, now: &BTreeMap<String, String>) -> String {
+    let shown = |v: Option<&String>| match v {
+        None => "(not set)".to_string(),
+        Some(v) if v.is_empty() => "(set)".to_string(),
+        Some(v) => wire::escape_controls(v),
+    };
+    let changed: Vec<String> = then
+        .keys()
+        .chain(now.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter(|k| then.get(*k) != now.get(*k))
+        .map(|k| format!("{k} {} → {}", shown(then.get(k)), shown(now.get(k))))
+        .collect();
+    if changed.is_empty() {
+        "the settings endpoint differs (same launch flags)".into()
+    } else {
+        changed.join(", ")
+    }
+}
+
+/// A launch command's settings by flag (`-t 2`, `--flash-attn=on`, a bare switch as ""), the
+/// program and positional words under `argv[N]`; values of flags that name a secret redacted.
+pub fn launch_settings(argv: &[String]) -> BTreeMap<String, String> {
+    let secret = |flag: &str| {
+        let f = flag.to_ascii_lowercase();
+        ["key", "token", "secret", "password", "auth"]
+            .iter()
+            .any(|w| f.contains(w))
+    };
+    let mut out = BTreeMap::new();
+    let mut i = 0;
+    while i < argv.len() {
+        let a = &argv[i];
+        let is_flag = a.starts_with('-') && a.parse::<f64>().is_err() && a.len() > 1;
+        if !is_flag {
+            out.insert(format!("argv[{i}]"), a.clone());
+            i += 1;
+            continue;
+        }
+        let (flag, value) = match a.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), v.to_string()),
+            _ => match argv.get(i + 1) {
+                Some(n) if !n.starts_with('-') || n.parse::<f64>().is_ok() => {
+                    i += 1;
+                    (a.clone(), n.clone())
+                }
+                _ => (a.clone(), String::new()),
+            },
+        };
+        let value = if secret(&flag) && !value.is_empty() {
+            "(redacted)".into()
+        } else {
+            value
+        };
+        out.insert(flag, value);
+        i += 1;
+    }
+    out
+}
+
 /// The server part of a fingerprint, from its settings endpoint (SGLang `/server_info`,
-/// llama.cpp `/props`).
-pub fn server_fingerprint(base: &str, api: Api) -> (String, String, String) {
+/// llama.cpp `/props`) and, where kiln started it, its launch command: (server, model, hash of
+/// the arguments, the settings by name).
+pub fn server_fingerprint(
+    base: &str,
+    api: Api,
+    launch: Option<&[String]>,
+) -> (String, String, String, BTreeMap<String, String>) {
     let base = base.trim_end_matches('/');
     let get = |p: &str| {
         client::get(&format!("{base}{p}"), Duration::from_secs(10))
             .filter(|(c, _)| *c == 200)
             .and_then(|(_, b)| serde_json::from_str::<serde_json::Value>(&b).ok())
     };
-    protocol::fingerprint(api, &get)
+    let (server, model, endpoint_hash, mut settings) = protocol::fingerprint(api, &get);
+    if let Some(argv) = launch {
+        settings.extend(launch_settings(argv));
+    }
+    let hash = if settings.is_empty() {
+        endpoint_hash
+    } else {
+        let all = serde_json::json!({ "endpoint": endpoint_hash, "settings": settings });
+        sha256_bytes(all.to_string().as_bytes())[..16].to_string()
+    };
+    (server, model, hash, settings)
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -195,8 +288,10 @@ pub fn run(
         ));
     }
     let mut runs = Vec::new();
+    let mut counted = Vec::new();
     for i in 1..=o.runs {
         let g = client::generate(o.url, o.api, &req)?;
+        counted.extend(g.warnings.iter().map(|w| format!("run {i}: {w}")));
         let r = Run::from(&g);
         out(&r.line(i, o.runs));
         runs.push(r);
@@ -211,7 +306,7 @@ pub fn run(
         .expect("at least one run");
     let accept_values: Vec<f64> = runs.iter().filter_map(|r| r.accept_length).collect();
     let accept = stats::summarize(&accept_values);
-    let mut warnings = Vec::new();
+    let mut warnings = counted;
     let short: Vec<String> = runs
         .iter()
         .enumerate()

@@ -2,9 +2,12 @@
 //! chunk updates the measurement, and how the server describes itself. Adding an API: its row in
 //! `recipe/api.rs` (name, endpoint, readiness path) and its arms here.
 
+use std::collections::BTreeMap;
+
 use serde_json::{json, Value};
 
 use super::client::{Request, Stream};
+use super::wire::escape_controls;
 use crate::hash::sha256_bytes;
 use crate::recipe::Api;
 
@@ -55,9 +58,12 @@ fn sglang_chunk(s: &mut Stream, v: &Value, now: f64) {
     if let Some(t) = v["text"].as_str() {
         s.text = t.to_string();
     }
-    let total = meta["completion_tokens"]
-        .as_u64()
-        .unwrap_or(s.pieces.len() as u64);
+    // Counted from the ids streamed; the server's `completion_tokens` is cross-checked at the end.
+    let total = if v["output_ids"].is_array() {
+        s.pieces.len() as u64
+    } else {
+        meta["completion_tokens"].as_u64().unwrap_or(0)
+    };
     s.saw_tokens(now, total);
     s.server_tokens = meta["completion_tokens"].as_u64().or(s.server_tokens);
     s.prompt_tokens = meta["prompt_tokens"].as_u64().or(s.prompt_tokens);
@@ -88,11 +94,13 @@ fn openai_chunk(s: &mut Stream, v: &Value, now: f64) {
     }
 }
 
-/// (server, model, hash of its arguments) from the settings endpoint `get` reads.
+/// (server, model, hash of its settings endpoint, key settings by name) from the settings
+/// endpoint `get` reads.
 pub(super) fn fingerprint(
     api: Api,
     get: &dyn Fn(&str) -> Option<Value>,
-) -> (String, String, String) {
+) -> (String, String, String, BTreeMap<String, String>) {
+    let none = BTreeMap::new;
     let hash = |v: &serde_json::Value| sha256_bytes(v.to_string().as_bytes())[..16].to_string();
     match api {
         Api::Sglang => match get("/server_info").or_else(|| get("/get_server_info")) {
@@ -110,12 +118,17 @@ pub(super) fn fingerprint(
                         o.remove(volatile);
                     }
                 }
-                (version, model, hash(&v))
+                (
+                    escape_controls(&version),
+                    escape_controls(&model),
+                    hash(&v),
+                    none(),
+                )
             }
-            None => ("sglang ?".into(), "?".into(), "?".into()),
+            None => ("sglang ?".into(), "?".into(), "?".into(), none()),
         },
         Api::Openai => {
-            if let Some(v) = get("/props") {
+            if let Some(mut v) = get("/props") {
                 let build = v["build_info"]
                     .as_str()
                     .map_or("openai-compatible".to_string(), |b| {
@@ -126,17 +139,36 @@ pub(super) fn fingerprint(
                     .or(v["model_path"].as_str())
                     .unwrap_or("?")
                     .to_string();
-                let args = serde_json::json!([
-                    v["model_path"],
-                    v["total_slots"],
-                    v["default_generation_settings"]["n_ctx"]
-                ]);
-                (build, model, hash(&args))
+                let mut settings = BTreeMap::new();
+                for (name, value) in [
+                    ("props.model_path", &v["model_path"]),
+                    ("props.total_slots", &v["total_slots"]),
+                    ("props.n_ctx", &v["default_generation_settings"]["n_ctx"]),
+                ] {
+                    if !value.is_null() {
+                        settings.insert(name.to_string(), value.to_string());
+                    }
+                }
+                // Everything /props says but the state it is in (sleeping or not).
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("is_sleeping");
+                }
+                (
+                    escape_controls(&build),
+                    escape_controls(&model),
+                    hash(&v),
+                    settings,
+                )
             } else {
                 let model = get("/v1/models")
                     .and_then(|v| v["data"][0]["id"].as_str().map(String::from))
                     .unwrap_or_else(|| "?".into());
-                ("openai-compatible".into(), model, "?".into())
+                (
+                    "openai-compatible".into(),
+                    escape_controls(&model),
+                    "?".into(),
+                    none(),
+                )
             }
         }
     }

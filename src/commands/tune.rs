@@ -10,7 +10,6 @@ use crate::error::{Error, Result};
 use crate::fs::write_atomic;
 use crate::pipeline::{self, Launched};
 use crate::recipe::{Profile, Recipe};
-use crate::serve::verdict::Status;
 use crate::tune::{self, render, Axis, Entry, Evaluate, Measurement, Method, Rung, Variant};
 
 pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
@@ -172,7 +171,7 @@ struct Evaluator<'a> {
     settings: &'a Settings,
     recipe_args: &'a RecipeArgs,
     profile: &'a str,
-    reference: Option<&'a [Vec<String>]>,
+    reference: Option<&'a [crate::bench::ab::Output]>,
     ab_tokens: u32,
     launches: usize,
 }
@@ -278,7 +277,7 @@ impl Evaluator<'_> {
                 v.reason
             ));
         }
-        if let Some(bad) = verdicts.iter().find(|v| v.status != Status::Active) {
+        if let Some(bad) = verdicts.iter().find(|v| !v.status.proven_active()) {
             e.disqualified = Some(format!(
                 "{} {}: {}",
                 bad.feature,

@@ -71,8 +71,8 @@ fn served(h: &mut String, r: &Served) {
         for v in &r.verdicts {
             let class = match v.status {
                 Status::Active => "ok",
-                Status::FellBack | Status::Unknown => "warn",
-                Status::Crashed => "bad",
+                Status::FellBack | Status::Unknown | Status::Configured => "warn",
+                Status::Crashed | Status::Conflicting => "bad",
             };
             let _ = writeln!(
                 h,

@@ -5,21 +5,23 @@
 
 use serde::Serialize;
 
+use crate::bench::wire::escape_controls;
 use crate::bench::{self, ab::Comparison};
-use crate::serve::verdict::{Status, Verdict};
+use crate::serve::verdict::Verdict;
 
-/// One phrase per tuning that is not active: "profile `tuned`: flash-attn fell back (reason)".
+/// One phrase per tuning that is not proven active: "profile `tuned`: flash-attn fell back
+/// (reason)".
 pub fn verdict_problems(profile: &str, verdicts: &[Verdict]) -> Vec<String> {
     verdicts
         .iter()
-        .filter(|v| v.status != Status::Active)
+        .filter(|v| !v.status.proven_active())
         .map(|v| {
-            format!(
+            escape_controls(&format!(
                 "profile `{profile}`: {} {} ({})",
                 v.feature,
                 v.status.label(),
                 v.reason
-            )
+            ))
         })
         .collect()
 }
@@ -39,11 +41,13 @@ pub fn judge(
     bench: Option<&bench::Report>,
 ) -> Judgement {
     let mut j = Judgement::default();
-    let (unknown, failed): (Vec<Verdict>, Vec<Verdict>) = verdicts
+    // Only proven-active is active; fell back, crashed and conflicting fail the run; unknown and
+    // configured (nothing proves it either way) are advisories.
+    let (failed, unknown): (Vec<Verdict>, Vec<Verdict>) = verdicts
         .iter()
-        .filter(|v| v.status != Status::Active)
+        .filter(|v| !v.status.proven_active())
         .cloned()
-        .partition(|v| v.status == Status::Unknown);
+        .partition(|v| v.status.is_failure());
     j.failures.extend(verdict_problems(profile, &failed));
     j.warnings.extend(verdict_problems(profile, &unknown));
     if let Some((c, base)) = ab {

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::judge::{judge, Outcome};
 use super::Launched;
+use crate::bench::wire::escape_controls;
 use crate::bench::{self, ab::Comparison};
 use crate::error::{Error, Result};
 use crate::fs::write_atomic;
@@ -56,17 +57,23 @@ pub struct ReportFiles {
     pub html: PathBuf,
 }
 
-/// 0 when every tuning is active, 1 when one fell back or is unknown, 2 when one crashed.
+/// 0 when every tuning is active, 1 when one fell back or is unknown (or only configured), 2 when
+/// one crashed or its evidence conflicts.
 pub fn verdict_code(verdicts: &[Verdict]) -> u8 {
     verdicts
         .iter()
         .map(|v| match v.status {
             Status::Active => 0,
-            Status::FellBack | Status::Unknown => 1,
-            Status::Crashed => 2,
+            Status::FellBack | Status::Unknown | Status::Configured => 1,
+            Status::Crashed | Status::Conflicting => 2,
         })
         .max()
         .unwrap_or(0)
+}
+
+/// A Markdown table cell of wire text: control characters escaped, `|` kept in the cell.
+fn md_cell(s: &str) -> String {
+    escape_controls(s).replace('|', "\\|")
 }
 
 impl Report {
@@ -145,7 +152,7 @@ impl Report {
             }
         );
         for w in &self.outcome.warnings {
-            let _ = write!(md, "\n- warning: {w}");
+            let _ = write!(md, "\n- warning: {}", escape_controls(w));
         }
         md.push_str(
             "\n\n## Tuning verdicts\n\n| feature | verdict | reason | evidence |\n|---|---|---|---|\n",
@@ -156,8 +163,8 @@ impl Report {
                 "| {} | {} | {} | {} |",
                 v.feature,
                 v.status.label(),
-                v.reason,
-                v.evidence.as_deref().unwrap_or("").replace('|', "\\|")
+                md_cell(&v.reason),
+                md_cell(v.evidence.as_deref().unwrap_or(""))
             );
         }
         if let (Some(c), Some(base)) = (&served.ab, &served.baseline) {
@@ -189,5 +196,53 @@ impl Report {
         write_atomic(&files.markdown, self.to_markdown().as_bytes())?;
         write_atomic(&files.html, self.to_html().as_bytes())?;
         Ok(files)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::judge::Outcome;
+
+    #[test]
+    fn wire_text_reaches_report_md_and_json_escaped() {
+        let report = Report {
+            recipe: "r".into(),
+            stage: None,
+            served: Some(Served {
+                profile: "p".into(),
+                url: None,
+                pid: 1,
+                ready_after_s: 0.0,
+                verdicts: vec![Verdict {
+                    feature: "threads".into(),
+                    status: Status::FellBack,
+                    reason: "a | b\u{1b}[2J".into(),
+                    evidence: Some("n_threads = 1 \u{1b}]0;owned\u{7}".into()),
+                }],
+                baseline: None,
+                ab: None,
+                bench: None,
+            }),
+            strict: false,
+            outcome: Outcome {
+                ok: false,
+                error: None,
+                warnings: vec!["bench: \u{1b}[31mred".into()],
+                hint: None,
+            },
+            exit_code: 1,
+        };
+        let md = report.to_markdown();
+        assert!(!md.contains('\u{1b}') && !md.contains('\u{7}'), "{md:?}");
+        assert!(
+            md.contains(
+                "| threads | fell back | a \\| b\\u{1b}[2J | n_threads = 1 \\u{1b}]0;owned\\u{7} |"
+            ) && md.contains("- warning: bench: \\u{1b}[31mred"),
+            "{md}"
+        );
+        // Verdicts escape their evidence when they are made (serve::verdict), so report.json's
+        // strings hold the escaped text too; serde escapes whatever else as \u001b.
+        assert!(!report.to_json().contains('\u{1b}'));
     }
 }

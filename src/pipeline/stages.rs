@@ -92,10 +92,11 @@ impl Launched<'_> {
         self.running.leave_running();
     }
 
-    /// This launch's lines of the server log (the file holds earlier launches too), read now.
+    /// This launch's lines of the server log (the file holds earlier launches too), read now
+    /// from the offset kiln recorded; the lines kiln's own tail read since the launch where the
+    /// file no longer holds that launch's header.
     pub fn log_lines(&self) -> Vec<String> {
-        current_run(&self.running.record.log, self.running.log_start)
-            .unwrap_or_else(|| self.running.log.clone())
+        serve::launch_lines(&self.running.record).unwrap_or_else(|| self.running.log.clone())
     }
 }
 
@@ -164,6 +165,8 @@ pub fn verdicts(l: &Launched, served: bool) -> Vec<Verdict> {
         }
     }
     let log = l.log_lines();
+    // A profile without a URL is a job that has finished: its process has exited.
+    let exited = url.is_none();
     let metrics = url
         .zip(l.sigs.metrics.as_deref())
         .and_then(|(u, path)| serve::fetch_text(&format!("{}{path}", u.trim_end_matches('/'))));
@@ -172,6 +175,7 @@ pub fn verdicts(l: &Launched, served: bool) -> Vec<Verdict> {
         metrics: metrics.as_deref(),
         after_traffic,
         traffic_error,
+        exited,
     };
     let mut verdicts = verdict::judge(&l.sigs, l.variant.profile, &ev);
     let info = url.and_then(|u| serve::server_info(&l.sigs, u));
@@ -189,6 +193,15 @@ pub fn verdicts(l: &Launched, served: bool) -> Vec<Verdict> {
                         format!("enable_{key}")
                     }
                 );
+                let note = crate::bench::wire::escape_controls(&note);
+                // A resolved-configuration echo is `configured`, never proof it runs.
+                if v.status == verdict::Status::Unknown && value == &serde_json::Value::Bool(true) {
+                    v.status = verdict::Status::Configured;
+                    v.reason = format!(
+                        "{from} says it is enabled; no line shows it at work ({})",
+                        v.reason
+                    );
+                }
                 v.evidence = Some(match v.evidence.take() {
                     Some(e) => format!("{e}; {note}"),
                     None => note,
@@ -199,29 +212,10 @@ pub fn verdicts(l: &Launched, served: bool) -> Vec<Verdict> {
     verdicts
 }
 
-/// The lines of the server log written by the latest launch (the log is appended to, one
-/// `=== kiln serve` header per launch).
-fn current_run(path: &std::path::Path, start: u64) -> Option<Vec<String>> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(path).ok()?;
-    f.seek(SeekFrom::Start(start)).ok()?;
-    let mut bytes = Vec::new();
-    f.read_to_end(&mut bytes).ok()?;
-    let lines: Vec<String> = String::from_utf8_lossy(&bytes)
-        .lines()
-        .map(String::from)
-        .collect();
-    let start = latest_launch(&lines)?;
-    Some(lines[start..].to_vec())
-}
-
-/// Where the latest launch's lines start in a server log.
-fn latest_launch(lines: &[String]) -> Option<usize> {
-    lines.iter().rposition(|l| l.starts_with("=== kiln serve"))
-}
-
-/// Verdicts of `v` from a log captured earlier (its latest launch) and the metrics page captured
-/// after its requests: nothing is launched; the server is taken to have answered requests.
+/// Verdicts of `v` from a log captured earlier and the metrics page captured after its
+/// requests: nothing is launched; the server is taken to have answered requests. The file is
+/// judged as one launch: a boundary kiln did not record cannot be proven from the text (a line
+/// of server output can look like kiln's header).
 pub fn verdicts_from_capture(
     v: Variant,
     log: &std::path::Path,
@@ -233,17 +227,14 @@ pub fn verdicts_from_capture(
             .map_err(|e| Error::io(format!("cannot read {}", p.display()), e))
     };
     let sigs = v.signatures()?;
-    let all: Vec<String> = read(log)?.lines().map(String::from).collect();
-    let lines = match latest_launch(&all) {
-        Some(start) => all[start..].to_vec(),
-        None => all,
-    };
+    let lines: Vec<String> = read(log)?.lines().map(String::from).collect();
     let metrics = metrics.map(read).transpose()?;
     let ev = verdict::Evidence {
         log: &lines,
         metrics: metrics.as_deref(),
         after_traffic: true,
         traffic_error: None,
+        exited: false,
     };
     Ok(verdict::judge(&sigs, v.profile, &ev))
 }
@@ -284,7 +275,7 @@ pub fn greedy_outputs(
     v: Variant,
     max_tokens: u32,
     say: &mut dyn FnMut(&str),
-) -> Result<Vec<Vec<String>>> {
+) -> Result<Vec<ab::Output>> {
     let launched = launch(s, v, false, None, say)?;
     let Some(url) = launched.running.record.url.clone() else {
         launched.stop(s);
@@ -324,15 +315,21 @@ impl Default for BenchOptions {
     }
 }
 
-/// What identifies a bench setup: this host's GPU and driver, the server, model and arguments.
+/// What identifies a bench setup: this host's GPU and driver, the server, model and arguments
+/// (its settings endpoint; its launch command where kiln knows it).
 pub fn bench_fingerprint(facts: &Facts, url: &str, api: Api) -> Fingerprint {
-    let (server, model, server_args) = bench::server_fingerprint(url, api);
+    fingerprint_of(facts, url, api, None)
+}
+
+fn fingerprint_of(facts: &Facts, url: &str, api: Api, launch: Option<&[String]>) -> Fingerprint {
+    let (server, model, server_args, settings) = bench::server_fingerprint(url, api, launch);
     Fingerprint {
         gpu: facts.get("gpu.name").unwrap_or_else(|| "no GPU".into()),
         driver: facts.get("gpu.driver").unwrap_or_else(|| "-".into()),
         server,
         model,
         server_args,
+        settings,
     }
 }
 
@@ -347,7 +344,8 @@ pub fn measure(
     opts: &BenchOptions,
     narrate: &mut Narrator,
 ) -> Result<(bench::Report, PathBuf)> {
-    let fp = bench_fingerprint(facts, url, api);
+    let launch = serve::recorded_argv(paths, url);
+    let fp = fingerprint_of(facts, url, api, launch.as_deref());
     (narrate.progress)(&format!(
         "Benchmarking {url} max_tokens={}, num_runs={}, warmup={}",
         opts.max_tokens, opts.runs, opts.warmup

@@ -68,7 +68,7 @@ fn clean(raw: &[u8]) -> String {
 }
 
 /// The part of a log worth showing after a crash: from the last Python traceback (at most `max`
-/// lines), else the last `max` lines.
+/// lines), else the last `max` lines; control characters escaped (they go to a terminal).
 pub fn crash_tail(lines: &[String], max: usize) -> Vec<String> {
     let start = lines
         .iter()
@@ -77,7 +77,10 @@ pub fn crash_tail(lines: &[String], max: usize) -> Vec<String> {
         Some(i) if lines.len() - i <= max => i,
         _ => lines.len().saturating_sub(max),
     };
-    lines[from..].to_vec()
+    lines[from..]
+        .iter()
+        .map(|l| crate::bench::wire::escape_controls(l))
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! `serve`: launch a profile's server in its own process group (log in the state dir), wait for
 //! readiness with phase milestones, triage an early exit, and judge the tunings it asked for.
 
+pub mod evidence;
 pub mod logtail;
 pub mod signatures;
 pub mod verdict;
@@ -49,6 +50,34 @@ pub struct Record {
     /// Which process `pid` is (start time, boot, executable): `--stop` signals only that one.
     #[serde(default)]
     pub(crate) identity: Option<process::Identity>,
+    /// Where this launch's header starts in `log` (the file is appended to, launch after launch):
+    /// the launch boundary is this offset kiln recorded, never a line of text.
+    #[serde(default)]
+    pub log_offset: u64,
+    /// The nonce in this launch's header line, checked at `log_offset` before its lines are read.
+    #[serde(default)]
+    pub launch_id: String,
+    /// The command line it was started with (secret values redacted): the bench fingerprint's
+    /// server arguments.
+    #[serde(default)]
+    pub argv: Vec<String>,
+}
+
+/// The command line of the server kiln recorded at `url`, if one is recorded and alive.
+pub fn recorded_argv(paths: &StatePaths, url: &str) -> Option<Vec<String>> {
+    let url = url.trim_end_matches('/');
+    std::fs::read_dir(paths.serve_dir())
+        .ok()?
+        .filter_map(std::result::Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|t| serde_json::from_str::<Record>(&t).ok())
+        .find(|r| {
+            r.url.as_deref().map(|u| u.trim_end_matches('/')) == Some(url)
+                && !r.argv.is_empty()
+                && r.identity.as_ref().is_some_and(|i| i.verify().is_ok())
+        })
+        .map(|r| r.argv)
 }
 
 pub fn record_path(paths: &StatePaths, recipe: &str) -> PathBuf {
@@ -151,6 +180,15 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
     let mut spec = CommandSpec::new(program.clone(), rest.iter().chain(&p.args).cloned());
     spec.env = p.env.clone();
     let log_start;
+    let launch_id = launch_nonce();
+    let redactor =
+        crate::redact::Redactor::from_env(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let argv: Vec<String> = p
+        .cmd
+        .iter()
+        .chain(&p.args)
+        .map(|a| redactor.redact(a))
+        .collect();
     {
         use std::io::Write;
         let mut f = std::fs::OpenOptions::new()
@@ -161,13 +199,10 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
         log_start = f.metadata().map_or(0, |m| m.len());
         let _ = writeln!(
             f,
-            "=== kiln serve {} --profile {}: {}",
-            l.recipe,
-            l.profile_name,
-            crate::redact::Redactor::from_env(
-                spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str()))
-            )
-            .redact(&spec.display())
+            "{} {}: {}",
+            launch_header(l.recipe, l.profile_name),
+            launch_tag(&launch_id),
+            redactor.redact(&spec.display())
         );
     }
     let mut tail = LogTail::from_end(&log_path);
@@ -184,6 +219,9 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
         identity: process::Identity::of(child.pid),
+        log_offset: log_start,
+        launch_id,
+        argv,
     };
     write_atomic(
         &record_path(l.paths, l.recipe),
@@ -221,6 +259,57 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
             Err(e)
         }
     }
+}
+
+/// The first words of the header line kiln writes before each launch.
+fn launch_header(recipe: &str, profile: &str) -> String {
+    format!("=== kiln serve {recipe} --profile {profile}")
+}
+
+fn launch_tag(id: &str) -> String {
+    format!("[launch {id}]")
+}
+
+/// A nonce for one launch: 16 random bytes as hex (the time and pid where /dev/urandom is not
+/// readable).
+fn launch_nonce() -> String {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    if read.is_err() {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        return crate::hash::sha256_bytes(format!("{t}-{}", std::process::id()).as_bytes())[..32]
+            .to_string();
+    }
+    b.iter().fold(String::new(), |mut s, x| {
+        use std::fmt::Write;
+        let _ = write!(s, "{x:02x}");
+        s
+    })
+}
+
+/// This launch's lines of its log: what follows the header kiln wrote at `record.log_offset`,
+/// checked by its nonce. `None` when the file no longer holds that header there (rotated,
+/// truncated): no line of server output can stand in for it.
+pub fn launch_lines(record: &Record) -> Option<Vec<String>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(&record.log).ok()?;
+    f.seek(SeekFrom::Start(record.log_offset)).ok()?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let (header, rest) = text.split_once('\n')?;
+    let expected = format!(
+        "{} {}: ",
+        launch_header(&record.recipe, &record.profile),
+        launch_tag(&record.launch_id)
+    );
+    if record.launch_id.is_empty() || !header.starts_with(&expected) {
+        return None;
+    }
+    Some(rest.lines().map(String::from).collect())
 }
 
 /// The error of a profile that was not ready within its timeout.

@@ -1,11 +1,14 @@
-//! Log signatures as data (recipes/signatures/*.toml): readiness and phase milestones, early-exit
-//! causes, and per-feature evidence for tuning verdicts. Patterns are regular expressions.
+//! Log signatures as data (recipes/signatures/*.toml): how the server's logger writes a line,
+//! readiness and phase milestones, early-exit causes, and per-feature evidence for tuning
+//! verdicts. Patterns are regular expressions; feature patterns are anchored at the start of a
+//! logger entry's message (docs/serve-bench.md, "Evidence rules").
 
 use std::path::{Path, PathBuf};
 
 use regex::Regex;
 use serde::Deserialize;
 
+use super::evidence::Logger;
 use crate::embedded;
 use crate::error::{Error, Result};
 
@@ -17,6 +20,7 @@ struct Wire {
     ready: Vec<String>,
     info: Option<String>,
     metrics: Option<String>,
+    logger: Option<WireLogger>,
     #[serde(default)]
     compilers: Vec<String>,
     #[serde(default)]
@@ -27,6 +31,18 @@ struct Wire {
     causes: Vec<WireCause>,
     #[serde(default, rename = "feature")]
     features: Vec<WireFeature>,
+}
+
+/// How the server writes a logger line: the prefix before its message, whether entries can be
+/// glued onto one line, and which messages carry user or model text (never evidence).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireLogger {
+    prefix: String,
+    #[serde(default)]
+    glued: bool,
+    #[serde(default)]
+    user_text: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -59,7 +75,14 @@ struct WireFeature {
     crashed: Vec<String>,
     #[serde(default)]
     fell_back: Vec<WireEvidence>,
+    /// The server echoing its resolved configuration (a `server_args=` dump): `configured`, not
+    /// proof that it runs.
+    #[serde(default)]
+    configured: Vec<String>,
     ratio: Option<WireRatio>,
+    level: Option<WireLevel>,
+    #[serde(default, rename = "gate")]
+    gates: Vec<WireGate>,
     /// Evidence appears only once the server has answered requests (CUDA graph reuse, draft
     /// acceptance): judge after traffic, not at readiness.
     #[serde(default)]
@@ -85,6 +108,33 @@ struct WireRatio {
     each: bool,
 }
 
+/// A measured level: a pattern with one numeric group, averaged over every matching entry; above
+/// `above` the feature is active, at or below it fell back (SGLang's `accept len: 1.00`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireLevel {
+    #[serde(rename = "match")]
+    pattern: String,
+    above: f64,
+    what: String,
+}
+
+/// A condition the server's code checks before it turns the feature on, evaluated from the
+/// launch itself: a flag's numeric value below `min` (`default` when the flag is not given), or
+/// an environment variable set to one of `off`. A failed gate predicts "fell back".
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireGate {
+    #[serde(default)]
+    flags: Vec<String>,
+    min: Option<f64>,
+    default: Option<f64>,
+    env: Option<String>,
+    #[serde(default)]
+    off: Vec<String>,
+    reason: String,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WireEvidence {
@@ -103,6 +153,8 @@ pub struct Signatures {
     pub info: Option<String>,
     /// Prometheus endpoint (`/metrics`) read for ratio counters.
     pub metrics: Option<String>,
+    /// How the server's own log lines look (required for a set with features).
+    pub logger: Option<Logger>,
     pub compilers: Vec<String>,
     pub fatal: Vec<Regex>,
     pub milestones: Vec<(String, Regex)>,
@@ -122,11 +174,17 @@ pub struct Cause {
 pub struct Feature {
     pub id: String,
     pub flags: Vec<String>,
-    /// Patterns may hold `{value}`: the flag's value, matched literally.
+    /// Patterns may hold `{value}`: the flag's value, matched literally. Anchored at the start
+    /// of a message when judged.
     pub active: Vec<String>,
+    /// Anchored at the start of a line: a crash counts only with crash context.
     pub crashed: Vec<Regex>,
     pub fell_back: Vec<(Regex, String)>,
+    /// May hold `{value}` as `active` does.
+    pub configured: Vec<String>,
     pub ratio: Option<Ratio>,
+    pub level: Option<Level>,
+    pub gates: Vec<Gate>,
     pub needs_traffic: bool,
     pub absent: String,
     pub absent_reason: String,
@@ -143,6 +201,30 @@ pub struct Ratio {
     pub what: String,
     /// Every matching line must reach `min` on its own; the worst one is reported.
     pub each: bool,
+}
+
+#[derive(Debug)]
+pub struct Level {
+    /// One capture group: the measured value.
+    pub pattern: Regex,
+    pub above: f64,
+    pub what: String,
+}
+
+#[derive(Debug)]
+pub struct Gate {
+    pub flags: Vec<String>,
+    pub min: Option<f64>,
+    pub default: Option<f64>,
+    pub env: Option<String>,
+    pub off: Vec<String>,
+    /// May hold `{value}`: the value the gate saw.
+    pub reason: String,
+}
+
+/// `pattern` anchored at the start of what it is matched against.
+pub fn anchored(pattern: &str) -> std::result::Result<Regex, regex::Error> {
+    Regex::new(&format!("^(?:{pattern})"))
 }
 
 impl Signatures {
@@ -194,26 +276,63 @@ impl Signatures {
             })
         };
         let res = |ps: &[String]| ps.iter().map(|p| re(p)).collect::<Result<Vec<_>>>();
+        let anchor = |p: &str| {
+            anchored(p).map_err(|e| {
+                Error::other(
+                    format!("invalid pattern `{p}` in {origin}: {e}"),
+                    Some("patterns are regular expressions".into()),
+                )
+            })
+        };
+        let anchors = |ps: &[String]| ps.iter().map(|p| anchor(p)).collect::<Result<Vec<_>>>();
+        let logger = wire
+            .logger
+            .as_ref()
+            .map(|l| {
+                Ok::<_, Error>(Logger {
+                    at_start: anchor(&l.prefix)?,
+                    anywhere: l.glued.then(|| re(&l.prefix)).transpose()?,
+                    user_text: anchors(&l.user_text)?,
+                })
+            })
+            .transpose()?;
+        if logger.is_none() && !wire.features.is_empty() {
+            return Err(Error::other(
+                format!("{origin} has features but no [logger] table"),
+                Some("say how the server's own log lines start: `[logger] prefix = \"REGEX\"` (and `user_text` for its request logs); see docs/serve-bench.md".into()),
+            ));
+        }
         let mut features = Vec::new();
         for f in &wire.features {
-            if !["active", "fell back", "unknown"].contains(&f.absent.as_str()) {
+            if !["fell back", "unknown"].contains(&f.absent.as_str()) {
                 return Err(Error::other(
-                    format!("feature `{}` in {origin}: `absent` must be \"active\", \"fell back\" or \"unknown\"", f.id),
-                    None,
+                    format!("feature `{}` in {origin}: `absent` must be \"fell back\" or \"unknown\"", f.id),
+                    Some("absence is never activity: a feature is active only on a line the server logged".into()),
                 ));
             }
-            for p in &f.active {
-                re(&p.replace("{value}", "x"))?;
+            for p in f.active.iter().chain(&f.configured) {
+                anchor(&p.replace("{value}", "x"))?;
             }
             features.push(Feature {
                 id: f.id.clone(),
                 flags: f.flags.clone(),
                 active: f.active.clone(),
-                crashed: res(&f.crashed)?,
+                crashed: anchors(&f.crashed)?,
                 fell_back: f
                     .fell_back
                     .iter()
-                    .map(|e| Ok((re(&e.pattern)?, e.reason.clone())))
+                    .map(|e| Ok((anchor(&e.pattern)?, e.reason.clone())))
+                    .collect::<Result<_>>()?,
+                configured: f.configured.clone(),
+                level: f
+                    .level
+                    .as_ref()
+                    .map(|l| level(l, &f.id, origin))
+                    .transpose()?,
+                gates: f
+                    .gates
+                    .iter()
+                    .map(|g| gate(g, &f.id, origin))
                     .collect::<Result<_>>()?,
                 ratio: f
                     .ratio
@@ -231,6 +350,7 @@ impl Signatures {
             ready: res(&wire.ready)?,
             info: wire.info,
             metrics: wire.metrics,
+            logger,
             compilers: wire.compilers,
             fatal: res(&wire.fatal)?,
             milestones: wire
@@ -262,6 +382,7 @@ impl Signatures {
             ready: vec![],
             info: None,
             metrics: None,
+            logger: None,
             compilers: vec![],
             fatal: vec![],
             milestones: vec![],
@@ -276,7 +397,7 @@ impl Signatures {
             lines
                 .iter()
                 .find(|l| c.patterns.iter().any(|p| p.is_match(l)))
-                .map(|l| (c, l.trim().to_string()))
+                .map(|l| (c, crate::bench::wire::escape_controls(l.trim())))
         })
     }
 }
@@ -288,7 +409,7 @@ fn ratio(r: &WireRatio, feature: &str, origin: &str) -> Result<Ratio> {
             Some("a ratio is `{ match = \"(\\d+) of (\\d+)\", min = 0.5, what = \"...\" }`".into()),
         )
     };
-    let pattern = Regex::new(&r.pattern).map_err(|e| bad(format!("invalid ratio pattern: {e}")))?;
+    let pattern = anchored(&r.pattern).map_err(|e| bad(format!("invalid ratio pattern: {e}")))?;
     if pattern.captures_len() != 3 {
         return Err(bad(
             "the ratio pattern needs exactly two capture groups (part, whole)".into(),
@@ -306,6 +427,51 @@ fn ratio(r: &WireRatio, feature: &str, origin: &str) -> Result<Ratio> {
         min: r.min,
         what: r.what.clone(),
         each: r.each,
+    })
+}
+
+fn level(l: &WireLevel, feature: &str, origin: &str) -> Result<Level> {
+    let bad = |why: String| {
+        Error::other(
+            format!("feature `{feature}` in {origin}: {why}"),
+            Some(
+                "a level is `{ match = \"accept len: ([0-9.]+)\", above = 1.0, what = \"...\" }`"
+                    .into(),
+            ),
+        )
+    };
+    let pattern = anchored(&l.pattern).map_err(|e| bad(format!("invalid level pattern: {e}")))?;
+    if pattern.captures_len() != 2 {
+        return Err(bad(
+            "the level pattern needs exactly one capture group".into()
+        ));
+    }
+    if !l.above.is_finite() {
+        return Err(bad("`above` must be a finite number".into()));
+    }
+    Ok(Level {
+        pattern,
+        above: l.above,
+        what: l.what.clone(),
+    })
+}
+
+fn gate(g: &WireGate, feature: &str, origin: &str) -> Result<Gate> {
+    let by_flag = !g.flags.is_empty() && g.min.is_some();
+    let by_env = g.env.is_some() && !g.off.is_empty();
+    if by_flag == by_env {
+        return Err(Error::other(
+            format!("feature `{feature}` in {origin}: a gate is either `flags` with `min` (and `default`) or `env` with `off`"),
+            Some("e.g. `{ flags = [\"--tp-size\"], min = 2, default = 1, reason = \"...\" }`".into()),
+        ));
+    }
+    Ok(Gate {
+        flags: g.flags.clone(),
+        min: g.min,
+        default: g.default,
+        env: g.env.clone(),
+        off: g.off.clone(),
+        reason: g.reason.clone(),
     })
 }
 

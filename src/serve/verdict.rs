@@ -1,18 +1,27 @@
-//! Tuning verdicts: for every tuning the profile asks for, active / fell back / crashed / unknown,
-//! with the evidence (a log line, the server's own settings endpoint, or the lack of a line).
+//! Tuning verdicts: for every tuning the profile asks for, active / fell back / crashed /
+//! conflicting / configured / unknown, with the evidence. Only the server's own logger entries of
+//! this launch count ([`super::evidence`]); negative and crash evidence beat positive; absence is
+//! never activity; counters are checked. docs/serve-bench.md ("Evidence rules").
 
 use regex::Regex;
 use serde::Serialize;
 
-use super::signatures::{Feature, Ratio, Signatures};
+use super::evidence::{ends_traceback, Entry};
+use super::signatures::{anchored, Feature, Gate, Level, Ratio, Signatures};
+use crate::bench::wire::escape_controls;
 use crate::recipe::Profile;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
+    /// Proven at work by a line the server logged (or a counter it reported).
     Active,
     FellBack,
     Crashed,
+    /// The launch holds both positive and negative evidence: fails the run, both lines shown.
+    Conflicting,
+    /// The server echoed its resolved configuration; nothing proves the feature runs.
+    Configured,
     Unknown,
 }
 
@@ -22,8 +31,25 @@ impl Status {
             Status::Active => "active",
             Status::FellBack => "fell back",
             Status::Crashed => "crashed",
+            Status::Conflicting => "conflicting",
+            Status::Configured => "configured",
             Status::Unknown => "unknown",
         }
+    }
+
+    /// The one test of "this tuning is at work": only proven-active counts (`kiln up`'s outcome
+    /// and `kiln tune`'s qualification both ask this).
+    pub fn proven_active(self) -> bool {
+        self == Status::Active
+    }
+
+    /// A failure of the run (not an advisory): the feature fell back, crashed or contradicts
+    /// itself.
+    pub fn is_failure(self) -> bool {
+        matches!(
+            self,
+            Status::FellBack | Status::Crashed | Status::Conflicting
+        )
     }
 }
 
@@ -43,10 +69,14 @@ impl Verdict {
             "{:<28} {}: {}",
             self.feature,
             self.status.label(),
-            self.reason
+            escape_controls(&self.reason)
         );
         if let Some(e) = &self.evidence {
-            s.push_str(&format!("\n{:<28}   evidence: {}", "", clip(e, 160)));
+            s.push_str(&format!(
+                "\n{:<28}   evidence: {}",
+                "",
+                clip(&escape_controls(e), 160)
+            ));
         }
         s
     }
@@ -80,8 +110,9 @@ pub fn flag_value(args: &[String], flag: &str) -> Option<String> {
     found
 }
 
-/// What a verdict is judged from: the server's log, its metrics endpoint's text (Prometheus), and
-/// whether it has answered requests yet (some evidence only appears under traffic).
+/// What a verdict is judged from: this launch's lines of the server's log, its metrics
+/// endpoint's text (Prometheus), whether it has answered requests yet (some evidence only appears
+/// under traffic) and whether the server has exited (crash context for a crash line).
 #[derive(Debug, Default)]
 pub struct Evidence<'a> {
     pub log: &'a [String],
@@ -89,6 +120,8 @@ pub struct Evidence<'a> {
     pub after_traffic: bool,
     /// Why the request meant to give the server traffic failed, if it did.
     pub traffic_error: Option<String>,
+    /// The server process ended (a crash line then needs no traceback around it).
+    pub exited: bool,
 }
 
 /// A flag value that turns a feature off (`-fa off`): the feature is not requested.
@@ -102,7 +135,7 @@ fn requested<'s>(
     sigs: &'s Signatures,
     profile: &Profile,
 ) -> impl Iterator<Item = (&'s Feature, Option<String>)> {
-    let argv: Vec<String> = profile.cmd.iter().chain(&profile.args).cloned().collect();
+    let argv = argv(profile);
     let expect = profile.expect.clone();
     sigs.features.iter().filter_map(move |f| {
         let value = f.flags.iter().find_map(|fl| flag_value(&argv, fl));
@@ -111,15 +144,46 @@ fn requested<'s>(
     })
 }
 
+fn argv(profile: &Profile) -> Vec<String> {
+    profile.cmd.iter().chain(&profile.args).cloned().collect()
+}
+
 /// Whether a feature the profile requests shows its evidence only under traffic.
 pub fn needs_traffic(sigs: &Signatures, profile: &Profile) -> bool {
     requested(sigs, profile).any(|(f, _)| f.needs_traffic)
 }
 
+/// The server's own entries of `log`, each with whether it came after the server said it was
+/// ready (start-up evidence counts only before that line, where no request can have put text).
+fn own_entries(sigs: &Signatures, log: &[String]) -> Vec<(Entry, bool)> {
+    let Some(logger) = &sigs.logger else {
+        return Vec::new();
+    };
+    let mut ready = false;
+    logger
+        .entries(log)
+        .into_iter()
+        .map(|e| {
+            let before = ready;
+            ready = ready || sigs.ready.iter().any(|r| r.is_match(&e.message));
+            (e, before)
+        })
+        .collect()
+}
+
 /// Verdicts for the features the profile requests (by flag, or by id in `expect`).
 pub fn judge(sigs: &Signatures, profile: &Profile, ev: &Evidence) -> Vec<Verdict> {
+    let entries = own_entries(sigs, ev.log);
     let mut out: Vec<Verdict> = requested(sigs, profile)
-        .map(|(f, value)| judge_one(f, value.as_deref().unwrap_or(""), ev))
+        .map(|(f, value)| {
+            // Start-up evidence counts only before readiness; traffic evidence anywhere.
+            let own: Vec<&Entry> = entries
+                .iter()
+                .filter(|(_, after_ready)| f.needs_traffic || !after_ready)
+                .map(|(e, _)| e)
+                .collect();
+            judge_one(f, value.as_deref().unwrap_or(""), &own, profile, ev)
+        })
         .collect();
     for id in &profile.expect {
         if !sigs.features.iter().any(|f| &f.id == id) {
@@ -134,95 +198,265 @@ pub fn judge(sigs: &Signatures, profile: &Profile, ev: &Evidence) -> Vec<Verdict
     out
 }
 
-fn judge_one(f: &Feature, value: &str, ev: &Evidence) -> Verdict {
-    let verdict = |status, reason: String, line: &String| Verdict {
+/// One piece of evidence for or against a feature.
+struct Seen {
+    reason: String,
+    evidence: String,
+}
+
+/// Patterns with `{value}` replaced by the flag's value (matched literally), anchored.
+fn with_value(patterns: &[String], value: &str) -> Vec<Regex> {
+    patterns
+        .iter()
+        .filter_map(|p| anchored(&p.replace("{value}", &regex::escape(value))).ok())
+        .collect()
+}
+
+fn judge_one(
+    f: &Feature,
+    value: &str,
+    own: &[&Entry],
+    profile: &Profile,
+    ev: &Evidence,
+) -> Verdict {
+    // Evidence is the server's text: escaped once here, for every output that shows it.
+    let verdict = |status, reason: String, evidence: Option<String>| Verdict {
         feature: f.id.clone(),
         status,
-        reason,
-        evidence: Some(line.trim().to_string()),
+        reason: escape_controls(&reason),
+        evidence: evidence.map(|e| escape_controls(&e)),
     };
-    let log = ev.log;
-    if let Some(line) = log.iter().find(|l| f.crashed.iter().any(|p| p.is_match(l))) {
+    if let Some(line) = crash_line(f, own, ev) {
         return verdict(
             Status::Crashed,
             "the server crashed in its code path".into(),
-            line,
+            Some(line),
         );
     }
-    if let Some(v) = f.ratio.as_ref().and_then(|r| judge_ratio(f, r, ev)) {
-        return v;
-    }
-    let active: Vec<Regex> = f
-        .active
+    let active = with_value(&f.active, value);
+    let mut positive: Vec<Seen> = Vec::new();
+    let mut negative: Vec<Seen> = Vec::new();
+    let mut invalid: Option<Seen> = None;
+    if let Some(e) = own
         .iter()
-        .filter_map(|p| Regex::new(&p.replace("{value}", &regex::escape(value))).ok())
-        .collect();
-    if let Some(line) = log.iter().find(|l| active.iter().any(|p| p.is_match(l))) {
+        .find(|e| active.iter().any(|p| p.is_match(&e.message)))
+    {
         let reason = if value.is_empty() {
             "confirmed by the log".to_string()
         } else {
             format!("`{value}` confirmed by the log")
         };
-        return verdict(Status::Active, reason, line);
+        positive.push(Seen {
+            reason,
+            evidence: e.text.clone(),
+        });
     }
     for (pattern, reason) in &f.fell_back {
-        if let Some(line) = log.iter().find(|l| pattern.is_match(l)) {
-            return verdict(Status::FellBack, reason.clone(), line);
+        // A line that also reads as positive (`n_threads = 2` when 2 was asked) is not negative.
+        if let Some(e) = own.iter().find(|e| {
+            pattern.is_match(&e.message) && !active.iter().any(|p| p.is_match(&e.message))
+        }) {
+            negative.push(Seen {
+                reason: reason.clone(),
+                evidence: e.text.clone(),
+            });
+            break;
         }
     }
+    let measured = f
+        .ratio
+        .as_ref()
+        .and_then(|r| judge_ratio(r, own, ev))
+        .or_else(|| f.level.as_ref().and_then(|l| judge_level(l, own)));
+    match measured {
+        Some(Measured::Reached(s)) => positive.push(s),
+        Some(Measured::Below(s)) => negative.push(s),
+        Some(Measured::Invalid(s)) => invalid = Some(s),
+        None => {}
+    }
+    for g in &f.gates {
+        if let Some(s) = gate_fails(g, profile) {
+            negative.push(s);
+        }
+    }
+    match (positive.first(), negative.first()) {
+        (Some(p), Some(n)) => {
+            return verdict(
+                Status::Conflicting,
+                format!(
+                    "the launch says both: {} / {}; negative evidence wins",
+                    p.reason, n.reason
+                ),
+                Some(format!("{} | against: {}", p.evidence, n.evidence)),
+            )
+        }
+        (None, Some(n)) => {
+            return verdict(Status::FellBack, n.reason.clone(), Some(n.evidence.clone()))
+        }
+        _ => {}
+    }
+    if let Some(s) = invalid {
+        return verdict(Status::Unknown, s.reason, Some(s.evidence));
+    }
+    if let Some(p) = positive.into_iter().next() {
+        return verdict(Status::Active, p.reason, Some(p.evidence));
+    }
+    let configured = with_value(&f.configured, value);
+    if let Some(e) = own
+        .iter()
+        .find(|e| configured.iter().any(|p| p.is_match(&e.message)))
+    {
+        return verdict(
+            Status::Configured,
+            "the server's resolved configuration names it; no line shows it at work".into(),
+            Some(e.text.clone()),
+        );
+    }
     if f.needs_traffic && !ev.after_traffic {
-        return Verdict {
-            feature: f.id.clone(),
-            status: Status::Unknown,
-            reason: match &ev.traffic_error {
+        return verdict(
+            Status::Unknown,
+            match &ev.traffic_error {
                 Some(e) => format!(
                     "shows only once the server has answered requests, and the warm-up request failed: {e}"
                 ),
                 None => "shows only once the server has answered requests".into(),
             },
-            evidence: None,
-        };
+            None,
+        );
     }
-    let status = match f.absent.as_str() {
-        "active" => Status::Active,
-        "fell back" => Status::FellBack,
-        _ => Status::Unknown,
+    let status = if f.absent == "fell back" {
+        Status::FellBack
+    } else {
+        Status::Unknown
     };
-    Verdict {
-        feature: f.id.clone(),
-        status,
-        reason: f.absent_reason.clone(),
-        evidence: None,
+    verdict(status, f.absent_reason.clone(), None)
+}
+
+/// The line of a crash of the feature's code path, with crash context: the end of a traceback,
+/// or (once the server has exited) a crash line of its own logger.
+fn crash_line(f: &Feature, own: &[&Entry], ev: &Evidence) -> Option<String> {
+    let crashed = |l: &str| f.crashed.iter().any(|p| p.is_match(l));
+    let after_traceback = ev
+        .log
+        .iter()
+        .enumerate()
+        .find(|(i, l)| crashed(l) && (ev.exited || ends_traceback(ev.log, *i)));
+    after_traceback
+        .map(|(_, l)| l.trim().to_string())
+        .or_else(|| {
+            ev.exited
+                .then(|| {
+                    own.iter()
+                        .find(|e| crashed(&e.message))
+                        .map(|e| e.text.clone())
+                })
+                .flatten()
+        })
+}
+
+/// A gate of the server's code evaluated from the launch: `Some` when it stays closed.
+fn gate_fails(g: &Gate, profile: &Profile) -> Option<Seen> {
+    if let (Some(env), false) = (&g.env, g.off.is_empty()) {
+        let v = profile.env.get(env)?;
+        return g.off.iter().any(|o| o == v).then(|| Seen {
+            reason: format!("predicted: {}", g.reason.replace("{value}", v)),
+            evidence: format!("from the launch: {env}={v} in the profile's env"),
+        });
+    }
+    let min = g.min?;
+    let argv = argv(profile);
+    let given = g
+        .flags
+        .iter()
+        .find_map(|fl| flag_value(&argv, fl).map(|v| (fl, v)));
+    let (value, from) = match &given {
+        Some((fl, v)) => (v.parse::<f64>().ok()?, format!("{fl} {v}")),
+        None => (g.default?, "not given (the default)".into()),
+    };
+    (value < min).then(|| Seen {
+        reason: format!(
+            "predicted: {}",
+            g.reason.replace("{value}", &value.to_string())
+        ),
+        evidence: format!(
+            "from the launch: {} {from}",
+            g.flags.first().map_or("", String::as_str)
+        ),
+    })
+}
+
+/// A ratio or level read from the log or the metrics.
+enum Measured {
+    Reached(Seen),
+    Below(Seen),
+    /// A count that cannot be true (negative, not finite, part above whole): unknown.
+    Invalid(Seen),
+}
+
+/// A part/whole pair that can be counted: finite, non-negative, part <= whole.
+fn check_counts(part: f64, whole: f64) -> Result<(), String> {
+    if !part.is_finite() || !whole.is_finite() {
+        Err("a count is not finite".into())
+    } else if part < 0.0 || whole < 0.0 {
+        Err("a count is negative".into())
+    } else if part > whole {
+        Err(format!("{part} is more than the {whole} it is part of"))
+    } else {
+        Ok(())
     }
 }
 
-/// The share (part / whole) summed over every matching log line, else from the metrics counters;
+/// The share (part / whole) summed over every matching entry, else from the metrics counters;
 /// None when neither has a count (the caller falls through to the other rules).
-fn judge_ratio(f: &Feature, r: &Ratio, ev: &Evidence) -> Option<Verdict> {
+fn judge_ratio(r: &Ratio, own: &[&Entry], ev: &Evidence) -> Option<Measured> {
     let mut found: Option<(f64, f64, String)> = None;
-    for line in ev.log {
-        if let Some(c) = r.pattern.captures(line) {
-            let (Ok(part), Ok(whole)) = (c[1].parse::<f64>(), c[2].parse::<f64>()) else {
-                continue;
-            };
-            let line = line.trim().to_string();
-            found = Some(match found.take() {
-                // Each line on its own: keep the worst share.
-                Some((p, w, l)) if r.each => {
-                    if whole > 0.0 && (w <= 0.0 || part / whole < p / w) {
-                        (part, whole, line)
-                    } else {
-                        (p, w, l)
-                    }
-                }
-                Some((p, w, _)) => (p + part, w + whole, line),
-                None => (part, whole, line),
-            });
+    for e in own {
+        let Some(c) = r.pattern.captures(&e.message) else {
+            continue;
+        };
+        let (Ok(part), Ok(whole)) = (c[1].parse::<f64>(), c[2].parse::<f64>()) else {
+            continue;
+        };
+        if let Err(why) = check_counts(part, whole) {
+            return Some(Measured::Invalid(Seen {
+                reason: format!("the log's count of {} cannot be right: {why}", r.what),
+                evidence: e.text.clone(),
+            }));
         }
+        let line = e.text.clone();
+        found = Some(match found.take() {
+            // Each line on its own: keep the worst share.
+            Some((p, w, l)) if r.each => {
+                if whole > 0.0 && (w <= 0.0 || part / whole < p / w) {
+                    (part, whole, line)
+                } else {
+                    (p, w, l)
+                }
+            }
+            Some((p, w, _)) => (p + part, w + whole, line),
+            None => (part, whole, line),
+        });
     }
     if let (None, Some([part, whole]), Some(text)) = (&found, &r.metrics, ev.metrics) {
-        if let (Some(p), Some(w)) = (counter(text, part), counter(text, whole)) {
-            found = Some((p, w, format!("/metrics: {part} {p}, {whole} {w}")));
+        let read = |name: &str| counter(text, name);
+        match (read(part), read(whole)) {
+            (Ok(Some(p)), Ok(Some(w))) => {
+                let evidence = format!("/metrics: {part} {p}, {whole} {w}");
+                if let Err(why) = check_counts(p, w) {
+                    return Some(Measured::Invalid(Seen {
+                        reason: format!("the metrics' count of {} cannot be right: {why}", r.what),
+                        evidence,
+                    }));
+                }
+                found = Some((p, w, evidence));
+            }
+            (Err(why), _) | (_, Err(why)) => {
+                return Some(Measured::Invalid(Seen {
+                    reason: format!("the metrics cannot be read as a count: {why}"),
+                    evidence: format!("/metrics: {part}, {whole}"),
+                }))
+            }
+            _ => {}
         }
     }
     let (part, whole, evidence) = found?;
@@ -230,46 +464,98 @@ fn judge_ratio(f: &Feature, r: &Ratio, ev: &Evidence) -> Option<Verdict> {
         return None;
     }
     let share = part / whole;
-    let status = if share + 1e-9 >= r.min {
-        Status::Active
-    } else {
-        Status::FellBack
-    };
     let mut reason = format!("{part}/{whole} {} ({:.1} %)", r.what, share * 100.0);
-    if status == Status::FellBack {
+    Some(if share + 1e-9 >= r.min {
+        Measured::Reached(Seen { reason, evidence })
+    } else {
         reason.push_str(&format!(", below the {:.0} % it takes", r.min * 100.0));
-    }
-    Some(Verdict {
-        feature: f.id.clone(),
-        status,
-        reason,
-        evidence: Some(evidence),
+        Measured::Below(Seen { reason, evidence })
     })
 }
 
-/// The value of a Prometheus counter (`name value` or `name{labels} value`), summed over labels.
-pub fn counter(text: &str, name: &str) -> Option<f64> {
-    let mut total = None;
+/// The mean of a level over every matching entry (SGLang's accept length per decode batch).
+fn judge_level(l: &Level, own: &[&Entry]) -> Option<Measured> {
+    let mut values = Vec::new();
+    let mut last = None;
+    for e in own {
+        let Some(c) = l.pattern.captures(&e.message) else {
+            continue;
+        };
+        let Ok(v) = c[1].parse::<f64>() else {
+            continue;
+        };
+        if !v.is_finite() || v < 0.0 {
+            return Some(Measured::Invalid(Seen {
+                reason: format!("the log's {} cannot be right: {v}", l.what),
+                evidence: e.text.clone(),
+            }));
+        }
+        values.push(v);
+        last = Some(e.text.clone());
+    }
+    let evidence = last?;
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    let reason = format!("{} {mean:.2} (mean of {} lines)", l.what, values.len());
+    Some(if mean > l.above + 1e-9 {
+        Measured::Reached(Seen { reason, evidence })
+    } else {
+        Measured::Below(Seen {
+            reason: format!("{reason}: no draft token accepted"),
+            evidence,
+        })
+    })
+}
+
+/// The value of one Prometheus series: `name` or `name{labels}` exactly as written in the
+/// signature set (a series with other labels is not summed in); `Ok(None)` when it is absent,
+/// `Err` when its value is not a finite non-negative number or it appears twice.
+pub fn counter(text: &str, series: &str) -> Result<Option<f64>, String> {
+    let (name, labels) = split_series(series);
+    let mut found = None;
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let Some(rest) = line.strip_prefix(name) else {
             continue;
         };
-        let rest = match rest.strip_prefix('{') {
-            Some(r) => r.split_once('}').map_or("", |(_, v)| v),
-            None => rest,
+        let (got, rest) = match rest.strip_prefix('{') {
+            Some(r) => match r.split_once('}') {
+                Some((l, v)) => (normalize_labels(l), v),
+                None => continue,
+            },
+            None => (String::new(), rest),
         };
-        if !rest.starts_with([' ', '\t']) {
+        if !rest.starts_with([' ', '\t']) || got != labels {
             continue;
         }
-        if let Some(v) = rest
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse::<f64>().ok())
-        {
-            total = Some(total.unwrap_or(0.0) + v);
+        let raw = rest.split_whitespace().next().unwrap_or("");
+        let v = raw
+            .parse::<f64>()
+            .map_err(|_| format!("{series} is `{raw}`"))?;
+        if !v.is_finite() || v < 0.0 {
+            return Err(format!("{series} is {raw}"));
+        }
+        if found.replace(v).is_some() {
+            return Err(format!("{series} appears twice"));
         }
     }
-    total
+    Ok(found)
+}
+
+fn split_series(series: &str) -> (&str, String) {
+    match series.split_once('{') {
+        Some((n, l)) => (n, normalize_labels(l.trim_end_matches('}'))),
+        None => (series, String::new()),
+    }
+}
+
+/// Labels sorted, so `{b="1",a="2"}` and `{a="2",b="1"}` are the same set.
+fn normalize_labels(l: &str) -> String {
+    let mut parts: Vec<&str> = l
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
+    parts.sort_unstable();
+    parts.join(",")
 }
 
 #[cfg(test)]
@@ -288,22 +574,45 @@ mod tests {
         assert_eq!(flag_value(&args, "--missing"), None);
     }
 
-    #[test]
-    fn a_failed_warm_up_request_is_part_of_the_reason() {
-        let sigs = Signatures::parse(
-            "name = \"t\"\nready = []\n[[feature]]\nid = \"graphs\"\nneeds_traffic = true\nactive = [\"captured\"]\nabsent = \"fell back\"\nabsent_reason = \"none\"\n",
+    fn sigs(features: &str) -> Signatures {
+        Signatures::parse(
+            &format!("name = \"t\"\nready = [\"ready now\"]\n[logger]\nprefix = 'L '\nuser_text = ['request: ']\n{features}"),
             "test",
         )
-        .unwrap();
-        let profile = Profile {
-            expect: vec!["graphs".into()],
+        .unwrap()
+    }
+
+    fn lines(s: &[&str]) -> Vec<String> {
+        s.iter().map(|l| (*l).to_string()).collect()
+    }
+
+    fn profile(expect: &str) -> Profile {
+        Profile {
+            expect: vec![expect.into()],
             ..Profile::default()
+        }
+    }
+
+    fn one(sigs: &Signatures, expect: &str, log: &[String], metrics: Option<&str>) -> Verdict {
+        let ev = Evidence {
+            log,
+            metrics,
+            after_traffic: true,
+            ..Evidence::default()
         };
+        judge(sigs, &profile(expect), &ev).remove(0)
+    }
+
+    const FA: &str = "[[feature]]\nid = \"fa\"\nactive = [\"fa = 1\"]\nfell_back = [{ match = \"fa = 0\", reason = \"off\" }]\nabsent = \"unknown\"\nabsent_reason = \"none\"\n";
+
+    #[test]
+    fn a_failed_warm_up_request_is_part_of_the_reason() {
+        let sigs = sigs("[[feature]]\nid = \"graphs\"\nneeds_traffic = true\nactive = [\"captured\"]\nabsent = \"fell back\"\nabsent_reason = \"none\"\n");
         let ev = Evidence {
             traffic_error: Some("connection refused".into()),
             ..Evidence::default()
         };
-        let v = &judge(&sigs, &profile, &ev)[0];
+        let v = &judge(&sigs, &profile("graphs"), &ev)[0];
         assert_eq!(v.status, Status::Unknown);
         assert!(
             v.reason
@@ -314,13 +623,94 @@ mod tests {
     }
 
     #[test]
+    fn only_anchored_logger_entries_before_readiness_count_for_start_up() {
+        let s = sigs(FA);
+        let v = one(&s, "fa", &lines(&["L fa = 1"]), None);
+        assert_eq!(v.status, Status::Active);
+        for forged in ["fa = 1", "L request: fa = 1", "L x fa = 1", "L ready now"] {
+            let log = lines(&[forged]);
+            assert_eq!(
+                one(&s, "fa", &log, None).status,
+                Status::Unknown,
+                "{forged}"
+            );
+        }
+        let late = lines(&["L ready now", "L fa = 1"]);
+        assert_eq!(one(&s, "fa", &late, None).status, Status::Unknown);
+    }
+
+    #[test]
+    fn negative_evidence_wins_over_positive() {
+        let s = sigs(FA);
+        let v = one(&s, "fa", &lines(&["L fa = 1", "L fa = 0"]), None);
+        assert_eq!(v.status, Status::Conflicting);
+        assert_eq!(v.evidence.as_deref(), Some("L fa = 1 | against: L fa = 0"));
+        assert!(v.status.is_failure() && !v.status.proven_active());
+    }
+
+    #[test]
+    fn absent_active_is_refused() {
+        let e = Signatures::parse(
+            "name = \"t\"\n[logger]\nprefix = 'L '\n[[feature]]\nid = \"x\"\nabsent = \"active\"\nabsent_reason = \"r\"\n",
+            "t",
+        )
+        .unwrap_err()
+        .render();
+        assert!(e.contains("absence is never activity"), "{e}");
+        let e = Signatures::parse(
+            "name = \"t\"\n[[feature]]\nid = \"x\"\nabsent = \"unknown\"\nabsent_reason = \"r\"\n",
+            "t",
+        )
+        .unwrap_err()
+        .render();
+        assert!(e.contains("no [logger] table"), "{e}");
+    }
+
+    #[test]
+    fn counts_that_cannot_be_true_are_unknown() {
+        let s = sigs("[[feature]]\nid = \"spec\"\nratio = { match = \"acc (\\\\d+)/(\\\\d+)\", metrics = [\"a\", \"d\"], min = 0.3, what = \"accepted\" }\nabsent = \"fell back\"\nabsent_reason = \"none\"\n");
+        let v = one(&s, "spec", &lines(&["L acc 500/100"]), None);
+        assert_eq!(v.status, Status::Unknown, "{v:?}");
+        for (metrics, why) in [
+            ("a 500\nd 100\n", "more than"),
+            ("a +Inf\nd 100\n", "+Inf"),
+            ("a -1\nd 100\n", "-1"),
+            ("a 1\na 2\nd 100\n", "twice"),
+        ] {
+            let v = one(&s, "spec", &[], Some(metrics));
+            assert_eq!(v.status, Status::Unknown, "{metrics}");
+            assert!(v.reason.contains(why), "{}", v.reason);
+        }
+        // A series with other labels is not summed in.
+        let v = one(&s, "spec", &[], Some("a 10\na{x=\"1\"} 90\nd 100\n"));
+        assert_eq!(v.status, Status::FellBack, "{v:?}");
+        assert!(v.reason.starts_with("10/100 accepted"), "{}", v.reason);
+    }
+
+    #[test]
+    fn a_level_at_its_floor_fell_back() {
+        let s = sigs("[[feature]]\nid = \"spec\"\nlevel = { match = \"accept len: ([0-9.]+)\", above = 1.0, what = \"accept length\" }\nabsent = \"unknown\"\nabsent_reason = \"none\"\n");
+        let v = one(
+            &s,
+            "spec",
+            &lines(&["L accept len: 1.00", "L accept len: 1.00"]),
+            None,
+        );
+        assert_eq!(v.status, Status::FellBack);
+        assert!(v.reason.contains("no draft token accepted"), "{}", v.reason);
+        let v = one(&s, "spec", &lines(&["L accept len: 2.17"]), None);
+        assert_eq!(v.status, Status::Active);
+    }
+
+    #[test]
     fn prometheus_counters() {
         let text = "# HELP x\nllamacpp:spec_decode_num_accepted_tokens_total 12\nllamacpp:spec_decode_num_accepted_tokens_totalx 5\nreqs{a=\"1\"} 2\nreqs{a=\"2\"} 3\n";
         assert_eq!(
             counter(text, "llamacpp:spec_decode_num_accepted_tokens_total"),
-            Some(12.0)
+            Ok(Some(12.0))
         );
-        assert_eq!(counter(text, "reqs"), Some(5.0));
-        assert_eq!(counter(text, "missing"), None);
+        assert_eq!(counter(text, "reqs"), Ok(None));
+        assert_eq!(counter(text, "reqs{a=\"2\"}"), Ok(Some(3.0)));
+        assert_eq!(counter(text, "missing"), Ok(None));
     }
 }

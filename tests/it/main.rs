@@ -33,6 +33,7 @@ mod report_html;
 mod serve;
 mod shell_help;
 mod shipped;
+mod spoof;
 mod state_dir;
 mod tune;
 mod up_e2e;

@@ -146,7 +146,7 @@ fn paeth(a: u8, b: u8, c: u8) -> u8 {
 /// by the report's own writer, rendered by Chromium.
 #[test]
 fn the_html_report_renders_in_headless_chromium_without_errors() {
-    let tokens = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+    let tokens = |s: &str| kiln::bench::ab::Output::of_ids(&s.split(' ').collect::<Vec<_>>());
     let baseline = vec![tokens("a b c d"), tokens("x y z")];
     let candidate = vec![tokens("a b c d"), tokens("x y w")];
     let runs: Vec<serde_json::Value> = [1.0_f64, 2.0, 3.0]
