@@ -89,7 +89,10 @@ fn provision(
         let gpu_stack = recipe
             .steps
             .iter()
-            .any(|s| matches!(s.kind, crate::recipe::StepKind::Cuda(_)));
+            // A toolkit without a driver floor is installed to compile only (no GPU needed).
+            .any(
+                |s| matches!(&s.kind, crate::recipe::StepKind::Cuda(c) if c.driver_floor.is_some()),
+            );
         if gpu_stack && !args.no_doctor {
             super::preflight::run(settings, recipe, reporter.as_ref())?;
         }
@@ -104,10 +107,13 @@ fn provision(
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
     let mem_budget = crate::host::available_memory_bytes().unwrap_or(u64::MAX);
+    let unproven = crate::steps::Unproven::default();
     let ctx = StepContext {
         memo: &memo,
         facts: &settings.facts,
         paths: &settings.paths,
+        strict: args.strict,
+        unproven: &unproven,
     };
     engine::execute(
         recipe,

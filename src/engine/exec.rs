@@ -280,7 +280,12 @@ fn run_one(
                 }
             }
         }
+        let unproven = ctx.unproven.take(&step.id);
+        for w in &unproven {
+            reporter.note(&format!("warning: step `{}` is unproven: {w}", step.id));
+        }
         state.write_receipt(&Receipt {
+            unproven,
             step: step.id.clone(),
             fingerprint: fp,
             finished_unix: SystemTime::now()

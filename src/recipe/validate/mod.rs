@@ -1,6 +1,7 @@
 //! Wire → domain: variables resolved, per-kind keys checked, needs and cycles checked, all with
 //! locations and hints.
 
+mod cuda;
 mod kinds;
 
 pub(super) use kinds::static_name;
