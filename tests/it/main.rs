@@ -29,6 +29,7 @@ mod report_html;
 mod serve;
 mod shell_help;
 mod shipped;
+mod sm120_sass;
 mod tune;
 mod up_e2e;
 mod up_outcome;
