@@ -3,6 +3,7 @@
 
 pub mod api;
 mod cache;
+pub mod cuda_arch;
 pub mod graph;
 pub mod interp;
 mod load;

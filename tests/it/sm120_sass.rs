@@ -284,3 +284,102 @@ fn a_sass_check_without_cuobjdump_is_unproven_and_fails_with_strict() {
     );
     assert!(!ws.state().join("runs/u/receipts/build.json").exists());
 }
+
+/// A recipe that provisions `toolchain` from PyPI (the cached prefix: nothing is unpacked) and
+/// assembles the PTX kernel for the arch list the toolchain's suffix makes.
+fn arch_suffix_recipe(ws: &Workspace, toolchain: &str) {
+    let prefix = pypi_toolkit(toolchain);
+    let (file, tools) = match toolchain {
+        "13.0.1" => ("cuda-13.0.1.toml", "[\"nvcc\"]"),
+        _ => ("cuda-12.8.toml", "[\"ptxas\"]"),
+    };
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    ws.write(
+        &format!("toolchains/{file}"),
+        &read(&manifest.join("toolchains").join(file)),
+    );
+    ws.write(
+        "axpy.ptx",
+        &read(&manifest.join("recipes/sm120-sass/axpy.ptx")),
+    );
+    ws.write(
+        "a.toml",
+        &format!(
+            r#"[recipe]
+name = "a"
+import = ["toolchains/{file}"]
+[vars]
+arch = "12.0"
+flashinfer_arch = "${{arch}}${{cuda_arch_suffix}}"
+[[step]]
+id = "cuda"
+kind = "cuda"
+source = "pypi"
+wheels = ["${{cuda_wheels}}"]
+version = "{toolchain}"
+install_path = "{prefix}"
+link = "{link}"
+tools = {tools}
+[[step]]
+id = "build"
+kind = "run"
+needs = ["cuda"]
+env = {{ FLASHINFER_CUDA_ARCH_LIST = "${{flashinfer_arch}}" }}
+shell = true
+cmd = "echo \"arch list $FLASHINFER_CUDA_ARCH_LIST\"; {prefix}/bin/ptxas -arch=sm_$(echo $FLASHINFER_CUDA_ARCH_LIST | tr -d .) -o {dir}/k.cubin {dir}/axpy.ptx"
+"#,
+            dir = ws.path().display(),
+            prefix = prefix.display(),
+            link = ws.path().join("cuda").display(),
+        ),
+    );
+}
+
+#[test]
+fn the_arch_suffix_follows_the_provisioned_compiler() {
+    for (toolchain, list) in [("13.0.1", "12.0f"), ("12.8.1", "12.0")] {
+        let ws = Workspace::new();
+        arch_suffix_recipe(&ws, toolchain);
+        let out = ws.kiln().args(["up", "a.toml"]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let log = read(&ws.state().join("runs/a/logs/build.log"));
+        assert!(
+            log.contains(&format!("arch list {list}\n")),
+            "{toolchain}: {log}"
+        );
+        let plan = ws.kiln().args(["plan", "a.toml"]).output().unwrap();
+        let plan = String::from_utf8_lossy(&plan.stdout);
+        assert!(
+            plan.contains(&format!("cuda  CUDA {toolchain} from ")) && !plan.contains("warning:"),
+            "{plan}"
+        );
+    }
+    // The suffix forced onto the 12.8 toolkit: the plan says they disagree, and the build fails
+    // as it says.
+    let ws = Workspace::new();
+    arch_suffix_recipe(&ws, "12.8.1");
+    let plan = ws
+        .kiln()
+        .args(["plan", "a.toml", "--set", "cuda_arch_suffix=f"])
+        .output()
+        .unwrap();
+    assert!(plan.status.success());
+    let plan = String::from_utf8_lossy(&plan.stdout);
+    assert!(
+        plan.contains("warning: step `build`: FLASHINFER_CUDA_ARCH_LIST=12.0f asks for a family target (`f`), which needs nvcc ≥ 12.9; step `cuda` provisions CUDA 12.8.1"),
+        "{plan}"
+    );
+    let stderr = stderr_of(
+        ws.kiln()
+            .args(["up", "a.toml", "--set", "cuda_arch_suffix=f"]),
+        1,
+    );
+    assert!(
+        stderr.contains("Value 'sm_120f' is not defined for option 'gpu-name'"),
+        "{stderr}"
+    );
+}
