@@ -8,6 +8,7 @@
 mod archive_safety;
 mod bench;
 mod common;
+mod compile_progress;
 mod cuda_step;
 mod doctor;
 mod engine;
