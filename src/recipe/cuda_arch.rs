@@ -12,11 +12,11 @@ pub const FAMILY_MIN: &str = "12.9";
 
 /// One line per `cuda` step: its id, version, source and what it must offer.
 pub fn toolkits(recipe: &Recipe) -> Vec<String> {
-    let choice = recipe
-        .vars
-        .contains_key("cuda_source")
-        .then_some("; `--set cuda_source=runfile|pypi` chooses")
-        .unwrap_or_default();
+    let choice = if recipe.vars.contains_key("cuda_source") {
+        "; `--set cuda_source=runfile|pypi` chooses"
+    } else {
+        ""
+    };
     recipe
         .steps
         .iter()

@@ -123,19 +123,16 @@ pub(super) fn tools(
     version: &str,
 ) -> Result<Vec<String>> {
     let mut tools: Vec<(String, Range<usize>)> = Vec::new();
-    match &s.tools {
-        Some(list) => {
-            for t in list.get_ref() {
-                tools.push((r.expand(file, t)?, t.span()));
-            }
+    if let Some(list) = &s.tools {
+        for t in list.get_ref() {
+            tools.push((r.expand(file, t)?, t.span()));
         }
-        None => {
-            let span = s
-                .wheels
-                .as_ref()
-                .map_or_else(|| s.kind.span(), Spanned::span);
-            tools.push(("nvcc".to_string(), span));
-        }
+    } else {
+        let span = s
+            .wheels
+            .as_ref()
+            .map_or_else(|| s.kind.span(), Spanned::span);
+        tools.push(("nvcc".to_string(), span));
     }
     if let CudaSource::Pypi { wheels } = source {
         if let (Some(programs), what) = offers(wheels) {
