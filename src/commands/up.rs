@@ -83,6 +83,9 @@ fn provision(
     let memo = HashMemo::load(&state.memo_path());
     let plan = engine::plan(recipe, state, &settings.facts, selection, &memo)?;
     let reporter = super::reporter(args.json);
+    for w in crate::recipe::cuda_arch::family_conflicts(recipe) {
+        reporter.note(&format!("warning: {w}"));
+    }
     if plan.count("stale") > 0 {
         *stage = "preflight";
         super::preflight::host_tools(recipe, &plan, reporter.as_ref())?;

@@ -195,6 +195,31 @@ fn the_12_8_wheels_are_refused_where_a_recipe_needs_nvcc() {
         stderr.contains("r.toml:11:19") && stderr.contains("`tools` asks for `nvcc`"),
         "{stderr}"
     );
+    // A PTX-only toolkit, then a step that compiles with its nvcc: refused at that step.
+    let ptx_only = "source = \"pypi\"\nwheels = [\"${cuda_wheels}\"]\nversion = \"12.8.1\"\ninstall_path = \"/tmp/x\"\ntools = [\"ptxas\"]\n";
+    with_toolchain(
+        &ws,
+        "cuda-12.8.toml",
+        &format!("{ptx_only}[[step]]\nid = \"k\"\nkind = \"run\"\nneeds = [\"cuda\"]\ncmd = [\"/tmp/x/bin/nvcc\", \"-cubin\", \"k.cu\"]\n"),
+    );
+    let stderr = stderr_of(ws.kiln().args(["plan", "r.toml"]), 2);
+    assert!(
+        stderr.contains("r.toml:16:7")
+            && stderr.contains("step `k` runs nvcc from /tmp/x, but step `cuda` provides CUDA 12.8.1 with ptxas only: no nvcc"),
+        "{stderr}"
+    );
+    with_toolchain(
+        &ws,
+        "cuda-12.8.toml",
+        &format!("{ptx_only}[[step]]\nid = \"ext\"\nkind = \"python\"\nneeds = [\"cuda\"]\nvenv = \"/tmp/v\"\ninstall = [\"flash-attn==2.8.3\"]\nbuild = [\"flash-attn==2.8.3\"]\nenv = {{ CUDA_HOME = \"/tmp/x\" }}\n"),
+    );
+    let stderr = stderr_of(ws.kiln().args(["plan", "r.toml"]), 2);
+    assert!(
+        stderr.contains("r.toml:18:9")
+            && stderr.contains("step `ext` builds from source with CUDA_HOME /tmp/x")
+            && stderr.contains("hint: compile .cu files with a toolkit that has nvcc"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -379,7 +404,9 @@ fn the_arch_suffix_follows_the_provisioned_compiler() {
         1,
     );
     assert!(
-        stderr.contains("Value 'sm_120f' is not defined for option 'gpu-name'"),
+        stderr.contains(
+            "kiln: warning: step `build`: FLASHINFER_CUDA_ARCH_LIST=12.0f asks for a family target"
+        ) && stderr.contains("Value 'sm_120f' is not defined for option 'gpu-name'"),
         "{stderr}"
     );
 }

@@ -167,3 +167,79 @@ pub(super) fn tools(
     }
     Ok(tools.into_iter().map(|(t, _)| t).collect())
 }
+
+/// A step that needs nvcc from a toolkit whose `tools` leave it out: a `python` step that builds
+/// from source with `CUDA_HOME` at that toolkit, or a `run` step whose command names its
+/// `bin/nvcc`. Refused at the step's `build` or `cmd`, with what the toolkit can do.
+pub(super) fn nvcc_users(
+    r: &Resolver,
+    all: &[(usize, &wire::Step)],
+    steps: &[crate::recipe::Step],
+) -> Result<()> {
+    use crate::recipe::StepKind;
+    let without_nvcc: Vec<(&crate::recipe::Step, &crate::recipe::CudaStep)> = steps
+        .iter()
+        .filter_map(|s| match &s.kind {
+            StepKind::Cuda(c) if !c.tools.iter().any(|t| t == "nvcc") => Some((s, c)),
+            _ => None,
+        })
+        .collect();
+    if without_nvcc.is_empty() {
+        return Ok(());
+    }
+    for ((file, w), step) in all.iter().zip(steps) {
+        for (cuda, c) in &without_nvcc {
+            let roots = [&c.install_path, &c.link].map(|p| p.display().to_string());
+            let (span, how) = match &step.kind {
+                StepKind::Python(p) if !p.build.is_empty() => {
+                    let home = step.env.get("CUDA_HOME").map(String::as_str);
+                    if !home.is_some_and(|h| roots.iter().any(|r| r == h.trim_end_matches('/'))) {
+                        continue;
+                    }
+                    (
+                        w.build
+                            .as_ref()
+                            .map_or_else(|| w.kind.span(), Spanned::span),
+                        "builds from source with CUDA_HOME",
+                    )
+                }
+                StepKind::Run { cmd, .. } => {
+                    let text = match cmd {
+                        crate::recipe::Cmd::Argv(a) => a.join(" "),
+                        crate::recipe::Cmd::Shell(s) => s.clone(),
+                    };
+                    if !roots
+                        .iter()
+                        .any(|r| text.contains(&format!("{r}/bin/nvcc")))
+                    {
+                        continue;
+                    }
+                    (
+                        w.cmd.as_ref().map_or_else(|| w.kind.span(), Spanned::span),
+                        "runs nvcc from",
+                    )
+                }
+                _ => continue,
+            };
+            return Err(r
+                .diag(
+                    *file,
+                    span,
+                    format!(
+                        "step `{}` {how} {}, but step `{}` provides CUDA {} with {} only: no nvcc",
+                        step.id,
+                        c.install_path.display(),
+                        cuda.id,
+                        c.version,
+                        c.tools.join(", ")
+                    ),
+                )
+                .with_hint(format!(
+                    "compile .cu files with a toolkit that has nvcc (the 13.x wheels or the runfile); CUDA {} here assembles PTX with ptxas",
+                    c.version
+                ))
+                .into());
+        }
+    }
+    Ok(())
+}
