@@ -38,6 +38,15 @@ pub(super) fn install(
     let parent = dest.parent().unwrap_or(Path::new("/"));
     crate::fs::create_dir(parent)?;
     let name = dest.file_name().unwrap_or_default().to_string_lossy();
+    // What a killed run left beside the prefix (its staging or the old prefix moved aside).
+    for kind in ["staging", "old"] {
+        let prefix = format!(".{name}.kiln-{kind}-");
+        crate::fs::remove_left_behind(
+            parent,
+            |n| n.strip_prefix(prefix.as_str())?.parse().ok(),
+            |pid, _| !crate::process::pid_exists(pid),
+        );
+    }
     let staging = parent.join(format!(".{name}.kiln-staging-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&staging);
     let result = (|| {
