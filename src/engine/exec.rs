@@ -267,6 +267,8 @@ fn run_one(
         loop {
             reporter.step_started(&step.id, step.kind.name(), attempt);
             let mut progress = super::progress::CompileProgress::new(last_run);
+            // What a failed attempt could not prove is not this attempt's.
+            let _ = ctx.unproven.take(&step.id);
             let outcome = crate::steps::execute(step, ctx, &mut log, &mut |line| {
                 reporter.step_output(&step.id, line);
                 if let Some(p) = progress.line(line) {

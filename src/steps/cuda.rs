@@ -62,9 +62,10 @@ fn install_runfile(
     result
 }
 
-/// The runfile's options for a toolkit-only install without questions (`--help` of the 13.0
-/// runfile; docs/recipes.md cites them): no driver, no man pages, no compiler check.
-pub(crate) fn runfile_args(install_path: &Path) -> Vec<String> {
+/// The runfile's options for a toolkit-only install without questions (NVIDIA's CUDA
+/// Installation Guide for Linux, "Runfile Installer → Advanced Options"; docs/recipes.md): no
+/// driver, no man pages, none of the installer's own compiler and existing-toolkit checks.
+fn runfile_args(install_path: &Path) -> Vec<String> {
     ["--silent", "--toolkit", "--no-man-page", "--override"]
         .map(String::from)
         .into_iter()
@@ -127,7 +128,7 @@ pub(crate) fn installed_version(path: &Path) -> Option<String> {
 
 /// `13.0` from `nvcc --version` ("Cuda compilation tools, release 13.0, V13.0.88"); `ptxas`
 /// prints the same line.
-pub(crate) fn nvcc_release(nvcc: &Path) -> Option<String> {
+fn nvcc_release(nvcc: &Path) -> Option<String> {
     let out = process::capture(&nvcc.display().to_string(), &["--version"]).ok()?;
     let rest = out.split("release ").nth(1)?;
     Some(rest.split(',').next()?.trim().to_string())
@@ -186,7 +187,7 @@ fn switch_link(step: &Step, c: &CudaStep, log: &mut dyn Write) -> Result<()> {
     })
 }
 
-pub(crate) fn restore_link(link: &Path, before: Option<&Path>) -> Result<()> {
+fn restore_link(link: &Path, before: Option<&Path>) -> Result<()> {
     match before {
         Some(old) => replace_link(link, old),
         None => match std::fs::remove_file(link) {
@@ -199,7 +200,7 @@ pub(crate) fn restore_link(link: &Path, before: Option<&Path>) -> Result<()> {
 }
 
 /// Create `link` → `target` by renaming a fresh symlink over it: readers never see it missing.
-pub(crate) fn replace_link(link: &Path, target: &Path) -> Result<()> {
+fn replace_link(link: &Path, target: &Path) -> Result<()> {
     let tmp: PathBuf = link.with_file_name(format!(
         ".{}.kiln-{}",
         link.file_name().unwrap_or_default().to_string_lossy(),
