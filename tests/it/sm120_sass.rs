@@ -410,3 +410,61 @@ fn the_arch_suffix_follows_the_provisioned_compiler() {
         "{stderr}"
     );
 }
+
+#[test]
+fn an_unproven_step_is_a_warning_in_the_report_of_a_served_run() {
+    let path = "/usr/bin:/bin";
+    let prefix = crate::bench::tiny_cpu();
+    let ws = Workspace::new();
+    ws.write("k.cubin", "not checked");
+    ws.write(
+        "u.toml",
+        &format!(
+            r#"[recipe]
+name = "u"
+[[step]]
+id = "build"
+kind = "run"
+cmd = ["true"]
+sass = {{ file = "k.cubin", arch = "sm_120" }}
+
+[profile.p]
+cmd = ["{prefix}/bin/llama-server"]
+args = ["-m", "{prefix}/model/tiny.gguf", "--host", "127.0.0.1", "--port", "{port}", "-c", "160", "-np", "1", "-t", "1", "-n", "8"]
+port = "{port}"
+api = "openai"
+ready = "/health"
+"#,
+            prefix = prefix.display(),
+            port = crate::serve::free_port(),
+        ),
+    );
+    let out = ws
+        .kiln()
+        .args(["up", "u.toml"])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let stop = ws
+        .kiln()
+        .args(["serve", "u.toml", "--stop"])
+        .output()
+        .unwrap();
+    assert!(
+        stop.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stop.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_str(&read(&ws.state().join("reports/u/report.json"))).unwrap();
+    let warnings = report["outcome"]["warnings"].as_array().unwrap();
+    assert!(
+        warnings.iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .starts_with("step `build` is unproven: the sass check (sm_120) did not run")),
+        "{report}"
+    );
+}

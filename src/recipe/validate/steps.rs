@@ -342,10 +342,7 @@ pub(super) fn python_step(
             .map(|v| r.expand_as(file, v, Quoting::Python))
             .transpose()?,
         sass: match &s.sass {
-            Some(x) => {
-                let (module, arch) = sass_target(r, file, x, "module")?;
-                Some((module, arch))
-            }
+            Some(x) => Some(sass_target(r, file, x, "module")?),
             None => None,
         },
     })
