@@ -14,6 +14,18 @@ const FILES: &[(&str, &str)] = &[
         include_str!("../recipes/llama-cuda.toml"),
     ),
     (
+        "recipes/sm120-sass.toml",
+        include_str!("../recipes/sm120-sass.toml"),
+    ),
+    (
+        "recipes/sm120-sass/axpy.cu",
+        include_str!("../recipes/sm120-sass/axpy.cu"),
+    ),
+    (
+        "recipes/sm120-sass/axpy.ptx",
+        include_str!("../recipes/sm120-sass/axpy.ptx"),
+    ),
+    (
         "recipes/tiny-cpu.toml",
         include_str!("../recipes/tiny-cpu.toml"),
     ),

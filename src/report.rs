@@ -25,6 +25,18 @@ pub enum Outcome {
     NotRun(String),
 }
 
+/// How far a long compile is (ninja's `[done/total]`), with an ETA when one can be given.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Progress {
+    pub done: u64,
+    pub total: u64,
+    pub elapsed: Duration,
+    /// From the last run of the same step (`last_run`), else from the rate so far.
+    pub eta: Option<Duration>,
+    /// How long the same step took the last time it completed.
+    pub last_run: Option<Duration>,
+}
+
 pub trait Reporter: Send + Sync {
     fn run_started(&self, recipe: &str, to_run: usize, total: usize);
     fn step_started(&self, id: &str, kind: &str, attempt: u32);
@@ -32,6 +44,8 @@ pub trait Reporter: Send + Sync {
     fn step_finished(&self, id: &str, outcome: &Outcome, elapsed: Duration);
     fn run_finished(&self, ok: bool, elapsed: Duration);
     fn note(&self, text: &str);
+    /// A long compile moved (objects done of total); plain lines show nothing of it.
+    fn step_progress(&self, _id: &str, _p: &Progress) {}
 }
 
 /// Plain lines on stderr (not a terminal, or `--no-progress`).
@@ -127,8 +141,34 @@ impl Reporter for ProgressReporter {
     }
     fn step_output(&self, id: &str, line: &str) {
         if let Some(sp) = self.spinners.lock().expect("reporter lock").get(id) {
-            sp.set_message(line.chars().take(100).collect::<String>());
+            if sp.length().is_none() {
+                sp.set_message(line.chars().take(100).collect::<String>());
+            }
         }
+    }
+    fn step_progress(&self, id: &str, p: &Progress) {
+        let Some(sp) = self
+            .spinners
+            .lock()
+            .expect("reporter lock")
+            .get(id)
+            .cloned()
+        else {
+            return;
+        };
+        if sp.length().is_none() {
+            // The spinner becomes a bar at the first `[k/N]`.
+            sp.set_style(
+                ProgressStyle::with_template(
+                    "  {prefix} [{bar:24}] {pos}/{len} objects, {elapsed} {msg:.dim}",
+                )
+                .expect("valid template")
+                .progress_chars("=> "),
+            );
+        }
+        sp.set_length(p.total);
+        sp.set_position(p.done);
+        sp.set_message(eta_text(p));
     }
     fn step_finished(&self, id: &str, outcome: &Outcome, elapsed: Duration) {
         if let Some(sp) = self.spinners.lock().expect("reporter lock").remove(id) {
@@ -157,6 +197,19 @@ impl Reporter for ProgressReporter {
     }
     fn note(&self, text: &str) {
         let _ = self.multi.println(format!("kiln: {text}"));
+    }
+}
+
+/// `ETA 8m50s (last build 15m30s)`, or the rate's ETA, or nothing to say.
+fn eta_text(p: &Progress) -> String {
+    let last = p
+        .last_run
+        .map(|l| format!(" (last build {})", secs(l)))
+        .unwrap_or_default();
+    match p.eta {
+        Some(eta) => format!("ETA {}{last}", secs(eta)),
+        None if p.last_run.is_some() => format!("past the last build's time{last}"),
+        None => String::new(),
     }
 }
 
@@ -191,6 +244,17 @@ enum Event<'a> {
     },
     Note {
         text: &'a str,
+    },
+    /// A long compile: objects done of total, elapsed and ETA (ms).
+    StepProgress {
+        step: &'a str,
+        done: u64,
+        total: u64,
+        elapsed_ms: u128,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        eta_ms: Option<u128>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        last_run_ms: Option<u128>,
     },
 }
 
@@ -234,5 +298,15 @@ impl Reporter for JsonReporter {
     }
     fn note(&self, text: &str) {
         self.emit(&Event::Note { text });
+    }
+    fn step_progress(&self, id: &str, p: &Progress) {
+        self.emit(&Event::StepProgress {
+            step: id,
+            done: p.done,
+            total: p.total,
+            elapsed_ms: p.elapsed.as_millis(),
+            eta_ms: p.eta.map(|d| d.as_millis()),
+            last_run_ms: p.last_run.map(|d| d.as_millis()),
+        });
     }
 }

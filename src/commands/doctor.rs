@@ -143,7 +143,9 @@ pub(super) fn apply_recipe(recipe: &Recipe, inputs: &mut Inputs) {
             }
             StepKind::Cuda(c) => {
                 inputs.toolkit_version = Some(c.version.clone());
-                inputs.driver_floor = Some(c.driver_floor.clone());
+                if let Some(floor) = &c.driver_floor {
+                    inputs.driver_floor = Some(floor.clone());
+                }
             }
             _ => {}
         }

@@ -31,7 +31,7 @@ pub(super) fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
     let requires = if args.json {
         String::new()
     } else {
-        render_requires(&recipe, &plan)
+        render_requires(&recipe, &plan) + &crate::recipe::cuda_arch::render(&recipe)
     };
     print_plan(&plan, &recipe.origin, &requires, args.json);
     Ok(0)

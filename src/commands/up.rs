@@ -83,13 +83,19 @@ fn provision(
     let memo = HashMemo::load(&state.memo_path());
     let plan = engine::plan(recipe, state, &settings.facts, selection, &memo)?;
     let reporter = super::reporter(args.json);
+    for w in crate::recipe::cuda_arch::family_conflicts(recipe) {
+        reporter.note(&format!("warning: {w}"));
+    }
     if plan.count("stale") > 0 {
         *stage = "preflight";
         super::preflight::host_tools(recipe, &plan, reporter.as_ref())?;
         let gpu_stack = recipe
             .steps
             .iter()
-            .any(|s| matches!(s.kind, crate::recipe::StepKind::Cuda(_)));
+            // A toolkit without a driver floor is installed to compile only (no GPU needed).
+            .any(
+                |s| matches!(&s.kind, crate::recipe::StepKind::Cuda(c) if c.driver_floor.is_some()),
+            );
         if gpu_stack && !args.no_doctor {
             super::preflight::run(settings, recipe, reporter.as_ref())?;
         }
@@ -108,10 +114,13 @@ fn provision(
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
     let mem_budget = crate::host::available_memory_bytes().unwrap_or(u64::MAX);
+    let unproven = crate::steps::Unproven::default();
     let ctx = StepContext {
         memo: &memo,
         facts: &settings.facts,
         paths: &settings.paths,
+        strict: args.strict,
+        unproven: &unproven,
     };
     engine::execute(
         recipe,

@@ -248,6 +248,10 @@ fn run_one(
             }
         }
     }
+    // The last run's duration, for the ETA of a long compile, before its receipt goes.
+    let last_run = state
+        .receipt(&step.id)
+        .map(|r| Duration::from_millis(r.duration_ms));
     let log_path = state.log_path(&step.id);
     // Until this run's log exists, the one on disk is an earlier run's: not this failure's.
     let log_created = std::cell::Cell::new(false);
@@ -262,8 +266,14 @@ fn run_one(
         let mut attempt = 1;
         loop {
             reporter.step_started(&step.id, step.kind.name(), attempt);
+            let mut progress = super::progress::CompileProgress::new(last_run);
+            // What a failed attempt could not prove is not this attempt's.
+            let _ = ctx.unproven.take(&step.id);
             let outcome = crate::steps::execute(step, ctx, &mut log, &mut |line| {
                 reporter.step_output(&step.id, line);
+                if let Some(p) = progress.line(line) {
+                    reporter.step_progress(&step.id, &p);
+                }
             })
             .and_then(|()| crate::steps::check(step, &mut log));
             match outcome {
@@ -280,7 +290,12 @@ fn run_one(
                 }
             }
         }
+        let unproven = ctx.unproven.take(&step.id);
+        for w in &unproven {
+            reporter.note(&format!("warning: step `{}` is unproven: {w}", step.id));
+        }
         state.write_receipt(&Receipt {
+            unproven,
             step: step.id.clone(),
             fingerprint: fp,
             finished_unix: SystemTime::now()

@@ -6,6 +6,7 @@ mod flush;
 pub(crate) mod fresh;
 mod index;
 pub(crate) mod plan;
+mod progress;
 mod schedule;
 pub(crate) mod state;
 

@@ -161,6 +161,7 @@ mod tests {
                 description: None,
                 kind: crate::recipe::StepKind::Run {
                     cmd: crate::recipe::Cmd::Argv(vec!["true".into()]),
+                    sass: None,
                 },
                 needs: n.iter().map(std::string::ToString::to_string).collect(),
                 env: std::collections::BTreeMap::default(),

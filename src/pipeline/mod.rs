@@ -142,7 +142,21 @@ pub fn up(
     } else {
         verdicts
     };
-    let report = Report::new(s.recipe, &launched, verdicts, ab, bench, opts.strict);
+    let mut report = Report::new(s.recipe, &launched, verdicts, ab, bench, opts.strict);
+    // Steps whose checks could not run (with --strict they failed before serving).
+    let state = crate::engine::state::StateDir::new(s.paths, &s.recipe.name);
+    report.outcome.warnings.extend(
+        s.recipe
+            .steps
+            .iter()
+            .filter_map(|st| state.receipt(&st.id))
+            .flat_map(|r| {
+                let step = r.step;
+                r.unproven
+                    .into_iter()
+                    .map(move |w| format!("step `{step}` is unproven: {w}"))
+            }),
+    );
     for w in &report.outcome.warnings {
         (narrate.say)(&format!("warning: {w}"));
     }

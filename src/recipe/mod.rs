@@ -3,6 +3,7 @@
 
 pub mod api;
 mod cache;
+pub mod cuda_arch;
 pub mod graph;
 pub mod interp;
 mod load;
@@ -64,6 +65,9 @@ pub enum Check {
 pub enum StepKind {
     Run {
         cmd: Cmd,
+        /// (file, SASS arch) that `cuobjdump` must find once the command ran.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sass: Option<(PathBuf, String)>,
     },
     Fetch {
         url: String,
@@ -125,14 +129,38 @@ pub struct PythonStep {
 /// `kind = "cuda"`: a CUDA toolkit installed side by side and the `link` switched to it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CudaStep {
-    pub url: String,
-    pub sha256: String,
-    /// Where the verified runfile lands in the download cache.
-    pub runfile: PathBuf,
+    pub source: CudaSource,
     pub version: String,
     pub install_path: PathBuf,
     pub link: PathBuf,
-    pub driver_floor: String,
+    /// The oldest driver the toolkit runs on (optional for `pypi`: a compile-only box has none).
+    pub driver_floor: Option<String>,
+    /// Programs the recipe needs in the toolkit's `bin/` (`tools`; default `nvcc`).
+    pub tools: Vec<String>,
+}
+
+/// Where a `cuda` step's toolkit comes from.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CudaSource {
+    /// NVIDIA's runfile, installed with `--toolkit --toolkitpath=`.
+    Runfile {
+        url: String,
+        sha256: String,
+        /// Where the verified runfile lands in the download cache.
+        runfile: PathBuf,
+    },
+    /// PyPI's `nvidia-*` wheels, unpacked into one prefix.
+    Pypi { wheels: Vec<Wheel> },
+}
+
+/// One pinned download (a wheel of a `pypi` CUDA source).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Wheel {
+    pub url: String,
+    pub sha256: String,
+    /// Where the verified file lands in the download cache.
+    pub path: PathBuf,
 }
 
 impl StepKind {

@@ -170,13 +170,22 @@ pub(super) struct Step {
     pub install_path: Option<Spanned<String>>,
     pub link: Option<Spanned<String>>,
     pub driver_floor: Option<Spanned<String>>,
+    /// `runfile` (default: `url` + `sha256`) or `pypi` (`wheels`).
+    pub source: Option<Spanned<String>>,
+    /// `source = "pypi"`: pinned wheels, each `URL#sha256=HEX` (an entry may hold several,
+    /// separated by whitespace, so that one toolchain variable can carry the whole set).
+    pub wheels: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Programs the recipe needs from this toolkit's `bin/` (default: `["nvcc"]`).
+    pub tools: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
-/// `sass = { module = "flash_attn_2_cuda", arch = "sm_120" }`: the extension must carry that SASS.
+/// `sass = { module = "flash_attn_2_cuda", arch = "sm_120" }` (python steps) or
+/// `sass = { file = "k.cubin", arch = "sm_120" }` (run steps): that code must carry that SASS.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct Sass {
-    pub module: Spanned<String>,
+    pub module: Option<Spanned<String>>,
+    pub file: Option<Spanned<String>>,
     pub arch: Spanned<String>,
 }
 

@@ -6,6 +6,7 @@ pub(crate) mod fetch;
 pub(crate) mod patch;
 pub(crate) mod python;
 pub(crate) mod run;
+pub(crate) mod sass;
 
 use std::io::Write;
 
@@ -22,6 +23,32 @@ pub(crate) struct StepContext<'a> {
     /// The state directory (patch backups) and its cache (downloads, compiled wheels, tools
     /// kiln installs for itself such as uv).
     pub paths: &'a StatePaths,
+    /// `kiln up --strict`: a check that cannot run fails its step instead of leaving it unproven.
+    pub strict: bool,
+    /// What steps could not prove, by step id (kept with their receipts).
+    pub unproven: &'a Unproven,
+}
+
+/// Checks a step could not run (`sass` without cuobjdump): warnings, by step id.
+#[derive(Debug, Default)]
+pub(crate) struct Unproven(std::sync::Mutex<Vec<(String, String)>>);
+
+impl Unproven {
+    pub(crate) fn add(&self, step: &str, what: String) {
+        if let Ok(mut v) = self.0.lock() {
+            v.push((step.to_string(), what));
+        }
+    }
+
+    /// The warnings of `step`, taken out.
+    pub(crate) fn take(&self, step: &str) -> Vec<String> {
+        let Ok(mut v) = self.0.lock() else {
+            return Vec::new();
+        };
+        let (mine, rest): (Vec<_>, Vec<_>) = v.drain(..).partition(|(s, _)| s == step);
+        *v = rest;
+        mine.into_iter().map(|(_, w)| w).collect()
+    }
 }
 
 /// Run one attempt of `step`, logging to `log`; `on_line` sees each output line.
@@ -33,7 +60,13 @@ pub(crate) fn execute(
 ) -> Result<()> {
     crate::fs::create_dir(&step.cwd)?;
     match &step.kind {
-        StepKind::Run { cmd } => run::run(step, cmd, log, on_line),
+        StepKind::Run { cmd, sass } => {
+            run::run(step, cmd, log, on_line)?;
+            match sass {
+                Some((file, arch)) => sass::check(step, &sass::Target::File(file), arch, ctx, log),
+                None => Ok(()),
+            }
+        }
         StepKind::Fetch { url, sha256, path } => {
             fetch::fetch(url, sha256, path, step.timeout, log, ctx.memo)
         }

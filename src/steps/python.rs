@@ -11,7 +11,7 @@ mod wheel;
 use super::{run::run_spec, StepContext};
 use crate::cache::wheels::WheelCache;
 use crate::error::{Error, Result};
-use crate::process::{self, CommandSpec};
+use crate::process::CommandSpec;
 use crate::recipe::{PythonStep, Step};
 
 /// How packages get installed.
@@ -110,7 +110,11 @@ pub(crate) fn run(
         })?;
     }
     if let Some((module, arch)) = &p.sass {
-        check_sass(&step.id, &vpy, module, arch, log)?;
+        let target = super::sass::Target::Module {
+            python: &vpy,
+            module,
+        };
+        super::sass::check(step, &target, arch, ctx, log)?;
     }
     Ok(())
 }
@@ -205,35 +209,4 @@ fn install_spec<'a>(
     spec.args.extend(index_args.iter().cloned());
     spec.args.extend(reqs.into_iter().map(str::to_string));
     spec
-}
-
-/// The extension module must carry SASS for `arch` (checked with cuobjdump when it is installed).
-fn check_sass(step: &str, vpy: &Path, module: &str, arch: &str, log: &mut dyn Write) -> Result<()> {
-    let Ok(cuobjdump) = which::which("cuobjdump") else {
-        let _ = writeln!(log, "sass check skipped: cuobjdump is not installed");
-        return Ok(());
-    };
-    let origin = process::capture(
-        &vpy.display().to_string(),
-        &[
-            "-c",
-            "import importlib.util, sys; print(importlib.util.find_spec(sys.argv[1]).origin)",
-            module,
-        ],
-    )?;
-    let listing = process::capture(
-        &cuobjdump.display().to_string(),
-        &["--list-elf", origin.trim()],
-    )?;
-    let _ = writeln!(log, "cuobjdump --list-elf {}:\n{listing}", origin.trim());
-    if listing.contains(arch) {
-        return Ok(());
-    }
-    Err(Error::StepFailed {
-        step: step.to_string(),
-        reason: format!("{module} carries no {arch} code (cuobjdump found none)"),
-        log: None,
-        hint: None,
-        tail: listing.lines().take(20).collect::<Vec<_>>().join("\n"),
-    })
 }

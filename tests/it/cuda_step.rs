@@ -1,38 +1,36 @@
-//! The `cuda` step kind against a stand-in runfile (the real one cannot be fetched here): install
-//! side by side, atomic link switch, rollback on failure or wrong version, skip when present.
+//! The `cuda` step kind. The runfile path against a stand-in runfile (NVIDIA's 4 GB runfile
+//! cannot be fetched here) that installs the real nvcc 13.0.88 from PyPI (cached in
+//! `KILN_TEST_CACHE`): install side by side, atomic link switch, rollback on failure or wrong
+//! version, skip when present, and the installer options kiln passes. The PyPI path's rollback.
 
 use std::path::Path;
 
 use crate::common::{stderr_of, Workspace};
+use crate::sm120_sass::{cuda_downloads, pypi_toolkit};
 
-/// A stand-in for NVIDIA's runfile: installs a fake toolkit whose nvcc reports `$FAKE_RELEASE`,
-/// or fails midway when `$FAKE_FAIL` is set.
+/// A stand-in for NVIDIA's runfile: records its arguments, then "installs" the real PyPI
+/// toolkit at `$REAL_CUDA` (its `bin/` linked into `--toolkitpath`), or fails midway when
+/// `$FAKE_FAIL` is set.
 const FAKE_RUNFILE: &str = r#"#!/bin/sh
 for a in "$@"; do case "$a" in --toolkitpath=*) dest="${a#--toolkitpath=}";; esac; done
-mkdir -p "$dest/bin"
-echo "run" >> "$(dirname "$dest")/installer-runs"
+mkdir -p "$dest"
+echo "$*" >> "$(dirname "$dest")/installer-runs"
 if [ -n "$FAKE_FAIL" ]; then echo "installer: disk full" >&2; exit 3; fi
-printf '#!/bin/sh\necho "Cuda compilation tools, release %s, V%s.88"\n' "$FAKE_RELEASE" "$FAKE_RELEASE" > "$dest/bin/nvcc"
-chmod +x "$dest/bin/nvcc"
+ln -s "$REAL_CUDA/bin" "$dest/bin"
 "#;
 
-fn nvcc(dir: &Path, release: &str) {
-    std::fs::create_dir_all(dir.join("bin")).unwrap();
-    let p = dir.join("bin/nvcc");
-    std::fs::write(
-        &p,
-        format!("#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.1'\n"),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+/// A toolkit directory at `dir` whose programs are those of the real toolkit at `real`.
+fn toolkit_at(dir: &Path, real: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::os::unix::fs::symlink(real.join("bin"), dir.join("bin")).unwrap();
 }
 
-/// A workspace with an "old" 12.8 toolkit linked at `root/cuda` and a recipe for 13.0.1.
-fn setup() -> Workspace {
+/// A workspace with an "old" toolkit (the real 12.8 ptxas) linked at `root/cuda` and a recipe
+/// for CUDA `version` through the stand-in runfile.
+fn setup_for(version: &str) -> Workspace {
     let ws = Workspace::new();
     let root = ws.path().join("root");
-    nvcc(&root.join("cuda-12.8"), "12.8");
+    toolkit_at(&root.join("cuda-12.8"), &pypi_toolkit("12.8.1"));
     std::os::unix::fs::symlink(root.join("cuda-12.8"), root.join("cuda")).unwrap();
     let runfile = ws.write("dl/cuda_13.0.1_fake.run", FAKE_RUNFILE);
     let sha = kiln::hash::sha256_bytes(FAKE_RUNFILE.as_bytes());
@@ -48,7 +46,7 @@ id = "cuda"
 kind = "cuda"
 url = "file://{runfile}"
 sha256 = "{sha}"
-version = "13.0.1"
+version = "{version}"
 install_path = "${{root}}/cuda-13.0"
 link = "${{root}}/cuda"
 driver_floor = "580.82.07"
@@ -58,6 +56,19 @@ driver_floor = "580.82.07"
         ),
     );
     ws
+}
+
+fn setup() -> Workspace {
+    setup_for("13.0.1")
+}
+
+/// `kiln up cuda.toml` with a driver new enough and the real 13.0 toolkit for the stand-in.
+fn up(ws: &Workspace) -> assert_cmd::Command {
+    let mut c = ws.kiln();
+    c.args(["up", "cuda.toml"])
+        .env("KILN_FACT_GPU_DRIVER", "580.95.05")
+        .env("REAL_CUDA", pypi_toolkit("13.0.1"));
+    c
 }
 
 fn link_target(ws: &Workspace) -> String {
@@ -74,17 +85,27 @@ fn installer_runs(ws: &Workspace) -> usize {
 }
 
 #[test]
+fn the_runfile_gets_its_documented_toolkit_only_options() {
+    let ws = setup();
+    up(&ws).assert().success();
+    let args = std::fs::read_to_string(ws.path().join("root/installer-runs")).unwrap();
+    // docs/recipes.md cites these from NVIDIA's installation guide (Runfile → Advanced Options).
+    assert_eq!(
+        args.trim(),
+        format!(
+            "--silent --toolkit --no-man-page --override --toolkitpath={}",
+            ws.path().join("root/cuda-13.0").display()
+        )
+    );
+}
+
+#[test]
 fn installs_side_by_side_and_switches_the_link() {
     let ws = setup();
-    ws.kiln()
-        .args(["up", "cuda.toml"])
-        .env("KILN_FACT_GPU_DRIVER", "580.95.05")
-        .env("FAKE_RELEASE", "13.0")
-        .assert()
-        .success();
+    up(&ws).assert().success();
     assert_eq!(link_target(&ws), "cuda-13.0");
     assert!(
-        ws.path().join("root/cuda-12.8/bin/nvcc").exists(),
+        ws.path().join("root/cuda-12.8/bin/ptxas").exists(),
         "the old toolkit stays"
     );
     assert_eq!(installer_runs(&ws), 1);
@@ -95,14 +116,7 @@ fn installs_side_by_side_and_switches_the_link() {
 #[test]
 fn a_failing_installer_leaves_the_old_link() {
     let ws = setup();
-    let stderr = stderr_of(
-        ws.kiln()
-            .args(["up", "cuda.toml"])
-            .env("KILN_FACT_GPU_DRIVER", "580.95.05")
-            .env("FAKE_RELEASE", "13.0")
-            .env("FAKE_FAIL", "1"),
-        1,
-    );
+    let stderr = stderr_of(up(&ws).env("FAKE_FAIL", "1"), 1);
     assert!(
         stderr.contains("exited with status 3") && stderr.contains("installer: disk full"),
         "{stderr}"
@@ -116,17 +130,12 @@ fn a_failing_installer_leaves_the_old_link() {
 
 #[test]
 fn a_wrong_version_switches_the_link_back() {
-    let ws = setup();
-    let stderr = stderr_of(
-        ws.kiln()
-            .args(["up", "cuda.toml"])
-            .env("KILN_FACT_GPU_DRIVER", "580.95.05")
-            .env("FAKE_RELEASE", "12.9"),
-        1,
-    );
+    // The real nvcc 13.0.88 answers for a recipe that asked for 12.9.1.
+    let ws = setup_for("12.9.1");
+    let stderr = stderr_of(&mut up(&ws), 1);
     assert!(
         stderr.contains(
-            "nvcc reports release 12.9 instead of release 13.0; the link was switched back"
+            "nvcc reports release 13.0 instead of release 12.9; the link was switched back"
         ),
         "{stderr}"
     );
@@ -136,17 +145,13 @@ fn a_wrong_version_switches_the_link_back() {
 #[test]
 fn an_installed_toolkit_is_detected_and_the_installer_skipped() {
     let ws = setup();
-    nvcc(&ws.path().join("root/cuda-13.0"), "13.0");
+    toolkit_at(&ws.path().join("root/cuda-13.0"), &pypi_toolkit("13.0.1"));
     std::fs::write(
         ws.path().join("root/cuda-13.0/version.json"),
         r#"{"cuda": {"name": "CUDA SDK", "version": "13.0.1"}}"#,
     )
     .unwrap();
-    ws.kiln()
-        .args(["up", "cuda.toml"])
-        .env("KILN_FACT_GPU_DRIVER", "580.95.05")
-        .assert()
-        .success();
+    up(&ws).assert().success();
     assert_eq!(installer_runs(&ws), 0);
     assert_eq!(link_target(&ws), "cuda-13.0");
     let log = std::fs::read_to_string(ws.state().join("runs/cuda-test/logs/cuda.log")).unwrap();
@@ -169,4 +174,57 @@ fn an_old_driver_stops_before_anything_is_installed() {
     assert!(stderr.contains("hint:"), "{stderr}");
     assert_eq!(installer_runs(&ws), 0);
     assert_eq!(link_target(&ws), "cuda-12.8");
+}
+
+#[test]
+fn a_pypi_toolkit_that_reports_another_release_switches_the_link_back() {
+    let real = pypi_toolkit("13.0.1");
+    let (cache, _lock) = cuda_downloads();
+    let ws = Workspace::new();
+    let root = ws.path().join("root");
+    toolkit_at(&root.join("cuda-13.0"), &real);
+    std::os::unix::fs::symlink(root.join("cuda-13.0"), root.join("cuda")).unwrap();
+    let toolchain = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("toolchains/cuda-12.8.toml"),
+    )
+    .unwrap();
+    ws.write("toolchains/cuda-12.8.toml", &toolchain);
+    // The 12.8.1 wheels, said to be 12.9.1: their ptxas reports release 12.8.
+    ws.write(
+        "cuda.toml",
+        &format!(
+            r#"[recipe]
+name = "cuda-pypi"
+import = ["toolchains/cuda-12.8.toml"]
+[[step]]
+id = "cuda"
+kind = "cuda"
+source = "pypi"
+wheels = ["${{cuda_wheels}}"]
+version = "12.9.1"
+install_path = "{root}/cuda-12.9"
+link = "{root}/cuda"
+tools = ["ptxas"]
+"#,
+            root = root.display()
+        ),
+    );
+    let stderr = stderr_of(
+        ws.kiln()
+            .args(["up", "cuda.toml"])
+            .env("KILN_CACHE_DIR", &cache),
+        1,
+    );
+    assert!(
+        stderr.contains(
+            "ptxas reports release 12.8 instead of release 12.9; the link was switched back"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(link_target(&ws), "cuda-13.0");
+    let log = std::fs::read_to_string(ws.state().join("runs/cuda-pypi/logs/cuda.log")).unwrap();
+    assert!(
+        log.contains("no driver floor: the toolkit is installed to compile"),
+        "{log}"
+    );
 }

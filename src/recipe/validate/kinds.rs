@@ -11,7 +11,7 @@ use super::steps::{command, download, download_path, extract_path, python_step};
 use super::vars::Resolver;
 use crate::diagnostic::did_you_mean;
 use crate::error::{Error, Result};
-use crate::recipe::{wire, CudaStep, SitePackages, StepKind};
+use crate::recipe::{wire, CudaSource, CudaStep, SitePackages, StepKind};
 use crate::source::Loc;
 
 /// One step kind.
@@ -65,7 +65,7 @@ pub(super) const KINDS: &[Kind] = &[
     Kind {
         name: "run",
         output: None,
-        keys: &["cmd", "shell"],
+        keys: &["cmd", "shell", "sass"],
         validate: run,
     },
     Kind {
@@ -121,6 +121,9 @@ pub(super) const KINDS: &[Kind] = &[
             "install_path",
             "link",
             "driver_floor",
+            "source",
+            "wheels",
+            "tools",
         ],
         validate: cuda,
     },
@@ -142,8 +145,16 @@ fn run(k: &mut KindInput) -> Result<StepKind> {
             .as_ref()
             .ok_or_else(|| k.missing("cmd", "[\"program\", \"arg\"]"))?;
     let shell = k.s.shell.as_ref().is_some_and(|b| *b.get_ref());
+    let sass = match &k.s.sass {
+        Some(x) => {
+            let (f, arch) = super::steps::sass_target(k.r, k.file, x, "file")?;
+            Some((k.cwd.join(f), arch))
+        }
+        None => None,
+    };
     Ok(StepKind::Run {
         cmd: command(k.r, k.file, cmd, shell)?,
+        sass,
     })
 }
 
@@ -204,17 +215,50 @@ fn patch(k: &mut KindInput) -> Result<StepKind> {
 }
 
 fn cuda(k: &mut KindInput) -> Result<StepKind> {
-    let (url, sha256, runfile) = download(k.r, k.file, k.s)?;
+    let s = k.s;
+    let source = match &s.source {
+        Some(src) => Some((k.r.expand(k.file, src)?, src.span())),
+        None => None,
+    };
+    let source = match source.as_ref().map(|(v, span)| (v.as_str(), span)) {
+        None | Some(("runfile", _)) => {
+            let (url, sha256, runfile) = download(k.r, k.file, s)?;
+            CudaSource::Runfile {
+                url,
+                sha256,
+                runfile,
+            }
+        }
+        Some(("pypi", _)) => CudaSource::Pypi {
+            wheels: super::cuda::wheels(k.r, k.file, s)?,
+        },
+        Some((other, span)) => {
+            return Err(k
+                .r
+                .diag(k.file, span.clone(), format!("unknown CUDA source `{other}`"))
+                .with_hint("`source = \"runfile\"` (NVIDIA's installer, the default) or `source = \"pypi\"` (the nvidia-* wheels)")
+                .into())
+        }
+    };
+    let pypi = matches!(source, CudaSource::Pypi { .. });
     let required = |k: &mut KindInput, v: &Option<Spanned<String>>, key: &str, ex: &str| match v {
         Some(v) => k.r.expand(k.file, v),
         None => Err(k.missing(key, ex)),
     };
-    let s = k.s;
+    let driver_floor = match (&s.driver_floor, pypi) {
+        (None, true) => None,
+        _ => Some(required(
+            k,
+            &s.driver_floor,
+            "driver_floor",
+            "\"580.82.07\"",
+        )?),
+    };
+    let version = required(k, &s.version, "version", "\"13.0.1\"")?;
+    let tools = super::cuda::tools(k.r, k.file, s, &source, &version)?;
     Ok(StepKind::Cuda(CudaStep {
-        url,
-        sha256,
-        runfile,
-        version: required(k, &s.version, "version", "\"13.0.1\"")?,
+        source,
+        version,
         install_path: PathBuf::from(required(
             k,
             &s.install_path,
@@ -225,7 +269,8 @@ fn cuda(k: &mut KindInput) -> Result<StepKind> {
             Some(l) => k.r.path(k.file, l, k.cwd)?,
             None => PathBuf::from("/usr/local/cuda"),
         },
-        driver_floor: required(k, &s.driver_floor, "driver_floor", "\"580.82.07\"")?,
+        driver_floor,
+        tools,
     }))
 }
 

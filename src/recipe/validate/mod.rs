@@ -1,6 +1,7 @@
 //! Wire → domain: variables resolved, per-kind keys checked, needs and cycles checked, all with
 //! locations and hints.
 
+mod cuda;
 mod kinds;
 
 pub(super) use kinds::static_name;
@@ -107,6 +108,7 @@ pub(super) fn build(loaded: &Loaded, opts: &LoadOptions) -> Result<Recipe> {
             &first_at,
         )?);
     }
+    cuda::nvcc_users(&r, &all_steps, &steps)?;
     let steps = order(sources, &all_steps, steps)?;
 
     let (resolved_profiles, unavailable_profiles) = profiles(&mut r, loaded)?;

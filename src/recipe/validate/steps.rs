@@ -342,13 +342,50 @@ pub(super) fn python_step(
             .map(|v| r.expand_as(file, v, Quoting::Python))
             .transpose()?,
         sass: match &s.sass {
-            Some(x) => {
-                let x = x.get_ref();
-                Some((r.expand(file, &x.module)?, r.expand(file, &x.arch)?))
-            }
+            Some(x) => Some(sass_target(r, file, x, "module")?),
             None => None,
         },
     })
+}
+
+/// `sass = { KEY = "...", arch = "sm_120" }` for a kind that takes `want` (`module` for python
+/// steps, `file` for run steps): (that value, the arch).
+pub(super) fn sass_target(
+    r: &mut Resolver,
+    file: usize,
+    x: &Spanned<wire::Sass>,
+    want: &str,
+) -> Result<(String, String)> {
+    let v = x.get_ref();
+    let (given, other) = match want {
+        "module" => (&v.module, &v.file),
+        _ => (&v.file, &v.module),
+    };
+    let Some(given) = given else {
+        let (ex, kind) = match want {
+            "module" => ("module = \"flash_attn_2_cuda\"", "python"),
+            _ => ("file = \"kernel.cubin\"", "run"),
+        };
+        let hint = match other {
+            Some(_) => format!("a `{kind}` step's sass check takes `{want}`: `sass = {{ {ex}, arch = \"sm_120\" }}`"),
+            None => format!("add `{ex}`"),
+        };
+        return Err(r
+            .diag(file, x.span(), format!("`sass` needs `{want}`"))
+            .with_hint(hint)
+            .into());
+    };
+    if let Some(o) = other {
+        return Err(r
+            .diag(
+                file,
+                o.span(),
+                format!("give `{want}` in this step's `sass`, not both"),
+            )
+            .with_hint("python steps check an extension `module`; run steps check a `file`")
+            .into());
+    }
+    Ok((r.expand(file, given)?, r.expand(file, &v.arch)?))
 }
 
 pub(super) fn command(
@@ -503,6 +540,15 @@ pub(super) fn kind_specific_keys(s: &wire::Step) -> Vec<(&'static str, std::ops:
     }
     if let Some(x) = &s.driver_floor {
         v.push(("driver_floor", x.span()));
+    }
+    if let Some(x) = &s.source {
+        v.push(("source", x.span()));
+    }
+    if let Some(x) = &s.wheels {
+        v.push(("wheels", x.span()));
+    }
+    if let Some(x) = &s.tools {
+        v.push(("tools", x.span()));
     }
     v
 }

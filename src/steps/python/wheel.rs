@@ -238,6 +238,8 @@ impl WheelBuild<'_> {
                 "-m",
                 "pip",
                 "wheel",
+                // The build's own output (ninja's `[k/N]`: kiln's compile progress) in the log.
+                "-v",
                 "--disable-pip-version-check",
                 "--no-deps",
                 "-w",

@@ -1,0 +1,148 @@
+//! Progress of a long compile, read from the step's own output: ninja's `[k/N]` status lines
+//! (what cmake's Ninja generator and torch's extension builds under pip print), turned into
+//! objects done of total, elapsed, and an ETA from the last run of the same step (its receipt's
+//! duration), else from the rate so far. The full output still goes to the step log.
+
+use std::time::{Duration, Instant};
+
+use crate::report::Progress;
+
+/// Follows one step's output lines.
+pub(crate) struct CompileProgress {
+    started: Instant,
+    /// How long the step took the last time it completed.
+    last_run: Option<Duration>,
+    /// (done, total) last reported.
+    at: Option<(u64, u64)>,
+    /// When the current `[k/N]` sequence started (a second ninja run starts another).
+    sequence_started: Instant,
+}
+
+impl CompileProgress {
+    pub(crate) fn new(last_run: Option<Duration>) -> Self {
+        let now = Instant::now();
+        CompileProgress {
+            started: now,
+            last_run,
+            at: None,
+            sequence_started: now,
+        }
+    }
+
+    /// The progress a line reports, when it moves it.
+    pub(crate) fn line(&mut self, line: &str) -> Option<Progress> {
+        self.line_at(line, Instant::now())
+    }
+
+    fn line_at(&mut self, line: &str, now: Instant) -> Option<Progress> {
+        let (done, total) = ninja_status(line)?;
+        match self.at {
+            Some((d, t)) if t == total && d >= done => return None,
+            Some((_, t)) if t == total => {}
+            _ => self.sequence_started = now,
+        }
+        self.at = Some((done, total));
+        let elapsed = now.duration_since(self.started);
+        let eta = match self.last_run {
+            Some(last) => last.checked_sub(elapsed),
+            None if done > 0 => {
+                let so_far = now.duration_since(self.sequence_started).as_secs_f64();
+                #[allow(clippy::cast_precision_loss)] // object counts are small
+                let per = so_far / done as f64;
+                #[allow(clippy::cast_precision_loss)]
+                Some(Duration::from_secs_f64(per * (total - done) as f64))
+            }
+            None => None,
+        };
+        Some(Progress {
+            done,
+            total,
+            elapsed,
+            eta,
+            last_run: self.last_run,
+        })
+    }
+}
+
+/// `[12/206] Building CXX object …` → (12, 206): ninja's status line, at the start of a line.
+pub(crate) fn ninja_status(line: &str) -> Option<(u64, u64)> {
+    let rest = line.trim_start().strip_prefix('[')?;
+    let (inside, after) = rest.split_once(']')?;
+    if !after.starts_with(' ') {
+        return None;
+    }
+    let (done, total) = inside.split_once('/')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(done) || !digits(total) {
+        return None;
+    }
+    let (done, total) = (done.parse().ok()?, total.parse().ok()?);
+    (done <= total && total > 0).then_some((done, total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CPU demo's real llama-server build log (cmake -G Ninja).
+    const LLAMA_SERVER: &str = include_str!("../../tests/fixtures/build/llama-server-ninja.log");
+
+    #[test]
+    fn ninja_status_lines_and_nothing_else() {
+        assert_eq!(
+            ninja_status("[12/206] Building CXX object ggml/src/ggml.cpp.o"),
+            Some((12, 206))
+        );
+        assert_eq!(ninja_status("[ 45%] Building C object x.o"), None);
+        assert_eq!(ninja_status("-- Configuring done (1.0s)"), None);
+        assert_eq!(ninja_status("[7/3] nonsense"), None);
+        assert_eq!(ninja_status("[1/2]glued"), None);
+        assert_eq!(ninja_status("x [1/2] not at the start"), None);
+    }
+
+    #[test]
+    fn the_llama_server_build_counts_every_object_once_in_order() {
+        let t0 = Instant::now();
+        let mut p = CompileProgress::new(None);
+        let mut seen = Vec::new();
+        for (i, line) in LLAMA_SERVER.lines().enumerate() {
+            // One second per output line: the rate-based ETA is then exact arithmetic.
+            if let Some(pr) = p.line_at(line, t0 + Duration::from_secs(i as u64)) {
+                seen.push(pr);
+            }
+        }
+        assert_eq!(seen.len(), 206);
+        assert!(seen
+            .iter()
+            .enumerate()
+            .all(|(i, s)| s.done == i as u64 + 1 && s.total == 206));
+        let last = seen.last().unwrap();
+        assert_eq!(last.eta, Some(Duration::ZERO));
+        // Compiler warnings between status lines neither move nor reset the count.
+        assert!(LLAMA_SERVER.contains("warning: ‘__Y’ is used uninitialized"));
+    }
+
+    #[test]
+    fn the_eta_comes_from_the_last_run_when_there_is_one() {
+        let t0 = Instant::now();
+        let mut p = CompileProgress::new(Some(Duration::from_secs(930)));
+        p.started = t0;
+        let pr = p
+            .line_at(
+                "[103/206] Building CXX object x.o",
+                t0 + Duration::from_secs(400),
+            )
+            .unwrap();
+        assert_eq!(pr.eta, Some(Duration::from_secs(530)));
+        assert_eq!(pr.last_run, Some(Duration::from_secs(930)));
+        // Past the last run's duration: no ETA rather than a negative one.
+        let pr = p
+            .line_at("[200/206] Linking x", t0 + Duration::from_secs(1000))
+            .unwrap();
+        assert_eq!(pr.eta, None);
+        // A repeated or older count reports nothing new.
+        assert!(p
+            .line_at("[150/206] y", t0 + Duration::from_secs(1001))
+            .is_none());
+    }
+}
