@@ -20,6 +20,7 @@ mod gpu_replay;
 mod image;
 mod input_limits;
 mod net_deadlines;
+mod oci_auth;
 mod patch;
 mod patch_step;
 mod python_step;
