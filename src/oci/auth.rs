@@ -158,10 +158,7 @@ mod tests {
             ("basic", "Registry Realm")
         );
         assert_eq!(c.params["charset"], "UTF-8");
-        assert!(parse_challenge(r#"Bearer realm="unterminated"#)
-            .unwrap()
-            .params
-            .is_empty());
+        assert!(parse_challenge(r#"Bearer realm="unterminated"#).is_none());
     }
 
     #[test]
