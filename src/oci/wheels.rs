@@ -23,6 +23,9 @@ use crate::hash::HashingWriter;
 pub const ARTIFACT_TYPE: &str = "application/vnd.kiln.wheel-cache.v1";
 pub const MEDIA_WHEEL: &str = "application/vnd.kiln.wheel.v1+zip";
 const MEDIA_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+/// What a tag may hold: asking for every kind lets a pull say what the tag holds instead of
+/// "no wheel cache" when it is an image or an index.
+const ACCEPT_ANY_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.v2+json, application/vnd.docker.distribution.manifest.list.v2+json";
 const MEDIA_EMPTY: &str = "application/vnd.oci.empty.v1+json";
 const ANNOTATION_TITLE: &str = "org.opencontainers.image.title";
 const ANNOTATION_ID: &str = "dev.kiln.cache.id";
@@ -360,7 +363,7 @@ impl RemoteWheel {
 /// holding anything else (an image, an image index) is an error: a pull would find "0 wheels"
 /// in it and a push would replace it.
 fn remote_layers(registry: &Registry) -> Result<Option<Vec<Value>>> {
-    let Some((content_type, bytes)) = registry.manifest(MEDIA_MANIFEST)? else {
+    let Some((content_type, bytes)) = registry.manifest(ACCEPT_ANY_MANIFEST)? else {
         return Ok(None);
     };
     let reference = registry.reference();

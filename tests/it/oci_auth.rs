@@ -458,3 +458,252 @@ fn a_token_realm_over_plain_http_elsewhere_gets_nothing() {
     );
     assert!(!text.contains(PASSWORD), "{text}");
 }
+
+// ---- what a hostile registry can serve ----------------------------------------------------
+
+/// Upload `bytes` as a blob of `repo`; returns its sha256.
+fn put_blob(registry: &LocalRegistry, repo: &str, bytes: &[u8]) -> String {
+    let base = format!("http://127.0.0.1:{}/v2/{repo}", registry.port);
+    let sha256 = kiln::hash::sha256_bytes(bytes);
+    let start = ureq::post(&format!("{base}/blobs/uploads/"))
+        .call()
+        .unwrap();
+    let location = start.header("Location").unwrap().to_string();
+    let location = if location.starts_with('/') {
+        format!("http://127.0.0.1:{}{location}", registry.port)
+    } else {
+        location
+    };
+    let sep = if location.contains('?') { '&' } else { '?' };
+    ureq::put(&format!("{location}{sep}digest=sha256:{sha256}"))
+        .send_bytes(bytes)
+        .unwrap();
+    sha256
+}
+
+/// Put `manifest` (of `media_type`) under `repo:tag` in `registry`, with the empty config blob.
+fn put_manifest(
+    registry: &LocalRegistry,
+    repo: &str,
+    tag: &str,
+    media_type: &str,
+    manifest: &serde_json::Value,
+) {
+    let base = format!("http://127.0.0.1:{}/v2/{repo}", registry.port);
+    put_blob(registry, repo, b"{}");
+    ureq::put(&format!("{base}/manifests/{tag}"))
+        .set("Content-Type", media_type)
+        .send_bytes(&serde_json::to_vec(manifest).unwrap())
+        .unwrap();
+}
+
+fn wheel_cache_manifest(layers: &[serde_json::Value]) -> serde_json::Value {
+    let empty = format!("sha256:{}", kiln::hash::sha256_bytes(b"{}"));
+    serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "artifactType": "application/vnd.kiln.wheel-cache.v1",
+        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": empty, "size": 2},
+        "layers": layers,
+    })
+}
+
+/// A layer as `kiln cache push` writes it, for a key and a blob digest/size.
+fn wheel_layer(id: &str, key: &serde_json::Value, sha256: &str, size: u64) -> serde_json::Value {
+    serde_json::json!({
+        "mediaType": "application/vnd.kiln.wheel.v1+zip",
+        "digest": format!("sha256:{sha256}"),
+        "size": size,
+        "annotations": {
+            "org.opencontainers.image.title": "demo-1.0-py3-none-any.whl",
+            "dev.kiln.cache.id": id,
+            "dev.kiln.cache.key": key.to_string(),
+        },
+    })
+}
+
+fn pull(reference: &str) -> (bool, String, Workspace) {
+    let ws = Workspace::new();
+    let (ok, text) = run(ws.kiln().args(["cache", "pull", reference]));
+    (ok, text, ws)
+}
+
+fn written_under(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in walk(dir) {
+        out.push(entry.display().to_string());
+    }
+    out
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+#[test]
+fn an_image_index_is_not_a_wheel_cache_of_zero_wheels() {
+    let registry = LocalRegistry::start();
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [],
+    });
+    put_manifest(
+        &registry,
+        "team/app",
+        "v1",
+        "application/vnd.oci.image.index.v1+json",
+        &index,
+    );
+    let reference = format!("127.0.0.1:{}/team/app:v1", registry.port);
+    let (ok, text, _ws) = pull(&reference);
+    assert!(!ok, "pulling an image index must fail, got:\n{text}");
+    assert!(
+        text.contains("is not a kiln wheel cache") && text.contains("hint:"),
+        "{text}"
+    );
+    assert!(
+        text.contains("it holds a `application/vnd.oci.image.index.v1+json`"),
+        "{text}"
+    );
+    // An image manifest is no wheel cache either (it was pulled as "0 wheels", exit 0).
+    let config = put_blob(
+        &registry,
+        "team/app",
+        b"{\"architecture\":\"amd64\",\"os\":\"linux\"}",
+    );
+    let image = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": format!("sha256:{config}"), "size": 36},
+        "layers": [],
+    });
+    put_manifest(
+        &registry,
+        "team/app",
+        "v2",
+        "application/vnd.oci.image.manifest.v1+json",
+        &image,
+    );
+    let (ok, text, _ws) = pull(&format!("127.0.0.1:{}/team/app:v2", registry.port));
+    assert!(!ok, "pulling an image must fail, got:\n{text}");
+    assert!(text.contains("its artifact type is missing"), "{text}");
+    // And a push would not replace someone's image.
+    let ws = workspace_with_a_wheel();
+    let (ok, text) = run(ws.kiln().args(["cache", "push", &reference]));
+    assert!(!ok && text.contains("is not a kiln wheel cache"), "{text}");
+}
+
+#[test]
+fn a_pulled_id_must_be_the_sha256_of_its_key() {
+    let registry = LocalRegistry::start();
+    let key = serde_json::json!({"package": "demo", "version": "1.0"});
+    let forged = "a".repeat(64);
+    let blob = put_blob(&registry, "team/wheels", b"not a wheel");
+    let layer = wheel_layer(&forged, &key, &blob, 11);
+    put_manifest(
+        &registry,
+        "team/wheels",
+        "x",
+        "application/vnd.oci.image.manifest.v1+json",
+        &wheel_cache_manifest(&[layer]),
+    );
+    let (ok, text, ws) = pull(&format!("127.0.0.1:{}/team/wheels:x", registry.port));
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains(&format!("entry {forged} is not the sha256 of its key")),
+        "{text}"
+    );
+    assert_eq!(
+        written_under(&ws.state().join("cache/wheels")),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn a_wheel_declared_as_50_gib_is_refused_before_a_byte_is_written() {
+    let registry = LocalRegistry::start();
+    let key = serde_json::json!({"package": "demo", "version": "1.0"});
+    let id = kiln::hash::sha256_bytes(&serde_json::to_vec(&key).unwrap());
+    let blob = put_blob(&registry, "team/wheels", b"small");
+    let layer = wheel_layer(&id, &key, &blob, 50 << 30);
+    put_manifest(
+        &registry,
+        "team/wheels",
+        "big",
+        "application/vnd.oci.image.manifest.v1+json",
+        &wheel_cache_manifest(&[layer]),
+    );
+    let (ok, text, ws) = pull(&format!("127.0.0.1:{}/team/wheels:big", registry.port));
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("declares demo-1.0-py3-none-any.whl as 50.0 GiB, over kiln's 8.0 GiB limit"),
+        "{text}"
+    );
+    assert_eq!(
+        written_under(&ws.state().join("cache/wheels")),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn a_push_does_not_republish_remote_entries_it_cannot_verify() {
+    let registry = LocalRegistry::start();
+    let key = serde_json::json!({"package": "ghost", "version": "1.0"});
+    let id = kiln::hash::sha256_bytes(&serde_json::to_vec(&key).unwrap());
+    let blob = put_blob(&registry, "team/wheels", b"twelve bytes");
+    let ghost = wheel_layer(&id, &key, &blob, 1234);
+    put_manifest(
+        &registry,
+        "team/wheels",
+        "latest",
+        "application/vnd.oci.image.manifest.v1+json",
+        &wheel_cache_manifest(&[ghost]),
+    );
+    let reference = format!("127.0.0.1:{}/team/wheels", registry.port);
+    let ws = workspace_with_a_wheel();
+    let (ok, text) = run(ws.kiln().args(["cache", "push", &reference]));
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("not carrying over a remote entry: demo-1.0-py3-none-any.whl is 12 bytes in the registry, the manifest says 1234"),
+        "{text}"
+    );
+    assert!(text.contains("(0 already there, 1 in the tag)"), "{text}");
+    let manifest: serde_json::Value = serde_json::from_str(
+        &ureq::get(&format!(
+            "http://127.0.0.1:{}/v2/team/wheels/manifests/latest",
+            registry.port
+        ))
+        .set("Accept", "application/vnd.oci.image.manifest.v1+json")
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap(),
+    )
+    .unwrap();
+    let ids: Vec<_> = manifest["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            l["annotations"]["dev.kiln.cache.id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(
+        !ids.contains(&id),
+        "the unverified entry was re-published: {ids:?}"
+    );
+    assert_eq!(ids.len(), 1);
+}
