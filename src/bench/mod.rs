@@ -368,7 +368,7 @@ pub fn append_history(paths: &StatePaths, report: &Report) -> Result<std::path::
     writeln!(
         f,
         "{}",
-        serde_json::to_string(report).expect("reports serialize")
+        crate::redact::scrub(&serde_json::to_string(report).expect("reports serialize"))
     )
     .map_err(|e| Error::io(format!("cannot append to {}", path.display()), e))?;
     Ok(path)

@@ -274,7 +274,7 @@ fn run_one(
                     let _ = writeln!(
                         log,
                         "--- attempt {attempt} failed: {}; retrying ---",
-                        e.with_causes()
+                        crate::redact::scrub(&e.with_causes())
                     );
                     attempt += 1;
                 }
@@ -298,7 +298,7 @@ fn run_one(
         // The step log tells the whole story, the failure included (and its OS cause).
         if let Ok(mut log) = std::fs::OpenOptions::new().append(true).open(&log_path) {
             use std::io::Write;
-            let _ = writeln!(log, "error: {}", e.with_causes());
+            let _ = writeln!(log, "error: {}", crate::redact::scrub(&e.with_causes()));
         }
     }
     let result = result.map_err(|e| with_log(e, &step.id, &log_path));
