@@ -46,7 +46,9 @@ pub(crate) fn register_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a s
     if found.is_empty() {
         return;
     }
-    let mut registered = REGISTERED.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut registered = REGISTERED
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     for s in found {
         if !registered.contains(&s) {
             registered.push(s);
@@ -103,6 +105,55 @@ impl Redactor {
             }
         }
         out
+    }
+}
+
+/// A writer that redacts each line before it reaches `inner` (a step log): whatever writes to
+/// it, a command line, a check's message or a child's output, is redacted. A last line without
+/// a newline is written on flush or drop.
+pub(crate) struct LineWriter<W: std::io::Write> {
+    inner: W,
+    pending: Vec<u8>,
+    redactor: Redactor,
+}
+
+impl<W: std::io::Write> LineWriter<W> {
+    pub(crate) fn new(inner: W) -> Self {
+        LineWriter {
+            inner,
+            pending: Vec::new(),
+            redactor: Redactor::from_env([]),
+        }
+    }
+
+    fn write_line(&mut self, line: &[u8]) -> std::io::Result<()> {
+        let text = String::from_utf8_lossy(line);
+        self.inner.write_all(self.redactor.redact(&text).as_bytes())
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for LineWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.pending.extend_from_slice(buf);
+        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=end).collect();
+            self.write_line(&line)?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if !self.pending.is_empty() {
+            let line = std::mem::take(&mut self.pending);
+            self.write_line(&line)?;
+        }
+        self.inner.flush()
+    }
+}
+
+impl<W: std::io::Write> Drop for LineWriter<W> {
+    fn drop(&mut self) {
+        let _ = std::io::Write::flush(self);
     }
 }
 
@@ -189,6 +240,22 @@ mod tests {
         assert_eq!(
             url_passwords("x https://user:pa55word@h/"),
             ["user:pa55word", "pa55word"]
+        );
+    }
+
+    #[test]
+    fn a_line_writer_redacts_across_write_calls() {
+        use std::io::Write;
+        let mut out = Vec::new();
+        {
+            let mut w = LineWriter::new(&mut out);
+            write!(w, "$ curl https://u:pw1234@h/").unwrap();
+            writeln!(w, "x").unwrap();
+            write!(w, "tail https://a:b12345@h").unwrap();
+        }
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "$ curl https://***@h/x\ntail https://***@h"
         );
     }
 

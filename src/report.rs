@@ -156,7 +156,9 @@ impl Reporter for ProgressReporter {
         ));
     }
     fn note(&self, text: &str) {
-        let _ = self.multi.println(format!("kiln: {}", crate::redact::scrub(text)));
+        let _ = self
+            .multi
+            .println(format!("kiln: {}", crate::redact::scrub(text)));
     }
 }
 

@@ -33,10 +33,10 @@ pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
     let json = args.json;
     let mut narrate = Narrator {
         say: &mut show::say,
-        progress: &mut |s: &str| eprintln!("{s}"),
+        progress: &mut |s: &str| eprintln!("{}", crate::redact::scrub(s)),
         line: &mut |s: &str| {
             if !json {
-                println!("{s}");
+                println!("{}", crate::redact::scrub(s));
             }
         },
     };

@@ -113,7 +113,10 @@ pub(crate) fn write(path: &Path, report_json: &str, python: Option<&str>) -> Res
     let tmp = path.with_extension("tmp");
     // The bundle is the user's to share, not every local user's to read.
     let file = std::os::unix::fs::OpenOptionsExt::mode(
-        std::fs::OpenOptions::new().write(true).create(true).truncate(true),
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true),
         0o600,
     )
     .open(&tmp)

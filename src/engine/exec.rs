@@ -255,8 +255,10 @@ fn run_one(
         // The old receipt no longer describes what is on disk once the step starts again.
         state.remove_receipt(&step.id)?;
         create_dir(log_path.parent().expect("logs live in a directory"))?;
-        let mut log = File::create(&log_path)
-            .map_err(|e| Error::io(format!("cannot create {}", log_path.display()), e))?;
+        let mut log = crate::redact::LineWriter::new(
+            File::create(&log_path)
+                .map_err(|e| Error::io(format!("cannot create {}", log_path.display()), e))?,
+        );
         log_created.set(true);
         let started = Instant::now();
         let mut attempt = 1;

@@ -27,6 +27,7 @@ mod python_step;
 mod receipts_index;
 mod recipes;
 mod report_html;
+mod secrets;
 mod serve;
 mod shell_help;
 mod shipped;
