@@ -376,8 +376,7 @@ pub fn append_history(paths: &StatePaths, report: &Report) -> Result<std::path::
 
 /// Read a baseline: a `kiln bench --json` report, or the last line of a history file.
 pub fn read_baseline(path: &Path) -> Result<Report> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::io(format!("cannot read the baseline {}", path.display()), e))?;
+    let text = crate::bounded::read_text(path, "the baseline", crate::bounded::BASELINE_CAP)?;
     let one = serde_json::from_str::<Report>(&text);
     let parsed = one.or_else(|e| {
         text.lines()

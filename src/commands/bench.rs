@@ -11,8 +11,7 @@ use crate::pipeline::{self, BenchOptions, Narrator};
 pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
     let api = Api::parse(&args.api)?;
     let prompt = match &args.prompt_file {
-        Some(p) => std::fs::read_to_string(p)
-            .map_err(|e| Error::io(format!("cannot read the prompt file {}", p.display()), e))?,
+        Some(p) => crate::bounded::read_text(p, "the prompt file", crate::bounded::PROMPT_CAP)?,
         None => bench::DEFAULT_PROMPT.to_string(),
     };
     let baseline = match &args.baseline {
@@ -51,7 +50,7 @@ pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
     show::bench(&report, &history, json);
     if let Some(plot) = &args.plot {
         let svg = bench::plot::of_report(&report);
-        crate::fs::write_atomic(plot, svg.as_bytes())?;
+        crate::output::write(plot, "the plot", svg.as_bytes())?;
         eprintln!("kiln: plot written to {}", plot.display());
     }
     Error::finding(report.exit_code(), || match &report.gate {
