@@ -10,6 +10,9 @@ use crate::pipeline::{self, BenchOptions, Narrator};
 
 pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
     let api = Api::parse(&args.api)?;
+    if let Some(plot) = &args.plot {
+        crate::output::check(plot, "the plot", true)?; // refused before minutes of benchmarking
+    }
     let prompt = match &args.prompt_file {
         Some(p) => crate::bounded::read_text(p, "the prompt file", crate::bounded::PROMPT_CAP)?,
         None => bench::DEFAULT_PROMPT.to_string(),

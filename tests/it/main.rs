@@ -21,6 +21,7 @@ mod image;
 mod input_limits;
 mod net_deadlines;
 mod oci_auth;
+mod output_paths;
 mod patch;
 mod patch_step;
 mod python_step;
