@@ -42,6 +42,8 @@ pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
         })?;
         apply_recipe(&recipe, &mut inputs);
     }
+    // The probes' process groups (a hung `import torch` and its children) end with a killed doctor.
+    let _watchdog = crate::process::watchdog::start(&settings.paths.running())?;
     let facts = doctor::facts::collect(&inputs);
     let report = doctor::run(facts, &args.checks);
     let json = serde_json::to_string_pretty(&report)

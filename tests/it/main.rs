@@ -7,6 +7,7 @@
 
 mod archive_safety;
 mod bench;
+mod bounded_reads;
 mod common;
 mod cuda_step;
 mod doctor;
