@@ -276,7 +276,7 @@ fn run_one(
                     let _ = writeln!(
                         log,
                         "--- attempt {attempt} failed: {}; retrying ---",
-                        crate::redact::scrub(&e.with_causes())
+                        e.with_causes()
                     );
                     attempt += 1;
                 }
