@@ -20,6 +20,8 @@ const LAYERS: &[&[&str]] = &[
         "error",
         "diagnostic",
         "redact",
+        "output",
+        "bounded",
         "report",
         "shell",
         "source",

@@ -224,7 +224,7 @@ impl Error {
         if let Some(hint) = self.hint() {
             out.push_str(&format!("\nhint: {hint}"));
         }
-        out
+        crate::redact::scrub(&out)
     }
 }
 

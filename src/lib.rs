@@ -8,6 +8,7 @@
 #[cfg(test)]
 mod architecture;
 pub mod bench;
+pub(crate) mod bounded;
 pub(crate) mod cache;
 pub mod cli;
 pub mod commands;
@@ -22,6 +23,7 @@ pub mod hash;
 pub mod host;
 pub(crate) mod image;
 pub mod oci;
+pub(crate) mod output;
 pub mod patch;
 pub mod paths;
 pub mod pipeline;

@@ -75,18 +75,18 @@ impl Reporter for PlainReporter {
         );
     }
     fn note(&self, text: &str) {
-        eprintln!("kiln: {text}");
+        eprintln!("kiln: {}", crate::redact::scrub(text));
     }
 }
 
 fn outcome_line(id: &str, outcome: &Outcome, elapsed: Duration) -> String {
-    match outcome {
+    crate::redact::scrub(&match outcome {
         Outcome::Ran => format!("  ✓ ran    {id} ({})", secs(elapsed)),
         Outcome::UpToDate => format!("  ✓ fresh  {id}"),
         Outcome::Skipped(why) => format!("  - skip   {id}: {why}"),
         Outcome::Failed(why) => format!("  ✗ failed {id}: {why}"),
         Outcome::NotRun(why) => format!("  - notrun {id}: {why}"),
-    }
+    })
 }
 
 fn secs(d: Duration) -> String {
@@ -196,7 +196,9 @@ impl Reporter for ProgressReporter {
         ));
     }
     fn note(&self, text: &str) {
-        let _ = self.multi.println(format!("kiln: {text}"));
+        let _ = self
+            .multi
+            .println(format!("kiln: {}", crate::redact::scrub(text)));
     }
 }
 
@@ -262,8 +264,8 @@ impl JsonReporter {
     fn emit(&self, e: &Event) {
         let _guard = self.out.lock().expect("reporter lock");
         let mut stdout = std::io::stdout().lock();
-        let _ = serde_json::to_writer(&mut stdout, e);
-        let _ = writeln!(stdout);
+        let line = serde_json::to_string(e).expect("events serialize");
+        let _ = writeln!(stdout, "{}", crate::redact::scrub(&line));
     }
 }
 

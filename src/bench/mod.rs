@@ -455,7 +455,7 @@ pub fn append_history(paths: &StatePaths, report: &Report) -> Result<std::path::
     let dir = paths.bench();
     crate::fs::create_dir(&dir)?;
     let path = dir.join("history.jsonl");
-    let line = serde_json::to_string(report).expect("reports serialize");
+    let line = crate::redact::scrub(&serde_json::to_string(report).expect("reports serialize"));
     crate::fs::append_line(&path, line.as_bytes())
         .map_err(|e| Error::io(format!("cannot append to {}", path.display()), e))?;
     Ok(path)
@@ -465,8 +465,7 @@ pub fn append_history(paths: &StatePaths, report: &Report) -> Result<std::path::
 /// A history line that is not a record (torn by a crash or a full disk) is skipped and told to
 /// `warn` with its line number.
 pub fn read_baseline(path: &Path, warn: &mut dyn FnMut(&str)) -> Result<Report> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::io(format!("cannot read the baseline {}", path.display()), e))?;
+    let text = crate::bounded::read_text(path, "the baseline", crate::bounded::BASELINE_CAP)?;
     let one = serde_json::from_str::<Report>(&text);
     let parsed = one.or_else(|e| last_record(&text, path, warn).ok_or(e));
     parsed.map_err(|e| {

@@ -20,8 +20,11 @@ struct Manifest {
 
 const FORMAT: &str = "kiln-wheel-cache-v1";
 
-/// Write every entry of `cache` into a tar archive at `out`. Returns the number of entries.
+/// Write every entry of `cache` into a tar archive at `out` (a new or regular file, replaced
+/// atomically, or a stream such as `/dev/stdout`; see src/output.rs). Returns the number of
+/// entries.
 pub(crate) fn export(cache: &WheelCache, out: &Path) -> Result<usize> {
+    let target = crate::output::check(out, "the cache archive", true)?;
     let entries = cache.list();
     let mut files = BTreeMap::new();
     for (id, entry) in &entries {
@@ -41,23 +44,46 @@ pub(crate) fn export(cache: &WheelCache, out: &Path) -> Result<usize> {
         files,
     })
     .expect("manifests serialize");
-    let tmp = out.with_extension("partial");
     let ctx = |e| Error::io(format!("cannot write {}", out.display()), e);
-    let mut tar = tar::Builder::new(File::create(&tmp).map_err(ctx)?);
+    if target == crate::output::Output::Stream {
+        let stream = std::fs::OpenOptions::new()
+            .write(true)
+            .open(out)
+            .map_err(ctx)?;
+        write_tar(cache, &entries, &manifest, stream).map_err(ctx)?;
+        return Ok(entries.len());
+    }
+    let tmp = crate::output::temp_beside(out);
+    let written = File::create(&tmp)
+        .and_then(|f| write_tar(cache, &entries, &manifest, f))
+        .and_then(|f| f.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, out));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(ctx(e));
+    }
+    Ok(entries.len())
+}
+
+/// The archive: manifest.json first, then each entry's files.
+fn write_tar<W: std::io::Write>(
+    cache: &WheelCache,
+    entries: &[(String, Entry)],
+    manifest: &[u8],
+    out: W,
+) -> std::io::Result<W> {
+    let mut tar = tar::Builder::new(out);
     let mut header = tar::Header::new_gnu();
     header.set_size(manifest.len() as u64);
     header.set_mode(0o644);
     header.set_cksum();
-    tar.append_data(&mut header, "manifest.json", manifest.as_slice())
-        .map_err(ctx)?;
-    for (id, entry) in &entries {
+    tar.append_data(&mut header, "manifest.json", manifest)?;
+    for (id, entry) in entries {
         for (name, path) in entry_files(cache, id, entry) {
-            tar.append_path_with_name(&path, &name).map_err(ctx)?;
+            tar.append_path_with_name(&path, &name)?;
         }
     }
-    tar.into_inner().and_then(|f| f.sync_all()).map_err(ctx)?;
-    std::fs::rename(&tmp, out).map_err(ctx)?;
-    Ok(entries.len())
+    tar.into_inner()
 }
 
 fn entry_files(cache: &WheelCache, id: &str, entry: &Entry) -> Vec<(String, std::path::PathBuf)> {
@@ -102,6 +128,22 @@ pub(crate) fn import(cache: &WheelCache, archive: &Path) -> Result<usize> {
                 });
             }
             let name = path.to_string_lossy().into_owned();
+            // Only file contents travel: a symlink or hard link would make the import read
+            // (and copy into the cache) a file from outside the archive.
+            let kind = entry.header().entry_type();
+            if kind.is_dir() {
+                continue;
+            }
+            if !(kind.is_file() || kind == tar::EntryType::Continuous) {
+                return Err(bad(format!(
+                    "`{name}` is a {}, and a cache archive holds only regular files",
+                    match kind {
+                        tar::EntryType::Symlink => "symlink",
+                        tar::EntryType::Link => "hard link",
+                        _ => "special entry",
+                    }
+                )));
+            }
             if name == "manifest.json" {
                 manifest = Some(
                     serde_json::from_reader(&mut entry)
@@ -117,7 +159,16 @@ pub(crate) fn import(cache: &WheelCache, archive: &Path) -> Result<usize> {
             };
             let target = staging.join(&path);
             crate::fs::create_dir(target.parent().expect("archive paths have a parent"))?;
-            entry.unpack(&target).map_err(|e| bad(e.to_string()))?;
+            if std::fs::symlink_metadata(&target).is_ok() {
+                return Err(bad(format!("`{name}` appears twice")));
+            }
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&target)
+                .map_err(|e| bad(e.to_string()))?;
+            std::io::copy(&mut entry, &mut file).map_err(|e| bad(e.to_string()))?;
+            drop(file);
             let (sha, _) = sha256_reader(File::open(&target).map_err(|e| bad(e.to_string()))?)
                 .map_err(|e| bad(e.to_string()))?;
             if &sha != expected {

@@ -51,6 +51,12 @@ pub(crate) struct Entry {
     pub index: Option<String>,
 }
 
+/// How an entry records its source's index: without URL credentials (entry.json travels with
+/// `kiln cache export` and `push`); the host and path say which index it was.
+fn stored_index(index: &str) -> String {
+    crate::redact::mask_url_userinfo(index)
+}
+
 /// Environment variables that only change how fast a build runs, not what it produces.
 pub(crate) const PARALLELISM_VARS: &[&str] = &[
     "MAX_JOBS",
@@ -132,7 +138,7 @@ impl WheelCache {
             .find(|e| {
                 e.key.package == package
                     && e.key.version == version
-                    && e.index.as_deref() == Some(index)
+                    && e.index.as_deref() == Some(stored_index(index).as_str())
             })
             .map(|e| e.key.source_sha256)
     }
@@ -142,7 +148,7 @@ impl WheelCache {
         let dir = self.entry_dir(&key.id());
         match read_entry(&dir) {
             Some(mut e) if e.index.is_none() => {
-                e.index = Some(index.to_string());
+                e.index = Some(stored_index(index));
                 write_atomic(
                     &dir.join("entry.json"),
                     &serde_json::to_vec_pretty(&e).expect("entries serialize"),
@@ -178,7 +184,7 @@ impl WheelCache {
             created_unix: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
-            index: index.map(str::to_string),
+            index: index.map(stored_index),
         };
         self.insert_entry(&entry, wheel)
     }
@@ -307,4 +313,37 @@ impl WheelCache {
 
 fn read_entry(dir: &Path) -> Option<Entry> {
     serde_json::from_slice(&std::fs::read(dir.join("entry.json")).ok()?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_records_its_index_without_credentials() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = WheelCache::new(&dir.path().join("wheels"));
+        let wheel = dir.path().join("demo-1.0-py3-none-any.whl");
+        std::fs::write(&wheel, "not really a zip").unwrap();
+        let key = WheelKey {
+            package: "demo".into(),
+            version: "1.0".into(),
+            source_sha256: "0".repeat(64),
+            python_tag: "cp311".into(),
+            torch: None,
+            cuda: None,
+            arch_list: None,
+            env: BTreeMap::new(),
+        };
+        let index = "--index-url https://ci:index-pass-77@pypi.example/simple";
+        cache.insert(&key, &wheel, Some(index)).unwrap();
+        let json = std::fs::read_to_string(cache.entry_dir(&key.id()).join("entry.json")).unwrap();
+        assert!(!json.contains("index-pass-77"), "{json}");
+        assert!(json.contains("https://***@pypi.example/simple"), "{json}");
+        assert_eq!(
+            cache.recorded_source("demo", "1.0", index),
+            Some("0".repeat(64)),
+            "the same index (its credentials aside) finds the entry"
+        );
+    }
 }

@@ -10,9 +10,11 @@ use crate::pipeline::{self, BenchOptions, Narrator};
 
 pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
     let api = Api::parse(&args.api)?;
+    if let Some(plot) = &args.plot {
+        crate::output::check(plot, "the plot", true)?; // refused before minutes of benchmarking
+    }
     let prompt = match &args.prompt_file {
-        Some(p) => std::fs::read_to_string(p)
-            .map_err(|e| Error::io(format!("cannot read the prompt file {}", p.display()), e))?,
+        Some(p) => crate::bounded::read_text(p, "the prompt file", crate::bounded::PROMPT_CAP)?,
         None => bench::DEFAULT_PROMPT.to_string(),
     };
     let baseline = match &args.baseline {
@@ -36,10 +38,10 @@ pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
     let json = args.json;
     let mut narrate = Narrator {
         say: &mut show::say,
-        progress: &mut |s: &str| eprintln!("{s}"),
+        progress: &mut |s: &str| eprintln!("{}", crate::redact::scrub(s)),
         line: &mut |s: &str| {
             if !json {
-                println!("{s}");
+                println!("{}", crate::redact::scrub(s));
             }
         },
     };
@@ -54,7 +56,7 @@ pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
     show::bench(&report, &history, json);
     if let Some(plot) = &args.plot {
         let svg = bench::plot::of_report(&report);
-        crate::fs::write_atomic(plot, svg.as_bytes())?;
+        crate::output::write(plot, "the plot", svg.as_bytes())?;
         eprintln!("kiln: plot written to {}", plot.display());
     }
     Error::finding(report.exit_code(), || match &report.gate {

@@ -67,7 +67,14 @@ pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
         }
         CacheCommand::Export { file } => {
             let n = archive::export(&cache, file)?;
-            println!("exported {n} wheel(s) to {}", file.display());
+            // A stream on stdout carries the archive: the count goes to stderr then.
+            let streamed = crate::output::check(file, "the cache archive", true)?
+                == crate::output::Output::Stream;
+            if streamed {
+                eprintln!("exported {n} wheel(s) to {}", file.display());
+            } else {
+                println!("exported {n} wheel(s) to {}", file.display());
+            }
             Ok(0)
         }
         CacheCommand::Import { file } => {

@@ -58,6 +58,8 @@ pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
         Some(r) => inputs.needs = Some(needs_of(r)),
         None => {}
     }
+    // The probes' process groups (a hung `import torch` and its children) end with a killed doctor.
+    let _watchdog = crate::process::watchdog::start(&settings.paths.running())?;
     let facts = doctor::facts::collect(&inputs);
     let mut report = doctor::run(facts, &args.checks);
     let wants_launch =

@@ -37,7 +37,7 @@ fn run_dockerfile(settings: &Settings, args: &ImageDockerfileArgs) -> Result<u8>
         Some(path) => {
             let cwd = std::env::current_dir()
                 .map_err(|e| Error::io("cannot read the current directory", e))?;
-            crate::fs::write_atomic(&cwd.join(path), text.as_bytes())?;
+            crate::output::write(&cwd.join(path), "the Dockerfile", text.as_bytes())?;
         }
         None => print!("{text}"),
     }

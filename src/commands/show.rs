@@ -6,7 +6,7 @@ use crate::serve::verdict::Verdict;
 
 /// A milestone on stderr.
 pub(super) fn say(s: &str) {
-    eprintln!("kiln: {s}");
+    eprintln!("kiln: {}", crate::redact::scrub(s));
 }
 
 fn verdicts_json(l: &Launched, verdicts: &[Verdict]) -> serde_json::Value {
@@ -36,7 +36,7 @@ pub(super) fn event(shown: &crate::pipeline::Shown) {
             "event": "bench", "report": b, "history": history,
         }),
     };
-    println!("{e}");
+    println!("{}", crate::redact::scrub(&e.to_string()));
 }
 
 /// The verdicts of a launched profile: a JSON object, or one line each.

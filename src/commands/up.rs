@@ -149,8 +149,9 @@ fn serve_and_prove(settings: &Settings, recipe: &Recipe, args: &UpArgs) -> Resul
     let json = args.json;
     let mut narrate = Narrator {
         say: &mut show::say,
-        progress: &mut |s: &str| eprintln!("{s}"),
+        progress: &mut |s: &str| eprintln!("{}", crate::redact::scrub(s)),
         line: &mut |s: &str| {
+            let s = crate::redact::scrub(s);
             if json {
                 eprintln!("{s}");
             } else {

@@ -111,8 +111,16 @@ pub(crate) fn write(path: &Path, report_json: &str, python: Option<&str>) -> Res
     }
     let redactor = Redactor::from_env([]);
     let tmp = path.with_extension("tmp");
-    let file = std::fs::File::create(&tmp)
-        .map_err(|e| Error::io(format!("cannot create {}", tmp.display()), e))?;
+    // The bundle is the user's to share, not every local user's to read.
+    let file = std::os::unix::fs::OpenOptionsExt::mode(
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true),
+        0o600,
+    )
+    .open(&tmp)
+    .map_err(|e| Error::io(format!("cannot create {}", tmp.display()), e))?;
     let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(
         file,
         flate2::Compression::default(),

@@ -259,8 +259,10 @@ fn run_one(
         // The old receipt no longer describes what is on disk once the step starts again.
         state.remove_receipt(&step.id)?;
         create_dir(log_path.parent().expect("logs live in a directory"))?;
-        let mut log = File::create(&log_path)
-            .map_err(|e| Error::io(format!("cannot create {}", log_path.display()), e))?;
+        let mut log = crate::redact::LineWriter::new(
+            File::create(&log_path)
+                .map_err(|e| Error::io(format!("cannot create {}", log_path.display()), e))?,
+        );
         log_created.set(true);
         let started = Instant::now();
         let mut attempt = 1;
@@ -313,7 +315,7 @@ fn run_one(
         // The step log tells the whole story, the failure included (and its OS cause).
         if let Ok(mut log) = std::fs::OpenOptions::new().append(true).open(&log_path) {
             use std::io::Write;
-            let _ = writeln!(log, "error: {}", e.with_causes());
+            let _ = writeln!(log, "error: {}", crate::redact::scrub(&e.with_causes()));
         }
     }
     let result = result.map_err(|e| with_log(e, &step.id, &log_path));

@@ -86,7 +86,9 @@ impl Known {
         self.clock_at_load = Some(SystemTime::now());
         let stamp = dir_stamp(receipts_dir);
         self.stamp_at_load = stamp;
-        let Ok(text) = std::fs::read_to_string(index) else {
+        let Ok(text) =
+            crate::bounded::read_text(index, "the receipts index", crate::bounded::INDEX_CAP)
+        else {
             return;
         };
         if let Some(entries) = parse(&text, stamp) {

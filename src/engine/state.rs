@@ -191,7 +191,7 @@ impl StateDir {
         // Through `take`: `File::read_to_end` asks for a size hint (statx + lseek per file), which
         // was half the syscalls of a no-op plan; receipts are small.
         let mut bytes = Vec::with_capacity(4096);
-        let receipt: Option<Receipt> = File::open(self.receipt_path(step))
+        let receipt: Option<Receipt> = crate::bounded::open(&self.receipt_path(step))
             .ok()
             .and_then(|f| f.take(1 << 20).read_to_end(&mut bytes).ok())
             .and_then(|_| serde_json::from_slice(&bytes).ok());

@@ -11,7 +11,10 @@ use crate::dist;
 use crate::process::{self, CommandSpec};
 
 const SCRIPT: &str = include_str!("python_facts.py");
+/// How long the facts script may take (a hung `import torch` ends here, its process group
+/// killed), and the most of its output kiln keeps.
 const TIMEOUT: Duration = Duration::from_secs(60);
+const FACTS_CAP: usize = 8 << 20;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct TorchFacts {
@@ -103,27 +106,49 @@ pub(crate) fn collect_cached(python: &str, dir: &Path) -> Result<PythonFacts, St
     Ok(entry.facts)
 }
 
+/// The facts script's deadline: `KILN_PYTHON_PROBE_TIMEOUT` seconds, else [`TIMEOUT`].
+fn probe_timeout() -> Duration {
+    std::env::var("KILN_PYTHON_PROBE_TIMEOUT")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .filter(|s| *s > 0)
+        .map_or(TIMEOUT, Duration::from_secs)
+}
+
 /// Run the facts script with `python`; an error names what went wrong in one line.
 pub(crate) fn collect(python: &str) -> Result<PythonFacts, String> {
+    let timeout = probe_timeout();
     let mut spec = CommandSpec::new(python, ["-c", SCRIPT]);
     // Keep torch quiet and fast: no CUDA context just to count devices.
     spec.env
         .insert("PYTORCH_NVML_BASED_CUDA_CHECK".into(), "1".into());
-    let out = process::capture_timeout(&spec, TIMEOUT).map_err(|e| e.to_string())?;
+    // Output streams line by line (nothing but the facts line is kept, and that one capped);
+    // the deadline covers the script and any child that holds its output open.
+    let mut facts: Option<String> = None;
+    let mut too_long = false;
+    let out = process::run_logged(&spec, &mut std::io::sink(), Some(timeout), &mut |line| {
+        if let Some(json) = line.strip_prefix("KILN_FACTS ") {
+            too_long = json.len() > FACTS_CAP;
+            facts = (!too_long).then(|| json.to_string());
+        }
+    })
+    .map_err(|e| e.to_string())?;
     if out.timed_out {
         return Err(format!(
-            "`{python}` did not finish the facts script within {}s",
-            TIMEOUT.as_secs()
+            "`{python}` did not finish the facts script within {}s (its processes were ended)",
+            timeout.as_secs()
         ));
     }
-    let line = out
-        .stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("KILN_FACTS "));
-    if let Some(json) = line {
-        serde_json::from_str(json).map_err(|e| format!("unreadable facts from `{python}`: {e}"))
+    if too_long {
+        return Err(format!(
+            "`{python}` printed facts over {} MiB",
+            FACTS_CAP >> 20
+        ));
+    }
+    if let Some(json) = facts {
+        serde_json::from_str(&json).map_err(|e| format!("unreadable facts from `{python}`: {e}"))
     } else {
-        let tail: Vec<&str> = out.stderr.lines().rev().take(3).collect();
+        let tail: Vec<&str> = out.tail.lines().rev().take(3).collect();
         Err(format!(
             "`{python}` failed ({}): {}",
             out.code

@@ -53,17 +53,28 @@ pub(crate) struct Exported {
     pub archive_size: u64,
 }
 
-/// Write the archive to `output` (atomically: a temp file next to it, renamed at the end).
-/// `note` receives progress lines.
+/// Write the archive to `output` (atomically: a temp file next to it, renamed at the end; an
+/// existing output must be a regular file, see src/output.rs). Neither the temp file nor the
+/// output is packed when `output` is inside an exported prefix. `note` receives progress lines.
 pub(crate) fn export(opts: &ExportOptions, output: &Path, note: &dyn Fn(&str)) -> Result<Exported> {
-    let file_name = output
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temp = output.with_file_name(format!(".{file_name}.kiln-tmp"));
+    crate::output::check(output, "the image archive", false)?;
+    let temp = crate::output::temp_beside(output);
+    let identity = |m: std::fs::Metadata| {
+        use std::os::unix::fs::MetadataExt;
+        (m.dev(), m.ino())
+    };
+    let mut exclude: Vec<(u64, u64)> = std::fs::metadata(output)
+        .map(identity)
+        .into_iter()
+        .collect();
     let result = File::create(&temp)
         .map_err(|e| Error::io(format!("cannot create {}", temp.display()), e))
-        .and_then(|file| write_archive(opts, file, note));
+        .and_then(|file| {
+            if let Ok(meta) = file.metadata() {
+                exclude.push(identity(meta));
+            }
+            write_archive(opts, file, note, &exclude)
+        });
     match result {
         Ok(mut exported) => {
             std::fs::rename(&temp, output).map_err(|e| {
@@ -82,7 +93,12 @@ pub(crate) fn export(opts: &ExportOptions, output: &Path, note: &dyn Fn(&str)) -
     }
 }
 
-fn write_archive(opts: &ExportOptions, file: File, note: &dyn Fn(&str)) -> Result<Exported> {
+fn write_archive(
+    opts: &ExportOptions,
+    file: File,
+    note: &dyn Fn(&str),
+    exclude: &layer::Exclude,
+) -> Result<Exported> {
     let mut outer = Outer {
         out: BufWriter::with_capacity(1 << 20, file),
         mtime: opts.epoch,
@@ -109,7 +125,7 @@ fn write_archive(opts: &ExportOptions, file: File, note: &dyn Fn(&str)) -> Resul
                 last: started,
                 written: 0,
             };
-            let (_, s) = layer::write_layer(prefix, progress, opts.epoch)?;
+            let (_, s) = layer::write_layer(prefix, progress, opts.epoch, exclude)?;
             summary = s;
             Ok(())
         })?;
@@ -123,6 +139,14 @@ fn write_archive(opts: &ExportOptions, file: File, note: &dyn Fn(&str)) -> Resul
             summary.symlinks,
             &digest[..12]
         ));
+        for (path, allocated, size) in &summary.sparse {
+            note(&format!(
+                "{} is sparse ({} allocated of {}): packed in full, its holes as zeros (an OCI layer is a plain tar, and Docker, containerd and registries do not all read sparse tar entries)",
+                path.display(),
+                human_bytes(*allocated as f64),
+                human_bytes(*size as f64)
+            ));
+        }
         for skipped in &summary.skipped {
             note(&format!(
                 "left out {} (not a file, directory or symlink)",

@@ -19,7 +19,13 @@ pub(crate) struct LayerSummary {
     pub symlinks: u64,
     /// Sockets, FIFOs and device nodes: they cannot travel in an image and are left out.
     pub skipped: Vec<PathBuf>,
+    /// Sparse files (fewer bytes allocated than their size): packed in full, see archive.rs.
+    pub sparse: Vec<(PathBuf, u64, u64)>,
 }
+
+/// Files a layer never holds, by (device, inode): the export's own temp file and output, when
+/// `-o` is inside an exported prefix.
+pub(crate) type Exclude = [(u64, u64)];
 
 /// Write `prefix` (an absolute directory) as a tar stream into `out`, at its own absolute path
 /// (`/opt/kiln/x` becomes the entries `opt/`, `opt/kiln/`, `opt/kiln/x/`, …). Returns `out`.
@@ -27,6 +33,7 @@ pub(crate) fn write_layer<W: Write>(
     prefix: &Path,
     out: W,
     mtime: u64,
+    exclude: &Exclude,
 ) -> Result<(W, LayerSummary)> {
     let mut builder = Builder::new(out);
     let mut summary = LayerSummary::default();
@@ -43,7 +50,14 @@ pub(crate) fn write_layer<W: Write>(
         .mode();
     append_dir(&mut builder, &relative, mode, mtime)?;
     summary.dirs += 1;
-    walk(&mut builder, prefix, &relative, mtime, &mut summary)?;
+    walk(
+        &mut builder,
+        prefix,
+        &relative,
+        mtime,
+        exclude,
+        &mut summary,
+    )?;
     let out = builder
         .into_inner()
         .map_err(|e| Error::io("cannot finish the layer", e))?;
@@ -82,6 +96,7 @@ fn walk<W: Write>(
     dir: &Path,
     rel: &Path,
     mtime: u64,
+    exclude: &Exclude,
     summary: &mut LayerSummary,
 ) -> Result<()> {
     let mut entries = fs::read_dir(dir)
@@ -95,10 +110,13 @@ fn walk<W: Write>(
         let entry_rel = rel.join(&name);
         let meta = fs::symlink_metadata(&path).map_err(|e| io_at("cannot read", &path, e))?;
         let kind = meta.file_type();
+        if exclude.contains(&(meta.dev(), meta.ino())) {
+            continue;
+        }
         if kind.is_dir() {
             append_dir(builder, &entry_rel, meta.mode(), mtime)?;
             summary.dirs += 1;
-            walk(builder, &path, &entry_rel, mtime, summary)?;
+            walk(builder, &path, &entry_rel, mtime, exclude, summary)?;
         } else if kind.is_symlink() {
             let target =
                 fs::read_link(&path).map_err(|e| io_at("cannot read the link", &path, e))?;
@@ -108,6 +126,10 @@ fn walk<W: Write>(
                 .map_err(|e| io_at("cannot pack the link", &path, e))?;
             summary.symlinks += 1;
         } else if kind.is_file() {
+            let allocated = meta.blocks() * 512;
+            if allocated + (1 << 20) < meta.len() {
+                summary.sparse.push((path.clone(), allocated, meta.len()));
+            }
             append_file(builder, &path, &entry_rel, meta.mode(), mtime)?;
             summary.files += 1;
         } else if kind.is_fifo()

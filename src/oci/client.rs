@@ -1,18 +1,37 @@
 //! The OCI distribution HTTP API, the part a cache needs: check, upload (monolithic, streamed)
 //! and download blobs; put and get manifests. Credentials come from `KILN_REGISTRY_USER` and
 //! `KILN_REGISTRY_PASSWORD` (basic, or exchanged for a bearer token when the registry asks);
-//! they are never written to logs or errors.
+//! they are never written to logs or errors, and go only where src/oci/auth.rs allows. Every
+//! request has an overall deadline (a blob's grows with its size) and every answer read into
+//! memory has a size cap.
 
 use std::io::Read;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use super::auth::{self, Origin};
 use super::Reference;
 use crate::error::{Error, Result};
+
+/// The most a manifest may be: kiln's hold one small layer record per wheel.
+pub(crate) const MANIFEST_CAP: u64 = 4 << 20;
+/// The most a token service's answer may be.
+const TOKEN_CAP: u64 = 1 << 20;
+/// The deadline of a request that moves no blob (manifests, HEAD, upload start, token).
+const SMALL_DEADLINE: Duration = Duration::from_secs(120);
+/// The slowest transfer a blob deadline allows for: 256 KiB/s, on top of `SMALL_DEADLINE`.
+const SLOWEST_BYTES_PER_SEC: u64 = 256 << 10;
+
+/// The overall deadline of a request moving a blob of `size` bytes.
+pub(crate) fn blob_deadline(size: u64) -> Duration {
+    SMALL_DEADLINE + Duration::from_secs(size / SLOWEST_BYTES_PER_SEC)
+}
 
 /// A connection to one repository of one registry.
 pub struct Registry {
     reference: Reference,
+    /// The registry's own origin: the only one its credentials and tokens are sent to.
+    origin: Origin,
     agent: ureq::Agent,
     credentials: Option<(String, String)>,
     /// `Authorization` header value once known (basic, or a bearer token from the challenge).
@@ -28,12 +47,19 @@ impl Registry {
             (Ok(user), Ok(password)) if !user.is_empty() => Some((user, password)),
             _ => None,
         };
+        let origin = Origin::of_url(&reference.api_base())
+            .expect("a parsed reference has an http(s) origin");
         Registry {
             reference: reference.clone(),
+            origin,
             agent: ureq::AgentBuilder::new()
                 .timeout_connect(Duration::from_secs(15))
-                .timeout_read(Duration::from_secs(300))
-                .timeout_write(Duration::from_secs(300))
+                .timeout_read(Duration::from_secs(60))
+                .timeout_write(Duration::from_secs(60))
+                .timeout(SMALL_DEADLINE)
+                .redirects(5)
+                // A redirect (to blob storage, say) never carries the registry's credentials.
+                .redirect_auth_headers(ureq::RedirectAuthHeaders::Never)
                 .build(),
             credentials,
             authorization: Mutex::new(None),
@@ -54,6 +80,18 @@ impl Registry {
         }
     }
 
+    /// The size of a blob the repository holds (its HEAD's Content-Length), None when it lacks it.
+    pub fn blob_size(&self, digest: &str) -> Result<Option<u64>> {
+        let url = format!("{}/blobs/{digest}", self.reference.api_base());
+        match self.send("HEAD", &url, &[], None) {
+            Ok(response) => Ok(response
+                .header("Content-Length")
+                .and_then(|n| n.trim().parse().ok())),
+            Err(Failure::Status(404, _)) => Ok(None),
+            Err(f) => Err(self.error("HEAD", &url, f)),
+        }
+    }
+
     /// Upload a blob of `size` bytes read from `body` (one monolithic PUT, streamed).
     pub fn push_blob(&self, digest: &str, size: u64, body: impl Read) -> Result<()> {
         let start = format!("{}/blobs/uploads/", self.reference.api_base());
@@ -69,22 +107,14 @@ impl Registry {
                 None,
             )
         })?;
-        let location = if location.starts_with("http://") || location.starts_with("https://") {
-            location.to_string()
-        } else {
-            format!(
-                "{}://{}{location}",
-                self.reference.scheme, self.reference.registry
-            )
-        };
-        let separator = if location.contains('?') { '&' } else { '?' };
-        let url = format!("{location}{separator}digest={digest}");
+        let url = self.upload_url(location, digest)?;
         let mut request = self
             .agent
             .put(&url)
+            .timeout(blob_deadline(size))
             .set("Content-Type", "application/octet-stream")
             .set("Content-Length", &size.to_string());
-        if let Some(auth) = self.authorization.lock().expect("auth lock").clone() {
+        if let Some(auth) = self.authorization_for(&url) {
             request = request.set("Authorization", &auth);
         }
         request
@@ -93,11 +123,50 @@ impl Registry {
         Ok(())
     }
 
+    /// Where the blob goes: the upload `Location` (relative to the registry, or absolute) with
+    /// its digest. An https registry's upload never continues over plain http, and a Location on
+    /// another origin never gets the registry's credentials (see `authorization_for`).
+    fn upload_url(&self, location: &str, digest: &str) -> Result<String> {
+        let location = if location.starts_with('/') {
+            format!(
+                "{}://{}{location}",
+                self.reference.scheme, self.reference.registry
+            )
+        } else {
+            location.to_string()
+        };
+        let refuse = |why: &str| {
+            Error::other(
+                format!(
+                    "registry {} named an upload Location that kiln will not use: {why}",
+                    self.reference.registry
+                ),
+                Some("nothing was uploaded; check the registry's configuration (its external URL) or use another registry".to_string()),
+            )
+        };
+        let Some(target) = Origin::of_url(&location) else {
+            return Err(refuse("not an absolute http(s) URL without userinfo"));
+        };
+        if self.origin.scheme == "https" && target.scheme != "https" {
+            return Err(refuse("it downgrades https to plain http"));
+        }
+        let separator = if location.contains('?') { '&' } else { '?' };
+        Ok(format!("{location}{separator}digest={digest}"))
+    }
+
+    /// The `Authorization` value for a request to `url`: only on the registry's own origin.
+    fn authorization_for(&self, url: &str) -> Option<String> {
+        if Origin::of_url(url).as_ref() != Some(&self.origin) {
+            return None;
+        }
+        self.authorization.lock().expect("auth lock").clone()
+    }
+
     /// Download a blob: a reader over its bytes (the caller verifies the digest).
-    pub fn blob(&self, digest: &str) -> Result<Box<dyn Read + Send + Sync>> {
+    pub fn blob(&self, digest: &str, size: u64) -> Result<Box<dyn Read + Send + Sync>> {
         let url = format!("{}/blobs/{digest}", self.reference.api_base());
         let response = self
-            .send("GET", &url, &[], None)
+            .send_within("GET", &url, &[], None, blob_deadline(size))
             .map_err(|f| self.error("GET", &url, f))?;
         Ok(response.into_reader())
     }
@@ -114,8 +183,9 @@ impl Registry {
         Ok(())
     }
 
-    /// The manifest under the reference's tag, or None when the tag does not exist.
-    pub fn manifest(&self, media_type: &str) -> Result<Option<Vec<u8>>> {
+    /// The manifest under the reference's tag (its Content-Type and bytes, at most
+    /// `MANIFEST_CAP`), or None when the tag does not exist.
+    pub fn manifest(&self, media_type: &str) -> Result<Option<(String, Vec<u8>)>> {
         let url = format!(
             "{}/manifests/{}",
             self.reference.api_base(),
@@ -123,15 +193,38 @@ impl Registry {
         );
         match self.send("GET", &url, &[("Accept", media_type)], None) {
             Ok(response) => {
+                let too_big = || {
+                    Error::other(
+                        format!(
+                            "the manifest of {} is larger than {}",
+                            self.reference,
+                            crate::units::format_size(MANIFEST_CAP)
+                        ),
+                        Some(
+                            "it is not a kiln wheel cache; check the repository and tag"
+                                .to_string(),
+                        ),
+                    )
+                };
+                let declared = response
+                    .header("Content-Length")
+                    .and_then(|n| n.trim().parse::<u64>().ok());
+                if declared.is_some_and(|n| n > MANIFEST_CAP) {
+                    return Err(too_big());
+                }
+                let content_type = response.content_type().to_string();
                 let mut bytes = Vec::new();
                 response
                     .into_reader()
-                    .take(16 << 20)
+                    .take(MANIFEST_CAP + 1)
                     .read_to_end(&mut bytes)
                     .map_err(|e| {
                         Error::io(format!("cannot read the manifest of {}", self.reference), e)
                     })?;
-                Ok(Some(bytes))
+                if bytes.len() as u64 > MANIFEST_CAP {
+                    return Err(too_big());
+                }
+                Ok(Some((content_type, bytes)))
             }
             Err(Failure::Status(404, _)) => Ok(None),
             Err(f) => Err(self.error("GET", &url, f)),
@@ -146,8 +239,20 @@ impl Registry {
         headers: &[(&str, &str)],
         body: Option<&[u8]>,
     ) -> Result<ureq::Response, Failure> {
+        self.send_within(method, url, headers, body, SMALL_DEADLINE)
+    }
+
+    /// `send` with an overall deadline for the request and the reading of its answer.
+    fn send_within(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+        deadline: Duration,
+    ) -> Result<ureq::Response, Failure> {
         let attempt = |auth: Option<String>| -> Result<ureq::Response, Box<ureq::Error>> {
-            let mut request = self.agent.request(method, url);
+            let mut request = self.agent.request(method, url).timeout(deadline);
             for (k, v) in headers {
                 request = request.set(k, v);
             }
@@ -160,7 +265,7 @@ impl Registry {
             }
             .map_err(Box::new)
         };
-        let current = self.authorization.lock().expect("auth lock").clone();
+        let current = self.authorization_for(url);
         let first = attempt(current.clone()).map_err(|e| *e);
         match first {
             Err(ureq::Error::Status(401, response)) => {
@@ -179,41 +284,51 @@ impl Registry {
         }
     }
 
-    /// The `Authorization` value answering a `WWW-Authenticate` challenge.
-    fn authenticate(&self, challenge: &str) -> Result<String, Failure> {
+    /// The `Authorization` value answering a `WWW-Authenticate` challenge. The password goes
+    /// only to the registry itself over a private channel, or to a bearer realm `auth` allows.
+    fn authenticate(&self, header: &str) -> Result<String, Failure> {
+        let refused = |why: String| Failure::Status(401, why);
         let basic = self.credentials.as_ref().map(|(user, password)| {
             format!("Basic {}", base64(format!("{user}:{password}").as_bytes()))
         });
-        let Some(params) = challenge.strip_prefix("Bearer ") else {
-            return basic.ok_or(Failure::Status(
-                401,
-                "the registry wants credentials".into(),
-            ));
-        };
-        let field = |name: &str| {
-            params.split(',').find_map(|kv| {
-                let (k, v) = kv.trim().split_once('=')?;
-                (k == name).then(|| v.trim_matches('"').to_string())
-            })
-        };
-        let realm = field("realm").ok_or(Failure::Status(
-            401,
-            "the registry's challenge names no realm".into(),
-        ))?;
-        let mut request = self.agent.get(&realm);
+        let challenge = auth::parse_challenge(header)
+            .ok_or_else(|| refused("the registry sent no usable challenge".into()))?;
+        if challenge.scheme != "bearer" {
+            let basic = basic.ok_or_else(|| refused("the registry wants credentials".into()))?;
+            if !self.origin.is_private_channel() {
+                return Err(refused(
+                    "kiln sends credentials over plain http only to a loopback registry; use https"
+                        .into(),
+                ));
+            }
+            return Ok(basic);
+        }
+        let realm = challenge
+            .params
+            .get("realm")
+            .ok_or_else(|| refused("the registry's challenge names no realm".into()))?;
+        let realm_origin = Origin::of_url(realm).ok_or_else(|| {
+            refused("the registry's token realm is not an http(s) URL without userinfo".into())
+        })?;
+        auth::realm_allowed(&self.origin, &realm_origin)
+            .map_err(|why| refused(format!("refusing the token realm: {why}")))?;
+        let mut request = self.agent.get(realm).timeout(SMALL_DEADLINE);
         for name in ["service", "scope"] {
-            if let Some(value) = field(name) {
-                request = request.query(name, &value);
+            if let Some(value) = challenge.params.get(name) {
+                request = request.query(name, value);
             }
         }
         if let Some(basic) = &basic {
             request = request.set("Authorization", basic);
         }
-        let text = request
+        let mut text = String::new();
+        request
             .call()
             .map_err(Failure::from)?
-            .into_string()
-            .map_err(|e| Failure::Transport(e.to_string()))?;
+            .into_reader()
+            .take(TOKEN_CAP)
+            .read_to_string(&mut text)
+            .map_err(|e| Failure::Transport(format!("unreadable token answer: {e}")))?;
         let answer: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| Failure::Transport(format!("unreadable token answer: {e}")))?;
         let token = answer

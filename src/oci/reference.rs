@@ -39,6 +39,12 @@ impl Reference {
         if registry.is_empty() || path.is_empty() {
             return Err(bad("it names no registry or no repository"));
         }
+        if registry.contains('@') {
+            return Err(Error::usage(
+                "a registry reference carries no credentials (`user:password@` would reach logs and shell history)".to_string(),
+                Some("set KILN_REGISTRY_USER and KILN_REGISTRY_PASSWORD instead".to_string()),
+            ));
+        }
         let (repository, tag) = match path.rsplit_once(':') {
             Some((repo, tag)) if !tag.contains('/') => (repo, tag),
             _ => (path, "latest"),
@@ -106,5 +112,7 @@ mod tests {
         assert!(Reference::parse("wheels").is_err());
         assert!(Reference::parse("ghcr.io/Org/cache").is_err());
         assert!(Reference::parse("ftp://x/y").is_err());
+        let e = Reference::parse("https://me:hunter22@ghcr.io/org/cache").unwrap_err();
+        assert!(!e.render().contains("hunter22"), "{}", e.render());
     }
 }

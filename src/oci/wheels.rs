@@ -3,7 +3,10 @@
 //! the canonical cache key and entry.json is `{"key": {…}, "wheel": NAME, "sha256": HEX, "size": N}`.
 //! Remote layout: one OCI artifact manifest per tag, one blob per wheel; each layer's annotations
 //! carry the wheel's file name, its cache id and the canonical key. Pushing merges with what the
-//! tag already holds; pulling verifies every blob's sha256 and size before anything is cached.
+//! tag already holds (only remote entries that are well formed and whose blob the registry
+//! holds at the declared size are carried over); pulling refuses a tag that is not a kiln wheel
+//! cache, an entry whose id is not the sha256 of its key or whose size is over `WHEEL_CAP` or
+//! the free disk space, and verifies every blob's sha256 and size before anything is cached.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -20,11 +23,16 @@ use crate::hash::HashingWriter;
 pub const ARTIFACT_TYPE: &str = "application/vnd.kiln.wheel-cache.v1";
 pub const MEDIA_WHEEL: &str = "application/vnd.kiln.wheel.v1+zip";
 const MEDIA_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+/// What a tag may hold: asking for every kind lets a pull say what the tag holds instead of
+/// "no wheel cache" when it is an image or an index.
+const ACCEPT_ANY_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.v2+json, application/vnd.docker.distribution.manifest.list.v2+json";
 const MEDIA_EMPTY: &str = "application/vnd.oci.empty.v1+json";
 const ANNOTATION_TITLE: &str = "org.opencontainers.image.title";
 const ANNOTATION_ID: &str = "dev.kiln.cache.id";
 const ANNOTATION_KEY: &str = "dev.kiln.cache.key";
 const ANNOTATION_EXTRA: &str = "dev.kiln.cache.entry-extra";
+/// The largest wheel a pull accepts (the biggest CUDA wheels are a few GiB).
+pub const WHEEL_CAP: u64 = 8 << 30;
 
 /// entry.json
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -111,7 +119,13 @@ pub fn push_wheels(
     note: &dyn Fn(&str),
 ) -> Result<PushSummary> {
     let registry = Registry::new(reference);
-    let mut layers = remote_layers(&registry)?;
+    let mut layers = Vec::new();
+    for layer in remote_layers(&registry)?.unwrap_or_default() {
+        match verified_remote(&registry, &layer, reference) {
+            Ok(()) => layers.push(layer),
+            Err(why) => note(&format!("not carrying over a remote entry: {why}")),
+        }
+    }
     let mut summary = PushSummary::default();
     for e in entries {
         let (sha256, size) = hash_file(&e.path)?;
@@ -194,7 +208,7 @@ pub fn pull_wheels(
     note: &dyn Fn(&str),
 ) -> Result<PullSummary> {
     let registry = Registry::new(reference);
-    let Some(_) = registry.manifest(MEDIA_MANIFEST)? else {
+    let Some(layers) = remote_layers(&registry)? else {
         return Err(Error::other(
             format!("registry has no wheel cache at {reference}"),
             Some(
@@ -203,11 +217,13 @@ pub fn pull_wheels(
             ),
         ));
     };
-    let layers = remote_layers(&registry)?;
     let mut summary = PullSummary::default();
     crate::fs::create_dir(wheels_dir)?;
-    for layer in &layers {
-        let remote = RemoteWheel::from_layer(layer, reference)?;
+    let remotes = layers
+        .iter()
+        .map(|layer| RemoteWheel::from_layer(layer, reference))
+        .collect::<Result<Vec<_>>>()?;
+    for remote in &remotes {
         let final_dir = wheels_dir.join(&remote.id);
         let local = read_wheel_cache(wheels_dir)?
             .into_iter()
@@ -216,10 +232,11 @@ pub fn pull_wheels(
             summary.already_cached += 1;
             continue;
         }
+        check_room(remote, wheels_dir, reference)?;
         let temp = wheels_dir.join(format!(".pull-{}-{}", remote.id, std::process::id()));
         let _ = fs::remove_dir_all(&temp);
         crate::fs::create_dir(&temp)?;
-        let result = fetch_into(&registry, &remote, &temp, reference);
+        let result = fetch_into(&registry, remote, &temp, reference);
         if let Err(e) = result {
             let _ = fs::remove_dir_all(&temp);
             return Err(e);
@@ -253,7 +270,9 @@ fn fetch_into(
         .map_err(|e| Error::io(format!("cannot create {}", wheel_path.display()), e))?;
     let mut writer = HashingWriter::new(std::io::BufWriter::with_capacity(1 << 20, file));
     let digest = format!("sha256:{}", remote.sha256);
-    let mut body = registry.blob(&digest)?.take(remote.entry.size + 1);
+    let mut body = registry
+        .blob(&digest, remote.entry.size)?
+        .take(remote.entry.size + 1);
     std::io::copy(&mut body, &mut writer)
         .map_err(|e| Error::io(format!("cannot download {}", remote.entry.wheel), e))?;
     let (out, sha256, size) = writer.finish();
@@ -304,6 +323,12 @@ impl RemoteWheel {
         let key: Value = annotation(ANNOTATION_KEY)
             .and_then(|k| serde_json::from_str(k).ok())
             .ok_or_else(|| bad("no cache key"))?;
+        let key_id = crate::hash::sha256_bytes(&serde_json::to_vec(&key).expect("json"));
+        if key_id != id {
+            return Err(bad(&format!(
+                "entry {id} is not the sha256 of its key (that is {key_id})"
+            )));
+        }
         let mut extra: BTreeMap<String, Value> = annotation(ANNOTATION_EXTRA)
             .and_then(|x| serde_json::from_str(x).ok())
             .unwrap_or_default();
@@ -334,22 +359,98 @@ impl RemoteWheel {
     }
 }
 
-/// The layers of the tag's manifest (none when the tag does not exist yet).
-fn remote_layers(registry: &Registry) -> Result<Vec<Value>> {
-    let Some(bytes) = registry.manifest(MEDIA_MANIFEST)? else {
-        return Ok(Vec::new());
+/// The layers of the tag's kiln wheel-cache manifest; None when the tag does not exist. A tag
+/// holding anything else (an image, an image index) is an error: a pull would find "0 wheels"
+/// in it and a push would replace it.
+fn remote_layers(registry: &Registry) -> Result<Option<Vec<Value>>> {
+    let Some((content_type, bytes)) = registry.manifest(ACCEPT_ANY_MANIFEST)? else {
+        return Ok(None);
     };
-    let manifest: Value = serde_json::from_slice(&bytes).map_err(|e| {
+    let reference = registry.reference();
+    let not_ours = |what: String| {
         Error::other(
-            format!("the manifest at {} is not JSON: {e}", registry.reference()),
-            None,
+            format!("{reference} is not a kiln wheel cache: {what}"),
+            Some("name a tag that `kiln cache push` wrote; nothing was changed".to_string()),
         )
-    })?;
-    Ok(manifest
+    };
+    let manifest: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| not_ours(format!("its manifest is not JSON ({e})")))?;
+    let media_type = manifest
+        .get("mediaType")
+        .and_then(Value::as_str)
+        .unwrap_or(content_type.as_str());
+    if media_type != MEDIA_MANIFEST {
+        return Err(not_ours(format!("it holds a `{media_type}`")));
+    }
+    let artifact = manifest.get("artifactType").and_then(Value::as_str);
+    if artifact != Some(ARTIFACT_TYPE) {
+        return Err(not_ours(format!(
+            "its artifact type is {}",
+            artifact.map_or("missing".to_string(), |a| format!("`{a}`"))
+        )));
+    }
+    let layers = manifest
         .get("layers")
         .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default())
+        .ok_or_else(|| not_ours("its manifest has no layer list".to_string()))?;
+    Ok(Some(layers.clone()))
+}
+
+/// A remote entry a push may carry over: well formed, and its blob is in the registry at the
+/// size the manifest declares (the registry addresses blobs by their sha256).
+fn verified_remote(
+    registry: &Registry,
+    layer: &Value,
+    reference: &Reference,
+) -> Result<(), String> {
+    let remote = RemoteWheel::from_layer(layer, reference).map_err(|e| e.to_string())?;
+    let digest = format!("sha256:{}", remote.sha256);
+    match registry.blob_size(&digest).map_err(|e| e.to_string())? {
+        Some(size) if size == remote.entry.size => Ok(()),
+        Some(size) => Err(format!(
+            "{} is {size} bytes in the registry, the manifest says {}",
+            remote.entry.wheel, remote.entry.size
+        )),
+        None => Err(format!(
+            "{} has no blob in the registry",
+            remote.entry.wheel
+        )),
+    }
+}
+
+/// Refuse, before writing a byte, an entry over `WHEEL_CAP` or over the free disk space.
+fn check_room(remote: &RemoteWheel, wheels_dir: &Path, reference: &Reference) -> Result<()> {
+    let size = remote.entry.size;
+    let human = crate::units::format_size;
+    if size > WHEEL_CAP {
+        return Err(Error::other(
+            format!(
+                "the wheel cache at {reference} declares {} as {}, over kiln's {} limit for a wheel",
+                remote.entry.wheel,
+                human(size),
+                human(WHEEL_CAP)
+            ),
+            Some("the manifest is corrupt or hostile; nothing was written".to_string()),
+        ));
+    }
+    if let Some(free) = crate::host::system::free_disk_bytes(wheels_dir) {
+        if size > free {
+            return Err(Error::other(
+                format!(
+                    "{} from {reference} is {}, but {} has {} free",
+                    remote.entry.wheel,
+                    human(size),
+                    wheels_dir.display(),
+                    human(free)
+                ),
+                Some(
+                    "free some space (`kiln cache gc`) and pull again; nothing was written"
+                        .to_string(),
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn hash_file(path: &Path) -> Result<(String, u64)> {

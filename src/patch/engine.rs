@@ -80,7 +80,7 @@ fn evaluate(set: &PatchSet, site: &Path, opts: Options) -> Result<Evaluation> {
         }
         if !files.contains_key(&rel) {
             let path = site.join(&rel);
-            match std::fs::read(&path) {
+            match crate::bounded::read_io(&path, crate::bounded::SOURCE_CAP) {
                 Ok(bytes) => {
                     if let Ok(text) = String::from_utf8(bytes) {
                         files.insert(
@@ -556,7 +556,7 @@ pub(super) fn revert(
     let mut conflicts = Vec::new();
     for file in &record.files {
         let path = site.join(&file.path);
-        let current = std::fs::read(&path)
+        let current = crate::bounded::read_io(&path, crate::bounded::SOURCE_CAP)
             .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
         let current_sha = sha256_bytes(&current);
         if current_sha == file.original_sha256 {

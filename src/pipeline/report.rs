@@ -192,9 +192,10 @@ impl Report {
             markdown: dir.join("report.md"),
             html: dir.join("report.html"),
         };
-        write_atomic(&files.json, self.to_json().as_bytes())?;
-        write_atomic(&files.markdown, self.to_markdown().as_bytes())?;
-        write_atomic(&files.html, self.to_html().as_bytes())?;
+        let scrub = |text: String| crate::redact::scrub(&text);
+        write_atomic(&files.json, scrub(self.to_json()).as_bytes())?;
+        write_atomic(&files.markdown, scrub(self.to_markdown()).as_bytes())?;
+        write_atomic(&files.html, scrub(self.to_html()).as_bytes())?;
         Ok(files)
     }
 }

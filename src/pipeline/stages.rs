@@ -221,14 +221,15 @@ pub fn verdicts_from_capture(
     log: &std::path::Path,
     metrics: Option<&std::path::Path>,
 ) -> Result<Vec<Verdict>> {
-    let read = |p: &std::path::Path| {
-        std::fs::read(p)
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .map_err(|e| Error::io(format!("cannot read {}", p.display()), e))
-    };
     let sigs = v.signatures()?;
-    let lines: Vec<String> = read(log)?.lines().map(String::from).collect();
-    let metrics = metrics.map(read).transpose()?;
+    let lines: Vec<String> =
+        crate::bounded::read_text(log, "the server log", crate::bounded::LOG_CAP)?
+            .lines()
+            .map(String::from)
+            .collect();
+    let metrics = metrics
+        .map(|p| crate::bounded::read_text(p, "the metrics page", crate::bounded::METRICS_CAP))
+        .transpose()?;
     let ev = verdict::Evidence {
         log: &lines,
         metrics: metrics.as_deref(),

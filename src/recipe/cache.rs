@@ -8,6 +8,12 @@
 //! `patch` step read. Anything else, or an unreadable or torn entry, is a miss: the recipe is
 //! loaded as usual and the entry replaced. Invalid recipes are never cached, so errors and their
 //! locations always come from a real load. `KILN_NO_RECIPE_CACHE=1` turns the cache off.
+//!
+//! Secrets are never stored: each secret value in the recipe (a secret-named variable, `--set`
+//! value or env entry, a URL's password; see src/redact.rs) is stored as a placeholder naming its
+//! sha256, and put back on lookup from the `--set` value with that digest. A recipe holding a
+//! secret that no `--set` value gives (one written in the recipe itself) is not cached. The
+//! cache directory is 0700.
 
 use std::path::{Path, PathBuf};
 
@@ -20,7 +26,7 @@ use crate::host::FACT_KEYS;
 use crate::source::Sources;
 
 /// Bumped when the entry format or the meaning of a cached recipe changes.
-const FORMAT: &str = "kiln-recipe-cache 2";
+const FORMAT: &str = "kiln-recipe-cache 3";
 /// Where embedded (shipped) files are named in `SourceFile::path`.
 const EMBEDDED: &str = "<kiln>/";
 
@@ -51,6 +57,8 @@ pub(crate) struct Inputs {
     facts: Vec<(String, Option<String>)>,
     /// (patch set as named, sha256 of the file, or `None` when it named a shipped set).
     patch_sets: Vec<(String, Option<String>)>,
+    /// sha256 of each secret value the stored recipe holds as a placeholder.
+    secrets: Vec<String>,
 }
 
 impl Inputs {
@@ -167,8 +175,18 @@ pub(super) fn lookup(slot: &Slot, opts: &LoadOptions) -> Option<Recipe> {
     if !stored.still_match(opts) {
         return None;
     }
-    let mut recipe: Recipe = serde_json::from_slice(&bytes[newline + 1..]).ok()?;
+    let mut text = String::from_utf8(bytes[newline + 1..].to_vec()).ok()?;
+    for digest in &stored.secrets {
+        let value = opts
+            .overrides
+            .iter()
+            .map(|(_, v)| v)
+            .find(|v| crate::hash::sha256_bytes(v.as_bytes()) == *digest)?;
+        text = text.replace(&placeholder(digest), &json_escaped(value));
+    }
+    let mut recipe: Recipe = serde_json::from_str(&text).ok()?;
     recipe.provenance = Some(slot.provenance(stored));
+    register_secrets(&recipe);
     Some(recipe)
 }
 
@@ -204,16 +222,42 @@ pub(super) fn store(slot: &Slot, sources: &Sources, opts: &LoadOptions, recipe: 
             _ => None,
         })
         .collect();
+    let Ok(mut text) = serde_json::to_string(&*recipe) else {
+        return;
+    };
+    let secrets = secret_values(recipe, &text);
+    let mut digests = Vec::new();
+    for secret in &secrets {
+        // Only a secret a `--set` value gives can be put back on lookup.
+        if secret.len() < crate::redact::MIN_SECRET_LEN
+            || !opts.overrides.iter().any(|(_, v)| v == secret)
+        {
+            return;
+        }
+        let digest = crate::hash::sha256_bytes(secret.as_bytes());
+        text = text.replace(&json_escaped(secret), &placeholder(&digest));
+        digests.push(digest);
+    }
+    if secrets.iter().any(|s| text.contains(&json_escaped(s))) {
+        return;
+    }
     let inputs = Inputs {
         format: FORMAT.to_string(),
         files,
         facts,
         patch_sets,
+        secrets: digests,
     };
     let mut bytes = serde_json::to_vec(&inputs).expect("cache inputs serialize");
     bytes.push(b'\n');
-    if serde_json::to_writer(&mut bytes, &*recipe).is_err() {
-        return;
+    bytes.extend_from_slice(text.as_bytes());
+    if let Some(dir) = slot.path.parent() {
+        use std::os::unix::fs::PermissionsExt;
+        if std::fs::create_dir_all(dir).is_err()
+            || std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).is_err()
+        {
+            return;
+        }
     }
     if crate::fs::replace_unsynced(&slot.path, &bytes).is_ok() {
         recipe.provenance = Some(slot.provenance(inputs));
@@ -221,6 +265,47 @@ pub(super) fn store(slot: &Slot, sources: &Sources, opts: &LoadOptions, recipe: 
     if let Some(dir) = slot.path.parent() {
         evict(dir, &slot.path);
     }
+}
+
+/// Register the recipe's secrets with the redactor: secret-named variables and env entries,
+/// and every URL password anywhere in it.
+pub(super) fn register_secrets(recipe: &Recipe) {
+    let text = serde_json::to_string(recipe).unwrap_or_default();
+    crate::redact::register_pairs(named_values(recipe).chain(std::iter::once(("", text.as_str()))));
+}
+
+/// (name, value) of every variable and env entry of `recipe`.
+fn named_values(recipe: &Recipe) -> impl Iterator<Item = (&str, &str)> {
+    let vars = recipe.vars.iter();
+    let steps = recipe.steps.iter().flat_map(|s| s.env.iter());
+    let profiles = recipe.profiles.values().flat_map(|p| p.env.iter());
+    vars.chain(steps)
+        .chain(profiles)
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+}
+
+/// The secret values `recipe` (serialized as `text`) holds, longest first: the values of
+/// secret-named variables and env entries, and URL passwords.
+fn secret_values(recipe: &Recipe, text: &str) -> Vec<String> {
+    let mut out: Vec<String> = named_values(recipe)
+        .filter(|(k, v)| crate::redact::is_secret_name(k) && !v.is_empty())
+        .map(|(_, v)| v.to_string())
+        .collect();
+    out.extend(crate::redact::url_passwords(text));
+    out.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    out.dedup();
+    out
+}
+
+/// How a secret stands in a stored recipe: its digest, never its value.
+fn placeholder(digest: &str) -> String {
+    format!("@@kiln-secret:sha256:{digest}@@")
+}
+
+/// `value` as it appears inside a JSON string.
+fn json_escaped(value: &str) -> String {
+    let quoted = serde_json::to_string(value).expect("strings serialize");
+    quoted[1..quoted.len() - 1].to_string()
 }
 
 /// Slots kept: every rebuilt kiln, working directory or `--set` makes a new one.

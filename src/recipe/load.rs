@@ -42,6 +42,7 @@ pub(super) struct Loaded {
 
 /// Load a recipe by path or shipped name (`None`: the default recipe).
 pub fn load(spec: Option<&str>, opts: &LoadOptions) -> Result<Recipe> {
+    crate::redact::register_pairs(opts.overrides.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     let origin = resolve(spec)?;
     let shipped_root = opts.paths.shipped();
     if matches!(origin, Origin::Embedded(_)) {
@@ -76,6 +77,7 @@ pub fn load(spec: Option<&str>, opts: &LoadOptions) -> Result<Recipe> {
     if let Some(slot) = slot {
         cache::store(&slot, &loaded.sources, opts, &mut recipe);
     }
+    cache::register_secrets(&recipe);
     Ok(recipe)
 }
 

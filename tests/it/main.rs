@@ -7,6 +7,7 @@
 
 mod archive_safety;
 mod bench;
+mod bounded_reads;
 mod coarse_clock;
 mod common;
 mod compile_progress;
@@ -23,6 +24,8 @@ mod image;
 mod input_limits;
 mod launch_preflight;
 mod net_deadlines;
+mod oci_auth;
+mod output_paths;
 mod patch;
 mod patch_journal;
 mod patch_step;
@@ -31,6 +34,7 @@ mod python_step;
 mod receipts_index;
 mod recipes;
 mod report_html;
+mod secrets;
 mod serve;
 mod shell_help;
 mod shipped;
