@@ -37,6 +37,7 @@ pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
     };
     if let Some(name) = &args.recipe {
         let recipe = settings.load_recipe(&RecipeArgs {
+            recipe_flag: None,
             recipe: Some(name.clone()),
             set: Vec::new(),
         })?;

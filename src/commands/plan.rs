@@ -8,6 +8,7 @@ use crate::engine::{self, state::StateDir, Plan, Selection, Status};
 use crate::error::Result;
 use crate::hash::HashMemo;
 use crate::recipe::Recipe;
+use crate::report::Block;
 
 pub(super) fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
     let spec = settings.recipe_spec(&args.recipe)?;
@@ -37,15 +38,30 @@ pub(super) fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
     Ok(0)
 }
 
-fn print_plan(plan: &Plan, origin: &str, requires: &str, json: bool) {
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(plan).expect("plans serialize")
-        );
+/// The plan through the reporter: its table for a human, a `plan` event in JSON lines.
+fn print_plan(plan: &Plan, origin: &str, requires: &str, _json: bool) {
+    let text = format!("{}{requires}", render(plan, origin));
+    crate::report::current().result(&Block::new("plan", text, plan));
+}
+
+/// `kiln up --dry-run`: the plan, the host tools, and how many steps would run.
+pub(super) fn show(recipe: &Recipe, plan: &Plan, dry_run: bool) {
+    let json = crate::report::output().json;
+    let requires = if json {
+        String::new()
     } else {
-        print!("{}{requires}", render(plan, origin));
+        render_requires(recipe, plan)
+    };
+    let mut text = format!("{}{requires}", render(plan, &recipe.origin));
+    if dry_run {
+        let stale = plan.count("stale");
+        let _ = writeln!(
+            text,
+            "dry run: {} would run",
+            crate::report::count(stale, "step")
+        );
     }
+    crate::report::current().result(&Block::new("plan", text, plan));
 }
 
 /// The host tools the recipe and its steps (all but those `when` skips) require, each checked
@@ -84,9 +100,9 @@ pub(super) fn render(plan: &Plan, origin: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "recipe {} ({origin}): {} steps: {} stale, {} fresh, {} skipped",
+        "recipe {} ({origin}): {}: {} stale, {} fresh, {} skipped",
         plan.recipe,
-        plan.steps.len(),
+        crate::report::count(plan.steps.len(), "step"),
         plan.count("stale"),
         plan.count("fresh"),
         plan.count("skipped"),

@@ -262,6 +262,11 @@ fn run_one(
         let mut attempt = 1;
         loop {
             reporter.step_started(&step.id, step.kind.name(), attempt);
+            let bytes = |done, total| reporter.step_bytes(&step.id, done, total);
+            let ctx = &StepContext {
+                progress: &bytes,
+                ..*ctx
+            };
             let outcome = crate::steps::execute(step, ctx, &mut log, &mut |line| {
                 reporter.step_output(&step.id, line);
             })

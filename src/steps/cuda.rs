@@ -26,7 +26,15 @@ pub(crate) fn run(
             c.install_path.display()
         );
     } else {
-        super::fetch::fetch(&c.url, &c.sha256, &c.runfile, step.timeout, log, ctx.memo)?;
+        super::fetch::fetch(
+            &c.url,
+            &c.sha256,
+            &c.runfile,
+            step.timeout,
+            log,
+            ctx.memo,
+            ctx.progress,
+        )?;
         let mut spec = CommandSpec::new("sh", [c.runfile.display().to_string()]);
         spec.args.extend(
             ["--silent", "--toolkit", "--no-man-page", "--override"]

@@ -16,12 +16,15 @@ use crate::paths::StatePaths;
 use crate::recipe::{Check, Step, StepKind};
 
 /// What steps may use besides their own definition.
+#[derive(Clone, Copy)]
 pub(crate) struct StepContext<'a> {
     pub memo: &'a HashMemo,
     pub facts: &'a Facts,
     /// The state directory (patch backups) and its cache (downloads, compiled wheels, tools
     /// kiln installs for itself such as uv).
     pub paths: &'a StatePaths,
+    /// Where a step that moves bytes (fetch, extract) says how far it got.
+    pub progress: &'a (dyn crate::report::Progress + Sync),
 }
 
 /// Run one attempt of `step`, logging to `log`; `on_line` sees each output line.
@@ -35,7 +38,7 @@ pub(crate) fn execute(
     match &step.kind {
         StepKind::Run { cmd } => run::run(step, cmd, log, on_line),
         StepKind::Fetch { url, sha256, path } => {
-            fetch::fetch(url, sha256, path, step.timeout, log, ctx.memo)
+            fetch::fetch(url, sha256, path, step.timeout, log, ctx.memo, ctx.progress)
         }
         StepKind::Extract {
             archive,
@@ -50,7 +53,7 @@ pub(crate) fn execute(
                 max_entries: extract::MAX_ENTRIES,
                 keep_setid: *keep_setid,
             };
-            extract::extract(archive, dest, opts, log)
+            extract::extract(archive, dest, opts, log, ctx.progress)
         }
         StepKind::Python(p) => python::run(step, p, ctx, log, on_line),
         StepKind::Cuda(c) => cuda::run(step, c, ctx, log, on_line),
