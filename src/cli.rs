@@ -31,7 +31,7 @@ pub struct Cli {
     pub quiet: bool,
 
     /// Plain lines instead of progress bars, even on a terminal
-    #[arg(long, global = true, env = "KILN_NO_PROGRESS", help_heading = GLOBAL)]
+    #[arg(long, global = true, env = "KILN_NO_PROGRESS", value_parser = clap::builder::FalseyValueParser::new(), help_heading = GLOBAL)]
     pub no_progress: bool,
 
     /// When to colour: `auto` (a terminal, unless NO_COLOR is set or CLICOLOR_FORCE forces it)

@@ -1,5 +1,9 @@
 //! JSON lines on stdout (`--json`): one typed event per line, the first with `schema`; a failed
-//! command ends with `error` then `outcome`, so that a CI job never parses stderr.
+//! command ends with `error` then `outcome`, so that a CI job never parses stderr (the error
+//! line is on stderr too, for a person reading the job's log).
+
+// The reporter is how kiln talks to the user: it prints.
+#![allow(clippy::print_stderr)]
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -91,6 +95,8 @@ impl Reporter for JsonReporter {
     fn finished(&self, exit_code: u8, error: Option<&crate::error::Error>) {
         if let Some(e) = error {
             emit(&error_event(e, exit_code));
+            // And for a person reading the job's log: stderr is not part of the stream.
+            eprintln!("{}", super::style::labels(&e.render()));
         }
         emit(&Event::Outcome {
             ok: exit_code == 0,

@@ -26,6 +26,7 @@ mod python_step;
 mod receipts_index;
 mod recipes;
 mod report_html;
+mod reporter;
 mod serve;
 mod shell_help;
 mod shipped;
