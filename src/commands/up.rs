@@ -125,12 +125,17 @@ fn serve_and_prove(settings: &Settings, recipe: &Recipe, args: &UpArgs) -> Resul
     };
     // Everything goes through the reporter: with --json, stdout is one typed event per line.
     let mut narrate = show::narrator();
-    let report = pipeline::up(
+    let mut report = pipeline::up(
         settings.session(recipe),
         &opts,
         &mut narrate.narrator(),
         &mut |shown| show::shown(&shown),
     )?;
+    let profile = report.served.as_ref().map(|s| s.profile.clone());
+    report.header = Some(pipeline::Header::of(
+        settings.session(recipe),
+        profile.as_deref(),
+    ));
     let files = report.write(&settings.paths)?;
     show::report_files(&files);
     if let Some(s) = &report.served {

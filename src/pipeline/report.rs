@@ -32,6 +32,9 @@ pub struct Report {
     pub outcome: Outcome,
     /// `kiln up`'s exit status: 0, or 1 for a failure (2 for bad input).
     pub exit_code: u8,
+    /// When, where and from what the run was (report.html's header and step summary).
+    #[serde(skip)]
+    pub header: Option<super::html::Header>,
 }
 
 /// The served part of a [`Report`]: the profile, its verdicts, the greedy A/B and the bench.
@@ -105,6 +108,7 @@ impl Report {
             strict,
             exit_code: u8::from(!outcome.ok),
             outcome,
+            header: None,
         }
     }
 
@@ -117,6 +121,7 @@ impl Report {
             strict,
             outcome: Outcome::failed(err.to_string()),
             exit_code: err.exit_code(),
+            header: None,
         }
     }
 
