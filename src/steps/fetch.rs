@@ -134,7 +134,7 @@ fn download(
                 .build()
                 .get(url)
                 .call()
-                .map_err(|e| fail(e.to_string()))?;
+                .map_err(|e| fail(without_url(&e.to_string(), url)))?;
             let len = resp.header("content-length").and_then(|v| v.parse().ok());
             (resp.into_reader(), len)
         };
@@ -175,6 +175,15 @@ fn download(
         }
     }
     Ok((sha, got))
+}
+
+/// ureq's message without the URL it starts with (the error names it already).
+fn without_url(message: &str, url: &str) -> String {
+    message
+        .strip_prefix(url)
+        .and_then(|m| m.strip_prefix(": "))
+        .unwrap_or(message)
+        .to_string()
 }
 
 /// Why a copy stopped: the source failed after some bytes, or the destination refused them.

@@ -390,3 +390,51 @@ fn help_groups_the_global_options_and_shows_examples_and_env() {
     assert!(up.contains("serve it and prove"), "{up}");
     insta::assert_snapshot!("kiln_help", help);
 }
+
+#[test]
+fn a_profile_asked_of_a_recipe_without_profiles_says_it_has_none() {
+    let ws = Workspace::new();
+    recipe(&ws, &run_step("one", "true"));
+    let out = kiln(&ws, &["serve", "r.toml", "--profile", "x"], &[]);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("hint: recipe `voice` has no profiles: add a [profile.x] table"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn a_dead_host_is_named_once_per_line() {
+    let ws = Workspace::new();
+    // A port nothing listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/file.tar");
+    ws.write(
+        "r.toml",
+        &format!(
+            "[recipe]\nname = \"voice\"\n\n[[step]]\nid = \"dl\"\nkind = \"fetch\"\nurl = \"{url}\"\nsha256 = \"{}\"\n",
+            "0".repeat(64)
+        ),
+    );
+    let out = kiln(&ws, &["up", "r.toml"], &[]);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    let error = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .expect("an error line");
+    assert_eq!(error.matches(&url).count(), 1, "{}", out.stderr);
+    // The step log's copy of the error is not repeated under it.
+    assert_eq!(
+        out.stderr.matches("Connection refused").count(),
+        2,
+        "the failed step's line and the error line:\n{}",
+        out.stderr
+    );
+}
