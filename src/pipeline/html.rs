@@ -130,12 +130,16 @@ fn utc(unix: u64) -> String {
 
 /// Escaped text with Markdown code spans (`like this`) as `<code>`.
 fn prose(text: &str) -> String {
+    // Only paired backticks make spans; an unpaired last one stays a backtick.
+    let paired = text.matches('`').count() / 2 * 2;
     let mut out = String::new();
     for (i, part) in text.split('`').enumerate() {
-        // An odd number of backticks leaves the last part outside any span.
-        if i % 2 == 1 && text.matches('`').count() >= i + 1 {
+        if i % 2 == 1 && i <= paired {
             let _ = write!(out, "<code>{}</code>", escape(part));
         } else {
+            if i > paired {
+                out.push('`');
+            }
             out.push_str(&escape(part));
         }
     }

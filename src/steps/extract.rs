@@ -388,6 +388,7 @@ mod tests {
             &dir.path().join("into"),
             opts,
             &mut std::io::sink(),
+            &(),
         )
         .unwrap_err();
         assert!(err.to_string().contains("more than 3 entries"), "{err}");
