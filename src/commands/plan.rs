@@ -21,13 +21,9 @@ pub(super) fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
     let recipe = settings.load(&spec)?;
     let state = StateDir::new(&settings.paths, &recipe.name);
     let memo = HashMemo::load(&state.memo_path());
-    let plan = engine::plan(
-        &recipe,
-        &state,
-        &settings.facts,
-        &Selection::default(),
-        &memo,
-    )?;
+    let selection = Selection::default();
+    let plan = engine::plan(&recipe, &state, &settings.facts, &selection, &memo)?;
+    engine::plan::record(&recipe, &plan, &state, &settings.facts, &selection, &memo);
     let _ = memo.save();
     let requires = if args.json {
         String::new()

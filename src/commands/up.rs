@@ -31,6 +31,7 @@ pub(super) fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
     if args.dry_run {
         let memo = HashMemo::load(&state.memo_path());
         let plan = engine::plan(&recipe, &state, &settings.facts, &selection, &memo)?;
+        engine::plan::record(&recipe, &plan, &state, &settings.facts, &selection, &memo);
         super::plan::show(&recipe, &plan, true);
         return Ok(0);
     }
@@ -73,6 +74,7 @@ fn provision(
     let lock = state.lock()?;
     let memo = HashMemo::load(&state.memo_path());
     let plan = engine::plan(recipe, state, &settings.facts, selection, &memo)?;
+    engine::plan::record(recipe, &plan, state, &settings.facts, selection, &memo);
     let reporter = super::reporter(args.json);
     if plan.count("stale") > 0 {
         *stage = "preflight";
