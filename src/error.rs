@@ -33,7 +33,7 @@ pub enum Error {
         hint: Option<String>,
     },
 
-    #[error("{failed} step(s) failed: {steps}")]
+    #[error("{} failed: {steps}", crate::report::count(*failed, "step"))]
     RunFailed { failed: usize, steps: String },
 
     #[error("state directory {path} is in use by another kiln run{holder}")]

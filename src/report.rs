@@ -77,6 +77,41 @@ impl<F: Fn(u64, Option<u64>)> Progress for F {
     }
 }
 
+/// A reader that tells [`current`] how far the transfer `what` got (`kiln cache push/pull`): a
+/// bar with bytes, rate and ETA on a terminal; the bar goes when the reader is dropped.
+pub(crate) struct Counted<R> {
+    inner: R,
+    what: String,
+    done: u64,
+    total: Option<u64>,
+}
+
+impl<R> Counted<R> {
+    pub(crate) fn new(what: &str, total: Option<u64>, inner: R) -> Counted<R> {
+        Counted {
+            inner,
+            what: what.to_string(),
+            done: 0,
+            total,
+        }
+    }
+}
+
+impl<R: std::io::Read> std::io::Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.done += n as u64;
+        current().transfer(&self.what, self.done, self.total);
+        Ok(n)
+    }
+}
+
+impl<R> Drop for Counted<R> {
+    fn drop(&mut self) {
+        current().transfer_finished(&self.what);
+    }
+}
+
 /// The process-wide output choices, from the global flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Output {

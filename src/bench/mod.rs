@@ -196,7 +196,19 @@ pub fn run(
     }
     let mut runs = Vec::new();
     for i in 1..=o.runs {
-        let g = client::generate(o.url, o.api, &req)?;
+        // A live line while the run streams (on a terminal): tokens so far and their rate.
+        let live = crate::report::current();
+        let g = client::generate_watched(o.url, o.api, &req, &mut |tokens, secs| {
+            let rate = if secs > 0.0 {
+                tokens as f64 / secs
+            } else {
+                0.0
+            };
+            let text = format!("run {i}/{}: {tokens} tokens, {rate:.1} tok/s", o.runs);
+            live.live("bench", Some(&text));
+        });
+        live.live("bench", None);
+        let g = g?;
         let r = Run::from(&g);
         out(&r.line(i, o.runs));
         runs.push(r);

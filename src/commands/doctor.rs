@@ -50,7 +50,10 @@ pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
     if args.json {
         println!("{json}");
     } else {
-        print!("{}", doctor::render::render(&report, args.verbose));
+        print!(
+            "{}",
+            crate::report::style::marks(&doctor::render::render(&report, args.verbose))
+        );
     }
     if let Some(path) = &args.bundle {
         let python = report.facts.python().map(|p| p.executable.as_str());

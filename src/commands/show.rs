@@ -11,9 +11,13 @@ use crate::report::style::{paint, Stream, Tone};
 use crate::report::Block;
 use crate::serve::verdict::{Status, Verdict};
 
-/// A milestone (`kiln: ...` on stderr, a `note` event with `--json`).
+/// A milestone (`kiln: ...` on stderr, a `note` event with `--json`); a stage's `warning: ...`
+/// is a warning (`warning:` on stderr even with `--quiet`, a `warning` event).
 pub(super) fn say(s: &str) {
-    crate::report::current().note(s);
+    match s.strip_prefix("warning: ") {
+        Some(w) => crate::report::current().warning(w),
+        None => crate::report::current().note(s),
+    }
 }
 
 /// The `verdicts` event: the launched server and its tunings' verdicts.
