@@ -33,7 +33,7 @@ pub enum Error {
         hint: Option<String>,
     },
 
-    #[error("{} failed: {steps}", crate::report::count(*failed, "step"))]
+    #[error("{failed} {} failed: {steps}", if *failed == 1 { "step" } else { "steps" })]
     RunFailed { failed: usize, steps: String },
 
     #[error("state directory {path} is in use by another kiln run{holder}")]

@@ -81,8 +81,7 @@ impl Header {
 
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "unknown host".into())
+        .map_or_else(|_| "unknown host".into(), |h| h.trim().to_string())
 }
 
 /// `to` relative to the directory `from` (both absolute), for a link that survives moving the

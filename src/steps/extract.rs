@@ -73,7 +73,9 @@ fn remove_stale_staging(parent: &Path, prefix: &str) {
 }
 
 /// The archive's decompressed stream, the count of its bytes read so far, and its size.
-fn open(archive: &Path) -> Result<(Box<dyn Read>, Rc<Cell<u64>>, Option<u64>)> {
+type Opened = (Box<dyn Read>, Rc<Cell<u64>>, Option<u64>);
+
+fn open(archive: &Path) -> Result<Opened> {
     let ctx = |e| Error::io(format!("cannot read archive {}", archive.display()), e);
     let file = File::open(archive).map_err(ctx)?;
     let size = file.metadata().ok().map(|m| m.len());

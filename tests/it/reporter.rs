@@ -215,8 +215,10 @@ fn fetch_and_extract_say_how_many_bytes_of_how_many() {
     std::fs::write(&file, &archive).unwrap();
     let sha = Sha256::digest(&archive)
         .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<String>();
+        .fold(String::new(), |mut out, b| {
+            out.push_str(&format!("{b:02x}"));
+            out
+        });
     ws.write(
         "r.toml",
         &format!(
