@@ -440,3 +440,97 @@ fn a_dead_host_is_named_once_per_line() {
         out.stderr
     );
 }
+
+#[test]
+fn on_a_terminal_a_download_shows_bytes_of_total_rate_and_eta() {
+    let ws = Workspace::new();
+    let data = noise();
+    let mut big = Vec::with_capacity(data.len() * 4);
+    for _ in 0..4 {
+        big.extend_from_slice(&data);
+    }
+    let file = ws.path().join("big.bin");
+    std::fs::write(&file, &big).unwrap();
+    let sha = Sha256::digest(&big)
+        .iter()
+        .fold(String::new(), |mut out, b| {
+            out.push_str(&format!("{b:02x}"));
+            out
+        });
+    ws.write(
+        "r.toml",
+        &format!(
+            "[recipe]\nname = \"voice\"\n\n[[step]]\nid = \"download\"\nkind = \"fetch\"\nurl = \"file://{}\"\nsha256 = \"{sha}\"\n",
+            file.display()
+        ),
+    );
+    // A real pseudo-terminal (util-linux `script`), so kiln draws its bars.
+    let kiln = assert_cmd::cargo::cargo_bin("kiln");
+    let out = Command::new("script")
+        .args([
+            "-qec",
+            &format!("{} up r.toml", kiln.display()),
+            "/dev/null",
+        ])
+        .current_dir(ws.path())
+        .env("KILN_HOME", ws.state())
+        .env_remove("KILN_NO_PROGRESS")
+        .env_remove("NO_COLOR")
+        .env("TERM", "xterm")
+        .output()
+        .expect("script runs (util-linux)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let bar = text
+        .split(['\r', '\n'])
+        .find(|l| l.contains("download [fetch] [") && l.contains("/16.00 MiB"))
+        .unwrap_or_else(|| panic!("no byte bar in:\n{text}"));
+    assert!(bar.contains("/s, ETA "), "{bar}");
+    // The overall bar and the end, in colour on a terminal.
+    assert!(text.contains("1 of 1 step to run"), "{text}");
+    assert!(text.contains("\x1b[32m✓ ran   \x1b[0m download"), "{text}");
+}
+
+/// Times (`1.2s`, `"elapsed_ms":12`) and the workspace path out of kiln's output.
+fn stable(text: &str, ws: &Workspace) -> String {
+    let secs = regex::Regex::new(r"\d+\.\d+s\b").unwrap();
+    let ms = regex::Regex::new(r#""elapsed_ms":\d+"#).unwrap();
+    let text = text.replace(&ws.path().display().to_string(), "[ws]");
+    let text = secs.replace_all(&text, "[t]");
+    ms.replace_all(&text, r#""elapsed_ms":[t]"#).into_owned()
+}
+
+#[test]
+fn plain_and_json_lines_of_a_failing_run() {
+    let ws = Workspace::new();
+    recipe(
+        &ws,
+        &format!(
+            "{}{}[[step]]\nid = \"after\"\nkind = \"run\"\nneeds = [\"breaks\"]\ncmd = [\"true\"]\n",
+            run_step("fine", "true"),
+            run_step("breaks", "echo doomed; exit 3")
+        ),
+    );
+    let plain = kiln(&ws, &["up", "r.toml", "--jobs", "1"], &[]);
+    assert_eq!(plain.code, Some(1));
+    std::fs::remove_dir_all(ws.state()).unwrap();
+    let json = kiln(&ws, &["up", "r.toml", "--jobs", "1", "--json"], &[]);
+    assert_eq!(json.code, Some(1));
+    insta::assert_snapshot!(
+        "failing_run_plain",
+        stable(
+            &format!("--- stdout\n{}--- stderr\n{}", plain.stdout, plain.stderr),
+            &ws
+        )
+    );
+    insta::assert_snapshot!("failing_run_json", stable(&json.stdout, &ws));
+}
+
+#[test]
+fn the_man_page_environment_and_exit_status() {
+    let ws = Workspace::new();
+    let main = kiln(&ws, &["man"], &[]).stdout;
+    let from = main.find(".SH \"EXIT STATUS\"").unwrap();
+    let to = main.find(".SH EXAMPLES").unwrap();
+    insta::assert_snapshot!("man_exit_status_environment_files", &main[from..to]);
+}
