@@ -534,3 +534,27 @@ fn the_man_page_environment_and_exit_status() {
     let to = main.find(".SH EXAMPLES").unwrap();
     insta::assert_snapshot!("man_exit_status_environment_files", &main[from..to]);
 }
+
+#[test]
+fn a_signature_file_is_diagnosed_like_a_recipe() {
+    let ws = Workspace::new();
+    ws.write(
+        "r.toml",
+        "[recipe]\nname = \"voice\"\n\n[profile.p]\ncmd = [\"true\"]\nsignatures = \"sigs.toml\"\n",
+    );
+    ws.write("sigs.toml", "name = \"mine\"\nredy = [\"up\"]\n");
+    ws.write("server.log", "up\n");
+    let out = kiln(
+        &ws,
+        &["serve", "r.toml", "--profile", "p", "--log", "server.log"],
+        &[],
+    );
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("sigs.toml:2:1"), "{}", out.stderr);
+    assert!(out.stderr.contains("unknown key `redy`"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("hint: did you mean `ready`?"),
+        "{}",
+        out.stderr
+    );
+}
