@@ -15,7 +15,7 @@ pub(super) fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
     // Nothing changed since every step was fresh: the recorded plan, unless the table has host
     // tools to show (they are checked now, from the recipe; JSON does not show them).
     if let Some(fresh) = settings.fresh_plan(&spec, |s| args.json || !s.requires) {
-        print_plan(&fresh.plan, &fresh.origin, "", args.json);
+        print_plan(&fresh.plan, &fresh.origin, "");
         return Ok(0);
     }
     let recipe = settings.load(&spec)?;
@@ -30,12 +30,12 @@ pub(super) fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
     } else {
         render_requires(&recipe, &plan)
     };
-    print_plan(&plan, &recipe.origin, &requires, args.json);
+    print_plan(&plan, &recipe.origin, &requires);
     Ok(0)
 }
 
 /// The plan through the reporter: its table for a human, a `plan` event in JSON lines.
-fn print_plan(plan: &Plan, origin: &str, requires: &str, _json: bool) {
+fn print_plan(plan: &Plan, origin: &str, requires: &str) {
     let text = format!("{}{requires}", render(plan, origin));
     crate::report::current().result(&Block::new("plan", text, plan));
 }
