@@ -7,6 +7,7 @@ mod bench;
 mod cache;
 mod doctor;
 mod image;
+mod man_sections;
 mod patch;
 mod plan;
 mod preflight;
