@@ -2,24 +2,61 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// The heading of the options every command takes.
+pub const GLOBAL: &str = "Global options";
+
+const EXAMPLES: &str = "\
+Examples:
+  kiln up                       provision the default recipe for this host, serve it and prove it
+  kiln up demo --no-serve       only provision the shipped `demo` recipe
+  kiln plan demo                what is fresh and what would run, and why
+  kiln up my.toml --json        JSON lines on stdout for CI (the last event is `outcome`)
+  kiln doctor --recipe demo     check this host against a recipe
+  kiln man up | man -l -        the manual of one command";
 
 /// Provision a GPU LLM-serving stack from declarative recipes, start the tuned server, and prove
 /// that every tuning is active.
 #[derive(Debug, Parser)]
-#[command(name = "kiln", version, about, max_term_width = 100)]
+#[command(name = "kiln", version, about, max_term_width = 100, after_help = EXAMPLES)]
 pub struct Cli {
-    /// State directory (receipts, logs, caches) [default: $KILN_HOME, else $XDG_STATE_HOME/kiln]
-    #[arg(long, global = true, value_name = "DIR")]
+    /// State directory (receipts, logs, caches) [default: $XDG_STATE_HOME/kiln, else
+    /// ~/.local/state/kiln]
+    #[arg(long, global = true, value_name = "DIR", env = "KILN_HOME", help_heading = GLOBAL)]
     pub state_dir: Option<PathBuf>,
+
+    /// Say only results, warnings and errors
+    #[arg(long, short = 'q', global = true, help_heading = GLOBAL)]
+    pub quiet: bool,
+
+    /// Plain lines instead of progress bars, even on a terminal
+    #[arg(long, global = true, env = "KILN_NO_PROGRESS", value_parser = clap::builder::FalseyValueParser::new(), help_heading = GLOBAL)]
+    pub no_progress: bool,
+
+    /// When to colour: `auto` (a terminal, unless NO_COLOR is set or CLICOLOR_FORCE forces it)
+    #[arg(long, global = true, value_name = "WHEN", value_enum, default_value_t = ColorWhen::Auto, help_heading = GLOBAL)]
+    pub color: ColorWhen,
 
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// `--color`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorWhen {
+    Auto,
+    Always,
+    Never,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Provision everything a recipe describes: run every stale step, in dependency order
+    /// Provision a recipe (every stale step, in dependency order), then serve it and prove its
+    /// tunings: verdicts, greedy A/B, bench, report
+    #[command(
+        after_help = "Examples:\n  kiln up demo\n  kiln up recipes/sglang-b200.toml --profile tuned --strict\n  kiln up demo --dry-run\n  kiln up demo --from build --json"
+    )]
     Up(UpArgs),
     /// Show every step of a recipe as fresh, stale (and why) or skipped, without running anything
     Plan(PlanArgs),
@@ -45,20 +82,22 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print kiln's man page (roff): `kiln man | man -l -`; `kiln man up` for one command
+    /// Print kiln's man page (roff): `kiln man | man -l -`; `kiln man patch apply` for one command
     Man {
-        /// A subcommand whose page to print [default: the main page]
-        command: Option<String>,
+        /// The command whose page to print, e.g. `up` or `patch apply` [default: the main page]
+        command: Vec<String>,
     },
-    /// (internal) End the process groups a killed kiln left behind
-    #[command(name = "__watchdog", hide = true)]
-    Watchdog { parent: u32, dir: PathBuf },
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct RecipeArgs {
-    /// A recipe file, or the name of a shipped recipe [default: the embedded default]
+    /// A recipe file, or the name of a shipped recipe [default: the host's default recipe]
+    #[arg(value_name = "RECIPE", value_parser = RecipeName, hide_possible_values = true)]
     pub recipe: Option<String>,
+
+    /// The recipe, named as a flag (as `kiln doctor --recipe` does); the same as RECIPE
+    #[arg(long = "recipe", id = "recipe_flag", value_name = "RECIPE", value_parser = RecipeName, hide_possible_values = true, conflicts_with = "recipe")]
+    pub recipe_flag: Option<String>,
 
     /// Override a recipe variable (repeatable)
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -86,11 +125,12 @@ pub struct UpArgs {
     #[arg(long, value_name = "STEP")]
     pub force: Vec<String>,
 
-    /// Steps to run at once [default: number of CPU cores]
-    #[arg(long, short = 'j', value_name = "N")]
+    /// Steps to run at once, at least 1 [default: number of CPU cores]
+    #[arg(long, short = 'j', value_name = "N", value_parser = at_least_one)]
     pub jobs: Option<usize>,
 
-    /// Print a JSON event stream on stdout instead of progress
+    /// JSON lines on stdout instead of progress (the first event has `schema`, the last is
+    /// `outcome`; a failure is an `error` event)
     #[arg(long)]
     pub json: bool,
 
@@ -285,7 +325,8 @@ pub enum ImageCommand {
 
 #[derive(Debug, Args)]
 pub struct ImageDockerfileArgs {
-    /// A recipe file, or the name of a shipped recipe [default: the embedded default]
+    /// A recipe file, or the name of a shipped recipe [default: the host's default recipe]
+    #[arg(value_name = "RECIPE", value_parser = RecipeName, hide_possible_values = true)]
     pub recipe: Option<String>,
 
     /// Base image of the provisioning stage
@@ -339,7 +380,7 @@ pub struct DoctorArgs {
     pub site_packages: Option<PathBuf>,
 
     /// A recipe whose venv, toolkit, prefix and server flags the checks use [default: the one `kiln up` picks]
-    #[arg(long, value_name = "RECIPE")]
+    #[arg(long, value_name = "RECIPE", value_parser = RecipeName, hide_possible_values = true)]
     pub recipe: Option<String>,
 
     /// Also run the launch preflight of this profile [default: the profiles `kiln up` launches]
@@ -453,4 +494,41 @@ pub enum CacheCommand {
         /// REGISTRY/REPO[:TAG]
         reference: String,
     },
+}
+
+/// A recipe argument: any file path or shipped name; the shipped names are offered to shell
+/// completion (a path is still accepted).
+#[derive(Debug, Clone, Copy)]
+pub struct RecipeName;
+
+impl clap::builder::TypedValueParser for RecipeName {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        clap::builder::StringValueParser::new().parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            crate::recipe::shipped::recipe_names()
+                .into_iter()
+                .map(clap::builder::PossibleValue::new),
+        ))
+    }
+}
+
+/// A count that must be at least 1 (`--jobs 0` would run nothing).
+fn at_least_one(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_string()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }

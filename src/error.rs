@@ -33,7 +33,7 @@ pub enum Error {
         hint: Option<String>,
     },
 
-    #[error("{failed} step(s) failed: {steps}")]
+    #[error("{failed} {} failed: {steps}", if *failed == 1 { "step" } else { "steps" })]
     RunFailed { failed: usize, steps: String },
 
     #[error("state directory {path} is in use by another kiln run{holder}")]
@@ -210,10 +210,13 @@ impl Error {
     /// Render for a terminal: `error: ...`, the output tail, `caused by:` chain, `hint:`.
     pub fn render(&self) -> String {
         let mut out = format!("error: {self}");
-        if let Error::StepFailed { tail, .. } = self {
+        if let Error::StepFailed { tail, reason, .. } = self {
+            // The log ends with the failure itself: said once, above.
+            let said = format!("error: {reason}");
+            let tail: Vec<&str> = tail.lines().filter(|l| l.trim() != said).collect();
             if !tail.is_empty() {
                 out.push_str("\n--- last lines of the step's output ---\n");
-                out.push_str(tail.trim_end());
+                out.push_str(tail.join("\n").trim_end());
             }
         }
         let mut source = std::error::Error::source(self);

@@ -1,21 +1,30 @@
-//! How the engine talks to the user: the `Reporter` trait and its terminal, plain and JSON forms.
-//! The engine only ever sees `&dyn Reporter`; indicatif lives in the terminal form alone.
+//! How kiln talks to the user: the one `Reporter` trait and its three renderers — a terminal
+//! with progress bars and colour (`tty`), plain lines (`plain`: no terminal, `--no-progress`,
+//! `--quiet`) and JSON lines (`json`: `--json`, a `schema` version on the first event, typed
+//! events). The engine only ever sees `&dyn Reporter`; indicatif lives in the terminal form alone.
+//!
+//! The process-wide choices (`--quiet`, `--no-progress`, `--color`, `--json`) are set once by
+//! [`configure`]; [`current`] is the reporter every command, and `main`'s error line, speak through.
 
-// The reporter is how the engine talks to the user: it prints.
-#![allow(clippy::print_stdout, clippy::print_stderr)]
+mod events;
+mod human;
+mod json;
+mod plain;
+pub(crate) mod style;
+mod tty;
 
-use std::collections::BTreeMap;
-use std::io::Write;
-use std::sync::Mutex;
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
+
+pub(crate) use events::Block;
+pub(crate) use style::ColorWhen;
 
 /// How one step ended in a run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", content = "detail", rename_all = "snake_case")]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Ran,
     /// Its fingerprint matched once its dependencies were done.
     UpToDate,
@@ -27,288 +36,204 @@ pub enum Outcome {
 
 /// How far a long compile is (ninja's `[done/total]`), with an ETA when one can be given.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Progress {
-    pub done: u64,
-    pub total: u64,
-    pub elapsed: Duration,
+pub(crate) struct BuildProgress {
+    pub(crate) done: u64,
+    pub(crate) total: u64,
+    pub(crate) elapsed: Duration,
     /// From the last run of the same step (`last_run`), else from the rate so far.
-    pub eta: Option<Duration>,
+    pub(crate) eta: Option<Duration>,
     /// How long the same step took the last time it completed.
-    pub last_run: Option<Duration>,
+    pub(crate) last_run: Option<Duration>,
 }
 
-pub trait Reporter: Send + Sync {
+/// Every user-facing line of a kiln run. Methods with a default do nothing in a renderer that
+/// has nothing to show for them (a plain log has no live lines).
+pub(crate) trait Reporter: Send + Sync {
     fn run_started(&self, recipe: &str, to_run: usize, total: usize);
     fn step_started(&self, id: &str, kind: &str, attempt: u32);
     fn step_output(&self, id: &str, line: &str);
+    /// How far a step's transfer got (a download, an archive read): `done` of `total` bytes.
+    fn step_bytes(&self, _id: &str, _done: u64, _total: Option<u64>) {}
+    /// A long compile moved (objects done of total); plain lines show nothing of it.
+    fn step_progress(&self, _id: &str, _p: &BuildProgress) {}
     fn step_finished(&self, id: &str, outcome: &Outcome, elapsed: Duration);
     fn run_finished(&self, ok: bool, elapsed: Duration);
+    /// A milestone (`kiln: ...`): said unless `--quiet`.
     fn note(&self, text: &str);
-    /// A long compile moved (objects done of total); plain lines show nothing of it.
-    fn step_progress(&self, _id: &str, _p: &Progress) {}
+    /// Something the user should look at (`warning: ...`): said even with `--quiet`.
+    fn warning(&self, text: &str);
+    /// How far a transfer outside the steps got (`kiln cache push`, `kiln image export`).
+    fn transfer(&self, _what: &str, _done: u64, _total: Option<u64>) {}
+    /// The transfer `what` ended (its bar goes away).
+    fn transfer_finished(&self, _what: &str) {}
+    /// A line that replaces itself while work goes on (a bench run's tokens so far): on a
+    /// terminal only; `None` clears it.
+    fn live(&self, _what: &str, _text: Option<&str>) {}
+    /// A result block: its text on stdout, or one JSON event.
+    fn result(&self, block: &Block);
+    /// How the command ended: `error` (with its rendered text) when it failed.
+    fn finished(&self, exit_code: u8, error: Option<&crate::error::Error>);
 }
 
-/// Plain lines on stderr (not a terminal, or `--no-progress`).
-pub(crate) struct PlainReporter;
+/// A copy loop's view of the reporter: bytes done so far of a total, when known.
+pub(crate) trait Progress {
+    fn bytes(&self, done: u64, total: Option<u64>);
+}
 
-impl Reporter for PlainReporter {
-    fn run_started(&self, recipe: &str, to_run: usize, total: usize) {
-        eprintln!("kiln: {recipe}: {to_run} of {total} steps to run");
-    }
-    fn step_started(&self, id: &str, kind: &str, attempt: u32) {
-        let again = if attempt > 1 {
-            format!(" (attempt {attempt})")
-        } else {
-            String::new()
-        };
-        eprintln!("  start  {id} [{kind}]{again}");
-    }
-    fn step_output(&self, _id: &str, _line: &str) {}
-    fn step_finished(&self, id: &str, outcome: &Outcome, elapsed: Duration) {
-        eprintln!("{}", outcome_line(id, outcome, elapsed));
-    }
-    fn run_finished(&self, ok: bool, elapsed: Duration) {
-        eprintln!(
-            "kiln: {} in {}",
-            if ok { "done" } else { "failed" },
-            secs(elapsed)
-        );
-    }
-    fn note(&self, text: &str) {
-        eprintln!("kiln: {}", crate::redact::scrub(text));
+/// No progress to show (tests, and callers outside a run).
+impl Progress for () {
+    fn bytes(&self, _done: u64, _total: Option<u64>) {}
+}
+
+impl<F: Fn(u64, Option<u64>)> Progress for F {
+    fn bytes(&self, done: u64, total: Option<u64>) {
+        self(done, total);
     }
 }
 
-fn outcome_line(id: &str, outcome: &Outcome, elapsed: Duration) -> String {
-    crate::redact::scrub(&match outcome {
-        Outcome::Ran => format!("  ✓ ran    {id} ({})", secs(elapsed)),
-        Outcome::UpToDate => format!("  ✓ fresh  {id}"),
-        Outcome::Skipped(why) => format!("  - skip   {id}: {why}"),
-        Outcome::Failed(why) => format!("  ✗ failed {id}: {why}"),
-        Outcome::NotRun(why) => format!("  - notrun {id}: {why}"),
-    })
+/// A reader that tells [`current`] how far the transfer `what` got (`kiln cache push/pull`): a
+/// bar with bytes, rate and ETA on a terminal; the bar goes when the reader is dropped.
+pub(crate) struct Counted<R> {
+    inner: R,
+    what: String,
+    done: u64,
+    total: Option<u64>,
 }
 
-fn secs(d: Duration) -> String {
-    format!("{:.1}s", d.as_secs_f64())
-}
-
-/// Spinners per running step and an overall bar, on a terminal.
-pub(crate) struct ProgressReporter {
-    multi: MultiProgress,
-    overall: Mutex<Option<ProgressBar>>,
-    spinners: Mutex<BTreeMap<String, ProgressBar>>,
-}
-
-impl Default for ProgressReporter {
-    fn default() -> Self {
-        ProgressReporter {
-            multi: MultiProgress::with_draw_target(ProgressDrawTarget::stderr()),
-            overall: Mutex::new(None),
-            spinners: Mutex::new(BTreeMap::new()),
+impl<R> Counted<R> {
+    pub(crate) fn new(what: &str, total: Option<u64>, inner: R) -> Counted<R> {
+        Counted {
+            inner,
+            what: what.to_string(),
+            done: 0,
+            total,
         }
     }
 }
 
-impl Reporter for ProgressReporter {
+impl<R: std::io::Read> std::io::Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.done += n as u64;
+        current().transfer(&self.what, self.done, self.total);
+        Ok(n)
+    }
+}
+
+impl<R> Drop for Counted<R> {
+    fn drop(&mut self) {
+        current().transfer_finished(&self.what);
+    }
+}
+
+/// The process-wide output choices, from the global flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Output {
+    /// JSON lines on stdout (`--json`).
+    pub(crate) json: bool,
+    /// Only results, warnings and errors (`--quiet`).
+    pub(crate) quiet: bool,
+    /// No bars or spinners, even on a terminal (`--no-progress`, `KILN_NO_PROGRESS`).
+    pub(crate) no_progress: bool,
+    pub(crate) color: ColorWhen,
+}
+
+static OUTPUT: OnceLock<Output> = OnceLock::new();
+static CURRENT: OnceLock<Box<dyn Reporter>> = OnceLock::new();
+
+/// Set the output choices for this process (first call wins; `main` makes it once).
+pub(crate) fn configure(output: Output) {
+    let _ = OUTPUT.set(output);
+    style::apply(output.color);
+}
+
+/// The choices [`configure`] set (defaults before it).
+pub(crate) fn output() -> Output {
+    OUTPUT.get().copied().unwrap_or_default()
+}
+
+/// The reporter of this process, built from [`output`] on first use.
+pub(crate) fn current() -> &'static dyn Reporter {
+    CURRENT.get_or_init(|| build(output())).as_ref()
+}
+
+/// A reporter for `output`: JSON lines, bars on a terminal, or plain lines.
+pub(crate) fn build(output: Output) -> Box<dyn Reporter> {
+    use std::io::IsTerminal;
+    if output.json {
+        Box::new(json::JsonReporter::default())
+    } else if !output.quiet && !output.no_progress && std::io::stderr().is_terminal() {
+        Box::new(tty::TtyReporter::default())
+    } else {
+        Box::new(plain::PlainReporter::new(output.quiet))
+    }
+}
+
+/// A handle on [`current`] for callers that own a `Box<dyn Reporter>`.
+pub(crate) struct Current;
+
+impl Reporter for Current {
     fn run_started(&self, recipe: &str, to_run: usize, total: usize) {
-        let bar = self.multi.add(ProgressBar::new(to_run as u64));
-        bar.set_style(
-            ProgressStyle::with_template("{prefix:.bold} [{bar:30}] {pos}/{len} steps, {elapsed}")
-                .expect("valid template")
-                .progress_chars("=> "),
-        );
-        bar.set_prefix(format!("{recipe} ({total} steps)"));
-        *self.overall.lock().expect("reporter lock") = Some(bar);
+        current().run_started(recipe, to_run, total);
     }
     fn step_started(&self, id: &str, kind: &str, attempt: u32) {
-        let sp = self.multi.add(ProgressBar::new_spinner());
-        sp.set_style(
-            ProgressStyle::with_template("  {spinner} {prefix} {elapsed} {wide_msg:.dim}")
-                .expect("valid template"),
-        );
-        let again = if attempt > 1 {
-            format!(" attempt {attempt}")
-        } else {
-            String::new()
-        };
-        sp.set_prefix(format!("{id} [{kind}]{again}"));
-        sp.enable_steady_tick(Duration::from_millis(120));
-        self.spinners
-            .lock()
-            .expect("reporter lock")
-            .insert(id.to_string(), sp);
+        current().step_started(id, kind, attempt);
     }
     fn step_output(&self, id: &str, line: &str) {
-        if let Some(sp) = self.spinners.lock().expect("reporter lock").get(id) {
-            if sp.length().is_none() {
-                sp.set_message(line.chars().take(100).collect::<String>());
-            }
-        }
+        current().step_output(id, line);
     }
-    fn step_progress(&self, id: &str, p: &Progress) {
-        let Some(sp) = self
-            .spinners
-            .lock()
-            .expect("reporter lock")
-            .get(id)
-            .cloned()
-        else {
-            return;
-        };
-        if sp.length().is_none() {
-            // The spinner becomes a bar at the first `[k/N]`.
-            sp.set_style(
-                ProgressStyle::with_template(
-                    "  {prefix} [{bar:24}] {pos}/{len} objects, {elapsed} {msg:.dim}",
-                )
-                .expect("valid template")
-                .progress_chars("=> "),
-            );
-        }
-        sp.set_length(p.total);
-        sp.set_position(p.done);
-        sp.set_message(eta_text(p));
+    fn step_bytes(&self, id: &str, done: u64, total: Option<u64>) {
+        current().step_bytes(id, done, total);
+    }
+    fn step_progress(&self, id: &str, p: &BuildProgress) {
+        current().step_progress(id, p);
     }
     fn step_finished(&self, id: &str, outcome: &Outcome, elapsed: Duration) {
-        if let Some(sp) = self.spinners.lock().expect("reporter lock").remove(id) {
-            sp.finish_and_clear();
-            self.multi.remove(&sp);
-        }
-        let _ = self.multi.println(outcome_line(id, outcome, elapsed));
-        if matches!(
-            outcome,
-            Outcome::Ran | Outcome::UpToDate | Outcome::Failed(_)
-        ) {
-            if let Some(bar) = &*self.overall.lock().expect("reporter lock") {
-                bar.inc(1);
-            }
-        }
+        current().step_finished(id, outcome, elapsed);
     }
     fn run_finished(&self, ok: bool, elapsed: Duration) {
-        if let Some(bar) = self.overall.lock().expect("reporter lock").take() {
-            bar.finish_and_clear();
-        }
-        let _ = self.multi.println(format!(
-            "kiln: {} in {}",
-            if ok { "done" } else { "failed" },
-            secs(elapsed)
-        ));
+        current().run_finished(ok, elapsed);
     }
     fn note(&self, text: &str) {
-        let _ = self
-            .multi
-            .println(format!("kiln: {}", crate::redact::scrub(text)));
+        current().note(text);
+    }
+    fn warning(&self, text: &str) {
+        current().warning(text);
+    }
+    fn transfer(&self, what: &str, done: u64, total: Option<u64>) {
+        current().transfer(what, done, total);
+    }
+    fn transfer_finished(&self, what: &str) {
+        current().transfer_finished(what);
+    }
+    fn live(&self, what: &str, text: Option<&str>) {
+        current().live(what, text);
+    }
+    fn result(&self, block: &Block) {
+        current().result(block);
+    }
+    fn finished(&self, exit_code: u8, error: Option<&crate::error::Error>) {
+        current().finished(exit_code, error);
     }
 }
 
-/// `ETA 8m50s (last build 15m30s)`, or the rate's ETA, or nothing to say.
-fn eta_text(p: &Progress) -> String {
-    let last = p
-        .last_run
-        .map(|l| format!(" (last build {})", secs(l)))
-        .unwrap_or_default();
-    match p.eta {
-        Some(eta) => format!("ETA {}{last}", secs(eta)),
-        None if p.last_run.is_some() => format!("past the last build's time{last}"),
-        None => String::new(),
+/// `n thing` or `n things`.
+pub(crate) fn count(n: usize, thing: &str) -> String {
+    if n == 1 {
+        format!("1 {thing}")
+    } else {
+        format!("{n} {thing}s")
     }
 }
 
-/// One JSON object per line on stdout (`--json`).
-#[derive(Default)]
-pub(crate) struct JsonReporter {
-    out: Mutex<()>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-#[derive(Serialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-enum Event<'a> {
-    RunStarted {
-        recipe: &'a str,
-        to_run: usize,
-        total: usize,
-    },
-    StepStarted {
-        step: &'a str,
-        kind: &'a str,
-        attempt: u32,
-    },
-    StepFinished {
-        step: &'a str,
-        #[serde(flatten)]
-        outcome: &'a Outcome,
-        elapsed_ms: u128,
-    },
-    RunFinished {
-        ok: bool,
-        elapsed_ms: u128,
-    },
-    Note {
-        text: &'a str,
-    },
-    /// A long compile: objects done of total, elapsed and ETA (ms).
-    StepProgress {
-        step: &'a str,
-        done: u64,
-        total: u64,
-        elapsed_ms: u128,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        eta_ms: Option<u128>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        last_run_ms: Option<u128>,
-    },
-}
-
-impl JsonReporter {
-    fn emit(&self, e: &Event) {
-        let _guard = self.out.lock().expect("reporter lock");
-        let mut stdout = std::io::stdout().lock();
-        let line = serde_json::to_string(e).expect("events serialize");
-        let _ = writeln!(stdout, "{}", crate::redact::scrub(&line));
-    }
-}
-
-impl Reporter for JsonReporter {
-    fn run_started(&self, recipe: &str, to_run: usize, total: usize) {
-        self.emit(&Event::RunStarted {
-            recipe,
-            to_run,
-            total,
-        });
-    }
-    fn step_started(&self, id: &str, kind: &str, attempt: u32) {
-        self.emit(&Event::StepStarted {
-            step: id,
-            kind,
-            attempt,
-        });
-    }
-    fn step_output(&self, _id: &str, _line: &str) {}
-    fn step_finished(&self, id: &str, outcome: &Outcome, elapsed: Duration) {
-        self.emit(&Event::StepFinished {
-            step: id,
-            outcome,
-            elapsed_ms: elapsed.as_millis(),
-        });
-    }
-    fn run_finished(&self, ok: bool, elapsed: Duration) {
-        self.emit(&Event::RunFinished {
-            ok,
-            elapsed_ms: elapsed.as_millis(),
-        });
-    }
-    fn note(&self, text: &str) {
-        self.emit(&Event::Note { text });
-    }
-    fn step_progress(&self, id: &str, p: &Progress) {
-        self.emit(&Event::StepProgress {
-            step: id,
-            done: p.done,
-            total: p.total,
-            elapsed_ms: p.elapsed.as_millis(),
-            eta_ms: p.eta.map(|d| d.as_millis()),
-            last_run_ms: p.last_run.map(|d| d.as_millis()),
-        });
+    #[test]
+    fn counts_say_one_step_and_two_steps() {
+        assert_eq!(count(1, "step"), "1 step");
+        assert_eq!(count(0, "step"), "0 steps");
+        assert_eq!(count(2, "step"), "2 steps");
     }
 }

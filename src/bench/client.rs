@@ -77,6 +77,17 @@ pub struct Request<'a> {
 
 /// Stream one completion from `base` (e.g. `http://127.0.0.1:30000`).
 pub fn generate(base: &str, api: Api, req: &Request) -> Result<Generation> {
+    generate_watched(base, api, req, &mut |_, _| {})
+}
+
+/// [`generate`], telling `watch` the tokens streamed so far and the seconds since the request
+/// after each chunk (a live line of the run).
+pub fn generate_watched(
+    base: &str,
+    api: Api,
+    req: &Request,
+    watch: &mut dyn FnMut(u64, f64),
+) -> Result<Generation> {
     let base = base.trim_end_matches('/');
     let (path, body) = (api.spec().endpoint, protocol::request(api, req));
     let url = format!("{base}{path}");
@@ -139,6 +150,7 @@ pub fn generate(base: &str, api: Api, req: &Request) -> Result<Generation> {
         }
         let now = start.elapsed().as_secs_f64();
         protocol::chunk(api, &mut s, &v, now);
+        watch(s.count(), now);
     }
     s.finish(api, req.max_tokens)
 }

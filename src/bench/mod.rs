@@ -290,7 +290,19 @@ pub fn run(
     let mut runs = Vec::new();
     let mut counted = Vec::new();
     for i in 1..=o.runs {
-        let g = client::generate(o.url, o.api, &req)?;
+        // A live line while the run streams (on a terminal): tokens so far and their rate.
+        let live = crate::report::current();
+        let g = client::generate_watched(o.url, o.api, &req, &mut |tokens, secs| {
+            let rate = if secs > 0.0 {
+                tokens as f64 / secs
+            } else {
+                0.0
+            };
+            let text = format!("run {i}/{}: {tokens} tokens, {rate:.1} tok/s", o.runs);
+            live.live("bench", Some(&text));
+        });
+        live.live("bench", None);
+        let g = g?;
         counted.extend(g.warnings.iter().map(|w| format!("run {i}: {w}")));
         let r = Run::from(&g);
         out(&r.line(i, o.runs));

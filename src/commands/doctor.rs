@@ -39,6 +39,7 @@ pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
         ..Inputs::default()
     };
     let recipe_args = RecipeArgs {
+        recipe_flag: None,
         recipe: args.recipe.clone(),
         set: args.set.clone(),
     };
@@ -87,7 +88,10 @@ pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
     if args.json {
         println!("{json}");
     } else {
-        print!("{}", doctor::render::render(&report, args.verbose));
+        print!(
+            "{}",
+            crate::report::style::marks(&doctor::render::render(&report, args.verbose))
+        );
     }
     if let Some(path) = &args.bundle {
         let python = report.facts.python().map(|p| p.executable.as_str());

@@ -18,6 +18,7 @@ pub(super) fn run(settings: &Settings, args: &ImageArgs) -> Result<u8> {
 
 fn run_dockerfile(settings: &Settings, args: &ImageDockerfileArgs) -> Result<u8> {
     let recipe = settings.load_recipe(&RecipeArgs {
+        recipe_flag: None,
         recipe: args.recipe.clone(),
         set: Vec::new(),
     })?;
@@ -103,6 +104,7 @@ fn run_export(settings: &Settings, args: &ImageExportArgs) -> Result<u8> {
     let (env, labels) = match &args.config_from {
         Some(spec) => {
             let recipe = settings.load_recipe(&RecipeArgs {
+                recipe_flag: None,
                 recipe: Some(spec.clone()),
                 set: Vec::new(),
             })?;

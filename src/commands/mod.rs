@@ -7,6 +7,7 @@ mod bench;
 mod cache;
 mod doctor;
 mod image;
+mod man_sections;
 mod patch;
 mod plan;
 mod preflight;
@@ -17,7 +18,6 @@ mod tune;
 mod up;
 mod verify;
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use crate::cli::{Cli, Command, RecipeArgs};
@@ -26,14 +26,15 @@ use crate::host::Facts;
 use crate::paths::StatePaths;
 use crate::pipeline::Session;
 use crate::recipe::{self, Recipe};
-use crate::report::{JsonReporter, PlainReporter, ProgressReporter, Reporter};
+use crate::report::Reporter;
 
 /// Run a parsed command line; the returned code is the process's exit status.
 pub fn run(cli: Cli) -> Result<u8> {
+    crate::report::configure(output(&cli));
     let settings = Settings::resolve(&cli)?;
     if !matches!(
         cli.command,
-        Command::Completions { .. } | Command::Man { .. } | Command::Watchdog { .. }
+        Command::Completions { .. } | Command::Man { .. }
     ) {
         settings.paths.ensure_private()?;
         crate::hash::use_timestamp_granularity(crate::fs::timestamp_granularity(
@@ -53,8 +54,76 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Image(args) => image::run(&settings, &args),
         Command::Cache(args) => cache::run(&settings, &args),
         Command::Completions { shell } => shell_help::completions(shell),
-        Command::Man { command } => shell_help::man(command.as_deref()),
-        Command::Watchdog { parent, dir } => crate::process::watchdog::watch(parent, &dir),
+        Command::Man { command } => shell_help::man(&command),
+    }
+}
+
+/// How a command ended, said through the reporter (`error:` on stderr, or the `error` and
+/// `outcome` events with `--json`); the process's exit status.
+pub fn finish(result: Result<u8>) -> u8 {
+    let reporter = crate::report::current();
+    match result {
+        Ok(0) => {
+            reporter.finished(0, None);
+            0
+        }
+        // Commands turn a non-zero status into an `Error::Finding` that says why; this is the
+        // guarantee that no failure ends without an `error:` line.
+        Ok(code) => {
+            let e = Error::other(
+                format!("kiln exited with status {code} without a reason (a kiln bug: please report it)"),
+                None,
+            );
+            reporter.finished(code, Some(&e));
+            code
+        }
+        Err(e) => {
+            let code = e.exit_code();
+            reporter.finished(code, Some(&e));
+            code
+        }
+    }
+}
+
+/// The output choices of a parsed command line: the global flags and the command's `--json`.
+pub(crate) fn output(cli: &Cli) -> crate::report::Output {
+    use crate::cli::ColorWhen;
+    // JSON lines (schema, typed events, `error` and `outcome`): `kiln up` and `kiln plan`. The
+    // other `--json`s still print one JSON document of their own (not yet moved).
+    let json = match &cli.command {
+        Command::Up(a) => a.json,
+        Command::Plan(a) => a.json,
+        _ => false,
+    };
+    crate::report::Output {
+        json,
+        quiet: cli.quiet,
+        no_progress: cli.no_progress,
+        color: match cli.color {
+            ColorWhen::Auto => crate::report::ColorWhen::Auto,
+            ColorWhen::Always => crate::report::ColorWhen::Always,
+            ColorWhen::Never => crate::report::ColorWhen::Never,
+        },
+    }
+}
+
+/// The hidden watchdog (`kiln __watchdog PARENT DIR`, see [`crate::process::watchdog`]): kiln
+/// starts it itself, so it is dispatched before the command line is parsed and is no subcommand
+/// a shell could complete. `None` when `args` are not a watchdog's.
+pub fn watchdog(args: &[std::ffi::OsString]) -> Option<Result<u8>> {
+    match args {
+        [_, cmd, parent, dir] if cmd == "__watchdog" => {
+            let parent = parent.to_str().and_then(|p| p.parse().ok());
+            Some(match parent {
+                Some(parent) => crate::process::watchdog::watch(parent, std::path::Path::new(dir)),
+                None => Err(Error::usage("usage: kiln __watchdog PARENT_PID DIR", None)),
+            })
+        }
+        [_, cmd, ..] if cmd == "__watchdog" => Some(Err(Error::usage(
+            "usage: kiln __watchdog PARENT_PID DIR",
+            None,
+        ))),
+        _ => None,
     }
 }
 
@@ -129,7 +198,7 @@ impl Settings {
     /// The recipe argument (the host's default when none is given, said on stderr) and the
     /// `--set` overrides.
     pub(crate) fn recipe_spec(&self, args: &RecipeArgs) -> Result<RecipeSpec> {
-        let name = if let Some(r) = &args.recipe {
+        let name = if let Some(r) = args.recipe.as_ref().or(args.recipe_flag.as_ref()) {
             r.clone()
         } else {
             let gpus: usize = self
@@ -138,10 +207,14 @@ impl Settings {
                 .and_then(|c| c.parse().ok())
                 .unwrap_or(0);
             let name = recipe::shipped::default_for(gpus);
+            let r = crate::report::current();
             if gpus == 0 {
-                eprintln!("kiln: no NVIDIA GPU found: using the CPU demo recipe `{name}` (name a recipe to choose another)");
+                r.note(&format!("no NVIDIA GPU found: using the CPU demo recipe `{name}` (name a recipe to choose another)"));
             } else {
-                eprintln!("kiln: {gpus} NVIDIA GPU(s) found: using the default recipe `{name}`");
+                r.note(&format!(
+                    "{} found: using the default recipe `{name}`",
+                    crate::report::count(gpus, "NVIDIA GPU")
+                ));
             }
             name.to_string()
         };
@@ -187,13 +260,8 @@ fn default_state_dir() -> Result<PathBuf> {
     }
 }
 
-/// The reporter for this invocation: JSON, progress bars on a terminal, or plain lines.
-pub fn reporter(json: bool) -> Box<dyn Reporter> {
-    if json {
-        Box::new(JsonReporter::default())
-    } else if std::io::stderr().is_terminal() && std::env::var_os("KILN_NO_PROGRESS").is_none() {
-        Box::new(ProgressReporter::default())
-    } else {
-        Box::new(PlainReporter)
-    }
+/// The reporter of this invocation ([`crate::report::current`]: its `--json` and global flags
+/// chose the renderer); `_json` is the command's own flag, already folded into [`output`].
+pub(crate) fn reporter(_json: bool) -> Box<dyn Reporter> {
+    Box::new(crate::report::Current)
 }

@@ -8,44 +8,56 @@ use crate::engine::{self, state::StateDir, Plan, Selection, Status};
 use crate::error::Result;
 use crate::hash::HashMemo;
 use crate::recipe::Recipe;
+use crate::report::Block;
 
 pub(super) fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
     let spec = settings.recipe_spec(&args.recipe)?;
     // Nothing changed since every step was fresh: the recorded plan, unless the table has host
     // tools to show (they are checked now, from the recipe; JSON does not show them).
     if let Some(fresh) = settings.fresh_plan(&spec, |s| args.json || !s.requires) {
-        print_plan(&fresh.plan, &fresh.origin, "", args.json);
+        print_plan(&fresh.plan, &fresh.origin, "");
         return Ok(0);
     }
     let recipe = settings.load(&spec)?;
     let state = StateDir::of(&settings.paths, &recipe);
     let memo = HashMemo::load(&state.memo_path());
-    let plan = engine::plan(
-        &recipe,
-        &state,
-        &settings.facts,
-        &Selection::default(),
-        &memo,
-    )?;
+    let selection = Selection::default();
+    let plan = engine::plan(&recipe, &state, &settings.facts, &selection, &memo)?;
+    engine::plan::record(&recipe, &plan, &state, &settings.facts, &selection, &memo);
     let _ = memo.save();
     let requires = if args.json {
         String::new()
     } else {
         render_requires(&recipe, &plan) + &crate::recipe::cuda_arch::render(&recipe)
     };
-    print_plan(&plan, &recipe.origin, &requires, args.json);
+    print_plan(&plan, &recipe.origin, &requires);
     Ok(0)
 }
 
-fn print_plan(plan: &Plan, origin: &str, requires: &str, json: bool) {
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(plan).expect("plans serialize")
-        );
+/// The plan through the reporter: its table for a human, a `plan` event in JSON lines.
+fn print_plan(plan: &Plan, origin: &str, requires: &str) {
+    let text = format!("{}{requires}", render(plan, origin));
+    crate::report::current().result(&Block::new("plan", text, plan));
+}
+
+/// `kiln up --dry-run`: the plan, the host tools, and how many steps would run.
+pub(super) fn show(recipe: &Recipe, plan: &Plan, dry_run: bool) {
+    let json = crate::report::output().json;
+    let requires = if json {
+        String::new()
     } else {
-        print!("{}{requires}", render(plan, origin));
+        render_requires(recipe, plan)
+    };
+    let mut text = format!("{}{requires}", render(plan, &recipe.origin));
+    if dry_run {
+        let stale = plan.count("stale");
+        let _ = writeln!(
+            text,
+            "dry run: {} would run",
+            crate::report::count(stale, "step")
+        );
     }
+    crate::report::current().result(&Block::new("plan", text, plan));
 }
 
 /// The host tools the recipe and its steps (all but those `when` skips) require, each checked
@@ -84,9 +96,9 @@ pub(super) fn render(plan: &Plan, origin: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "recipe {} ({origin}): {} steps: {} stale, {} fresh, {} skipped",
+        "recipe {} ({origin}): {}: {} stale, {} fresh, {} skipped",
         plan.recipe,
-        plan.steps.len(),
+        crate::report::count(plan.steps.len(), "step"),
         plan.count("stale"),
         plan.count("fresh"),
         plan.count("skipped"),

@@ -237,6 +237,7 @@ fn all_profiles(
         let mut set = args.set.clone();
         set.extend(unset.iter().map(|(p, v)| format!("{v}={p}")));
         let spec = settings.recipe_spec(&RecipeArgs {
+            recipe_flag: None,
             recipe: Some(args.recipe.clone().unwrap_or_else(|| recipe.name.clone())),
             set,
         })?;

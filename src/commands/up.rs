@@ -7,7 +7,7 @@ use crate::cli::UpArgs;
 use crate::engine::{self, state::StateDir, ExecOptions, Selection};
 use crate::error::{Error, Result};
 use crate::hash::HashMemo;
-use crate::pipeline::{self, AbOptions, BenchOptions, Narrator, Shown, UpOptions};
+use crate::pipeline::{self, AbOptions, BenchOptions, UpOptions};
 use crate::recipe::Recipe;
 use crate::steps::StepContext;
 
@@ -31,16 +31,8 @@ pub(super) fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
     if args.dry_run {
         let memo = HashMemo::load(&state.memo_path());
         let plan = engine::plan(&recipe, &state, &settings.facts, &selection, &memo)?;
-        if args.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&plan).expect("plans serialize")
-            );
-        } else {
-            print!("{}", super::plan::render(&plan, &recipe.origin));
-            print!("{}", super::plan::render_requires(&recipe, &plan));
-            println!("dry run: {} step(s) would run", plan.count("stale"));
-        }
+        engine::plan::record(&recipe, &plan, &state, &settings.facts, &selection, &memo);
+        super::plan::show(&recipe, &plan, true);
         return Ok(0);
     }
     let mut stage = "steps";
@@ -82,9 +74,10 @@ fn provision(
     let lock = state.lock()?;
     let memo = HashMemo::load(&state.memo_path());
     let plan = engine::plan(recipe, state, &settings.facts, selection, &memo)?;
+    engine::plan::record(recipe, &plan, state, &settings.facts, selection, &memo);
     let reporter = super::reporter(args.json);
     for w in crate::recipe::cuda_arch::family_conflicts(recipe) {
-        reporter.note(&format!("warning: {w}"));
+        reporter.warning(&w);
     }
     if plan.count("stale") > 0 {
         *stage = "preflight";
@@ -121,6 +114,7 @@ fn provision(
         paths: &settings.paths,
         strict: args.strict,
         unproven: &unproven,
+        progress: &(),
     };
     engine::execute(
         recipe,
@@ -144,45 +138,23 @@ fn serve_and_prove(settings: &Settings, recipe: &Recipe, args: &UpArgs) -> Resul
         bench: BenchOptions::default(),
         strict: args.strict,
     };
-    // With --json, stdout stays one JSON event per line: the result blocks are events too, and
-    // the lines a human reads go to stderr.
-    let json = args.json;
-    let mut narrate = Narrator {
-        say: &mut show::say,
-        progress: &mut |s: &str| eprintln!("{}", crate::redact::scrub(s)),
-        line: &mut |s: &str| {
-            let s = crate::redact::scrub(s);
-            if json {
-                eprintln!("{s}");
-            } else {
-                println!("{s}");
-            }
-        },
-    };
-    let report = pipeline::up(
+    // Everything goes through the reporter: with --json, stdout is one typed event per line.
+    let mut narrate = show::narrator();
+    let mut report = pipeline::up(
         settings.session(recipe),
         &opts,
-        &mut narrate,
-        &mut |shown| match (json, shown) {
-            (true, shown) => show::event(&shown),
-            (false, Shown::Ab(c, base, candidate)) => print!("{}", c.render(base, candidate)),
-            (false, Shown::Verdicts(l, v)) => show::verdicts(l, v, false),
-            (false, Shown::Bench(b, history)) => show::bench(b, history, false),
-        },
+        &mut narrate.narrator(),
+        &mut |shown| show::shown(&shown),
     )?;
+    let profile = report.served.as_ref().map(|s| s.profile.clone());
+    report.header = Some(pipeline::Header::of(
+        settings.session(recipe),
+        profile.as_deref(),
+    ));
     let files = report.write(&settings.paths)?;
-    eprintln!(
-        "kiln: report: {} (and {})",
-        files.markdown.display(),
-        files.html.display()
-    );
+    show::report_files(&files);
     if let Some(s) = &report.served {
-        if let Some(url) = &s.url {
-            eprintln!(
-                "kiln: left running at {url} (process group {}); stop it with `kiln serve --stop`",
-                s.pid
-            );
-        }
+        show::left_running(s);
     }
     Error::finding(report.exit_code, || {
         (

@@ -271,6 +271,11 @@ fn run_one(
             let mut progress = super::progress::CompileProgress::new(last_run);
             // What a failed attempt could not prove is not this attempt's.
             let _ = ctx.unproven.take(&step.id);
+            let bytes = |done, total| reporter.step_bytes(&step.id, done, total);
+            let ctx = &StepContext {
+                progress: &bytes,
+                ..*ctx
+            };
             let outcome = crate::steps::execute(step, ctx, &mut log, &mut |line| {
                 reporter.step_output(&step.id, line);
                 if let Some(p) = progress.line(line) {
@@ -294,7 +299,7 @@ fn run_one(
         }
         let unproven = ctx.unproven.take(&step.id);
         for w in &unproven {
-            reporter.note(&format!("warning: step `{}` is unproven: {w}", step.id));
+            reporter.warning(&format!("step `{}` is unproven: {w}", step.id));
         }
         state.write_receipt(&Receipt {
             unproven,

@@ -72,7 +72,8 @@ impl Plan {
     }
 }
 
-/// Compute the plan of `recipe` against the receipts in `state`.
+/// Compute the plan of `recipe` against the receipts in `state`: reads receipts and inputs,
+/// writes nothing (the caller [`record`]s what the plan found).
 pub(crate) fn plan(
     recipe: &Recipe,
     state: &StateDir,
@@ -152,19 +153,32 @@ pub(crate) fn plan(
         planned.digest = Some(fp.digest);
         out.push(planned);
     }
-    state.refresh_index(recipe.steps.iter().map(|s| s.id.as_str()));
-    let plan = Plan {
+    Ok(Plan {
         recipe: recipe.name.clone(),
         steps: out,
-    };
+    })
+}
+
+/// What a plan leaves for the next one (the caller's part: [`plan`] itself writes nothing): the
+/// receipts index brought up to date with what the plan read, and, for a plan with every step
+/// fresh or skipped and no selection, the fresh record ([`super::fresh`]) that lets the next
+/// run skip loading the recipe. Best effort, like both records.
+pub(crate) fn record(
+    recipe: &Recipe,
+    plan: &Plan,
+    state: &StateDir,
+    facts: &Facts,
+    sel: &Selection,
+    memo: &HashMemo,
+) {
+    state.refresh_index(recipe.steps.iter().map(|s| s.id.as_str()));
     let all_fresh = plan
         .steps
         .iter()
         .all(|s| matches!(s.status, Status::Fresh | Status::Skipped(_)));
     if all_fresh && sel.only.is_empty() && sel.from.is_none() && sel.force.is_empty() {
-        super::fresh::save(recipe, &plan, state, facts, memo);
+        super::fresh::save(recipe, plan, state, facts, memo);
     }
-    Ok(plan)
 }
 
 fn staleness(
@@ -201,4 +215,62 @@ fn staleness(
         }
     }
     Status::Fresh
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+
+    /// Every file under `dir` with its length and mtime.
+    fn tree(dir: &Path) -> BTreeMap<PathBuf, (u64, std::time::SystemTime)> {
+        let mut out = BTreeMap::new();
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return out;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                out.extend(tree(&p));
+            } else {
+                out.insert(p, (m.len(), m.modified().unwrap()));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn planning_writes_nothing_and_record_writes_the_fresh_record_and_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("r.toml");
+        std::fs::write(
+            &file,
+            "[recipe]\nname = \"pure\"\n\n[[step]]\nid = \"a\"\nkind = \"run\"\ncmd = [\"true\"]\nwhen = \"os == 'nowhere'\"\n",
+        )
+        .unwrap();
+        let paths = crate::paths::StatePaths::new(dir.path().join("state"), None);
+        let facts = Facts::new();
+        let opts = crate::recipe::LoadOptions {
+            overrides: &[],
+            facts: &facts,
+            paths: &paths,
+        };
+        let recipe = crate::recipe::load(Some(file.to_str().unwrap()), &opts).unwrap();
+        let state = StateDir::new(&paths, &recipe.name);
+        let memo = HashMemo::load(&state.memo_path());
+        let sel = Selection::default();
+        let before = tree(dir.path());
+        let planned = plan(&recipe, &state, &facts, &sel, &memo).unwrap();
+        assert!(matches!(planned.steps[0].status, Status::Skipped(_)));
+        assert_eq!(tree(dir.path()), before, "plan wrote files");
+        record(&recipe, &planned, &state, &facts, &sel, &memo);
+        assert_ne!(
+            tree(dir.path()),
+            before,
+            "record wrote the index and fresh record"
+        );
+    }
 }

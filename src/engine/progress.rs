@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::report::Progress;
+use crate::report::BuildProgress as Progress;
 
 /// Follows one step's output lines.
 pub(crate) struct CompileProgress {

@@ -129,6 +129,7 @@ fn write_archive(
             summary = s;
             Ok(())
         })?;
+        crate::report::current().transfer_finished(&label);
         let secs = started.elapsed().as_secs_f64().max(1e-6);
         note(&format!(
             "{label}: {} in {secs:.1}s ({}/s), {} files, {} dirs, {} links, sha256:{}",
@@ -405,6 +406,8 @@ impl<W: Write> Write for Progress<'_, W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let n = self.inner.write(buf)?;
         self.written += n as u64;
+        // A layer's size is known only once it is packed: bytes and rate, no ETA.
+        crate::report::current().transfer(self.label, self.written, None);
         if self.last.elapsed().as_secs() >= 2 {
             self.last = Instant::now();
             let secs = self.started.elapsed().as_secs_f64();

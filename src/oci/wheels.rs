@@ -147,7 +147,9 @@ pub fn push_wheels(
         } else {
             let file = File::open(&e.path)
                 .map_err(|err| Error::io(format!("cannot open {}", e.path.display()), err))?;
-            registry.push_blob(&digest, size, BufReader::with_capacity(1 << 20, file))?;
+            let body = BufReader::with_capacity(1 << 20, file);
+            let body = crate::report::Counted::new(&e.entry.wheel, Some(size), body);
+            registry.push_blob(&digest, size, body)?;
             summary.uploaded += 1;
             note(&format!(
                 "pushed {} ({})",
@@ -270,9 +272,10 @@ fn fetch_into(
         .map_err(|e| Error::io(format!("cannot create {}", wheel_path.display()), e))?;
     let mut writer = HashingWriter::new(std::io::BufWriter::with_capacity(1 << 20, file));
     let digest = format!("sha256:{}", remote.sha256);
-    let mut body = registry
+    let body = registry
         .blob(&digest, remote.entry.size)?
         .take(remote.entry.size + 1);
+    let mut body = crate::report::Counted::new(&remote.entry.wheel, Some(remote.entry.size), body);
     std::io::copy(&mut body, &mut writer)
         .map_err(|e| Error::io(format!("cannot download {}", remote.entry.wheel), e))?;
     let (out, sha256, size) = writer.finish();

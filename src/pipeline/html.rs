@@ -1,12 +1,149 @@
 //! report.html: one self-contained page (inline CSS, the bench plot as inline SVG, no scripts,
-//! nothing fetched), readable offline and attachable to a ticket.
+//! nothing fetched), readable offline and attachable to a ticket. A header says when, with
+//! which kiln, on which host and GPUs, from which recipe file and profile; then the outcome, a
+//! step summary linking each step's log, the verdicts (Markdown code spans as `<code>`), the
+//! greedy A/B and the bench as tables, and the bench plot.
 
 use std::fmt::Write;
 
 use super::report::Served;
-use super::Report;
+use super::{Report, Session};
 use crate::bench::plot::escape;
 use crate::serve::verdict::Status;
+
+/// What the page says about the run besides the report: filled by the caller that knows the
+/// session (`kiln up`), absent in reports built elsewhere.
+#[derive(Debug, Clone, Default)]
+pub struct Header {
+    /// Seconds since the epoch when the report was written.
+    pub unix_time: u64,
+    pub kiln_version: String,
+    pub host: String,
+    /// One entry per GPU: `NVIDIA H200 (cc 9.0, driver 570.1)`.
+    pub gpus: Vec<String>,
+    /// The recipe as the user named it (its file, or `shipped:NAME`).
+    pub recipe_origin: String,
+    pub profile: Option<String>,
+    /// Every step of the recipe: id, kind, what its receipt says, its log relative to the page.
+    pub steps: Vec<StepLine>,
+}
+
+#[derive(Debug, Clone)]
+pub struct StepLine {
+    pub id: String,
+    pub kind: String,
+    /// `done in 1.2 s`, or `not done`.
+    pub status: String,
+    /// The log, relative to report.html's directory, when there is one.
+    pub log: Option<String>,
+}
+
+impl Header {
+    /// The header of a report on `s`'s recipe, served with `profile` (none: it stopped before).
+    pub fn of(s: Session, profile: Option<&str>) -> Header {
+        let state = crate::engine::state::StateDir::new(s.paths, &s.recipe.name);
+        let page_dir = s.paths.reports(&s.recipe.name);
+        let steps = s
+            .recipe
+            .steps
+            .iter()
+            .map(|step| {
+                let log = state.log_path(&step.id);
+                StepLine {
+                    id: step.id.clone(),
+                    kind: step.kind.name().to_string(),
+                    status: state.receipt(&step.id).map_or("not done".into(), |r| {
+                        format!("done in {:.1} s", r.duration_ms as f64 / 1000.0)
+                    }),
+                    log: log.is_file().then(|| relative(&page_dir, &log)).flatten(),
+                }
+            })
+            .collect();
+        let gpus = s
+            .facts
+            .gpus()
+            .iter()
+            .map(|g| format!("{} (cc {}, driver {})", g.name, g.compute_cap, g.driver))
+            .collect();
+        Header {
+            unix_time: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            kiln_version: env!("CARGO_PKG_VERSION").to_string(),
+            host: hostname(),
+            gpus,
+            recipe_origin: s.recipe.origin.clone(),
+            profile: profile.map(str::to_string),
+            steps,
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_or_else(|_| "unknown host".into(), |h| h.trim().to_string())
+}
+
+/// `to` relative to the directory `from` (both absolute), for a link that survives moving the
+/// state directory.
+fn relative(from: &std::path::Path, to: &std::path::Path) -> Option<String> {
+    let from: Vec<_> = from.components().collect();
+    let to_parts: Vec<_> = to.components().collect();
+    let common = from
+        .iter()
+        .zip(&to_parts)
+        .take_while(|(a, b)| a == b)
+        .count();
+    if common == 0 {
+        return None;
+    }
+    let mut parts: Vec<String> =
+        std::iter::repeat_n("..".to_string(), from.len() - common).collect();
+    parts.extend(
+        to_parts[common..]
+            .iter()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned()),
+    );
+    Some(parts.join("/"))
+}
+
+/// `YYYY-MM-DD HH:MM UTC` of a Unix time (Howard Hinnant's days-to-civil).
+fn utc(unix: u64) -> String {
+    let days = (unix / 86_400) as i64;
+    let secs = unix % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
+        secs / 3600,
+        (secs % 3600) / 60
+    )
+}
+
+/// Escaped text with Markdown code spans (`like this`) as `<code>`.
+fn prose(text: &str) -> String {
+    // Only paired backticks make spans; an unpaired last one stays a backtick.
+    let paired = text.matches('`').count() / 2 * 2;
+    let mut out = String::new();
+    for (i, part) in text.split('`').enumerate() {
+        if i % 2 == 1 && i <= paired {
+            let _ = write!(out, "<code>{}</code>", escape(part));
+        } else {
+            if i > paired {
+                out.push('`');
+            }
+            out.push_str(&escape(part));
+        }
+    }
+    out
+}
 
 pub(super) fn page(r: &Report) -> String {
     let mut h = String::new();
@@ -20,12 +157,45 @@ pub(super) fn page(r: &Report) -> String {
         escape(&title),
         escape(&title),
     );
+    if let Some(head) = &r.header {
+        header(&mut h, head);
+    }
     outcome(&mut h, r);
+    if let Some(head) = &r.header {
+        steps(&mut h, head);
+    }
     if let Some(s) = &r.served {
         served(&mut h, s);
     }
     h.push_str("</body>\n</html>\n");
     h
+}
+
+/// When, which kiln, which host and GPUs, which recipe and profile.
+fn header(h: &mut String, head: &Header) {
+    let gpus = if head.gpus.is_empty() {
+        "no NVIDIA GPU".to_string()
+    } else {
+        head.gpus.join("; ")
+    };
+    let rows = [
+        ("date", utc(head.unix_time)),
+        ("kiln", head.kiln_version.clone()),
+        ("host", head.host.clone()),
+        ("GPUs", gpus),
+        ("recipe", head.recipe_origin.clone()),
+        (
+            "profile",
+            head.profile
+                .clone()
+                .unwrap_or_else(|| "none (not served)".into()),
+        ),
+    ];
+    h.push_str("<table class=\"meta\">\n");
+    for (k, v) in rows {
+        let _ = writeln!(h, "<tr><th>{k}</th><td>{}</td></tr>", escape(&v));
+    }
+    h.push_str("</table>\n");
 }
 
 /// The summary line: exit code, ready time, the error and the warnings.
@@ -48,15 +218,43 @@ fn outcome(h: &mut String, r: &Report) {
     }
     h.push_str("</p>\n");
     if let Some(e) = &r.outcome.error {
-        let _ = writeln!(h, "<p class=\"bad\">failed: {}</p>", escape(e));
+        let _ = writeln!(h, "<p class=\"bad\">failed: {}</p>", prose(e));
     }
     if !r.outcome.warnings.is_empty() {
         h.push_str("<ul>\n");
         for w in &r.outcome.warnings {
-            let _ = writeln!(h, "<li class=\"warn\">warning: {}</li>", escape(w));
+            let _ = writeln!(h, "<li class=\"warn\">warning: {}</li>", prose(w));
         }
         h.push_str("</ul>\n");
     }
+}
+
+/// Every step, what its receipt says, and a link to its log.
+fn steps(h: &mut String, head: &Header) {
+    if head.steps.is_empty() {
+        return;
+    }
+    h.push_str(
+        "<h2>Steps</h2>\n<table>\n<tr><th>step</th><th>kind</th><th>status</th><th>log</th></tr>\n",
+    );
+    for s in &head.steps {
+        let class = if s.status.starts_with("done") {
+            "ok"
+        } else {
+            "warn"
+        };
+        let log = s.log.as_ref().map_or(String::new(), |l| {
+            format!("<a href=\"{}\">log</a>", escape(l))
+        });
+        let _ = writeln!(
+            h,
+            "<tr><td><code>{}</code></td><td>{}</td><td class=\"{class}\">{}</td><td>{log}</td></tr>",
+            escape(&s.id),
+            escape(&s.kind),
+            escape(&s.status)
+        );
+    }
+    h.push_str("</table>\n");
 }
 
 /// Verdicts, greedy A/B and bench of the served profile.
@@ -76,33 +274,151 @@ fn served(h: &mut String, r: &Served) {
             };
             let _ = writeln!(
                 h,
-                "<tr><td>{}</td><td class=\"{class}\">{}</td><td>{}</td><td>{}</td></tr>",
-                escape(&v.feature),
+                "<tr><td>{}</td><td class=\"{class}\">{}</td><td>{}</td><td><code>{}</code></td></tr>",
+                prose(&v.feature),
                 escape(v.status.label()),
-                escape(&v.reason),
+                prose(&v.reason),
                 escape(v.evidence.as_deref().unwrap_or(""))
             );
         }
         h.push_str("</table>\n");
     }
     if let (Some(c), Some(base)) = (&r.ab, &r.baseline) {
-        let _ = write!(
+        let _ = writeln!(
             h,
-            "<h2>Greedy A/B</h2>\n<pre>{}</pre>\n",
-            escape(&c.render(base, &r.profile))
+            "<h2>Greedy A/B</h2>\n<p><code>{}</code> against <code>{}</code>: token agreement {:.1}%, verdict <span class=\"{}\">{}</span></p>",
+            escape(&r.profile),
+            escape(base),
+            c.agreement * 100.0,
+            match c.verdict {
+                "identical" => "ok",
+                "diverged late" => "warn",
+                _ => "bad",
+            },
+            escape(c.verdict)
         );
+        h.push_str("<table>\n<tr><th>prompt</th><th>agreeing tokens</th><th>status</th><th>first divergence</th></tr>\n");
+        for p in &c.prompts {
+            let head: String = p
+                .prompt
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(60)
+                .collect();
+            let div = p
+                .first_divergence
+                .as_ref()
+                .map_or(String::new(), |(i, a, b)| {
+                    format!(
+                        "token {i}: <code>{}</code> vs <code>{}</code>",
+                        escape(&format!("{a:?}")),
+                        escape(&format!("{b:?}"))
+                    )
+                });
+            let _ = writeln!(
+                h,
+                "<tr><td>{}</td><td class=\"num\">{}/{}</td><td>{}</td><td>{div}</td></tr>",
+                escape(&head),
+                p.agree,
+                p.total,
+                escape(p.status)
+            );
+        }
+        h.push_str("</table>\n");
     }
     if let Some(b) = &r.bench {
-        let svg = crate::bench::plot::of_report(b);
-        let _ = write!(
+        bench(h, b);
+    }
+}
+
+fn bench(h: &mut String, b: &crate::bench::Report) {
+    let svg = crate::bench::plot::of_report(b);
+    let _ = writeln!(
+        h,
+        "<h2>Benchmark</h2>\n<p><code>{}</code>, {} tokens per run, {} runs</p>\n<figure>{svg}</figure>",
+        escape(&b.url),
+        b.max_tokens,
+        b.runs.len()
+    );
+    h.push_str("<table>\n<tr><th>metric</th><th>median</th><th>mean</th><th>min</th><th>max</th><th>CV</th></tr>\n");
+    let mut row = |name: &str, s: &crate::bench::stats::Summary| {
+        let _ = writeln!(
             h,
-            "<h2>Benchmark</h2>\n<figure>{svg}</figure>\n<pre>{}</pre>\n",
-            escape(&b.render())
+            "<tr><td>{name}</td><td class=\"num\">{:.2}</td><td class=\"num\">{:.2}</td><td class=\"num\">{:.2}</td><td class=\"num\">{:.2}</td><td class=\"num\">{:.1}%</td></tr>",
+            s.median, s.mean, s.min, s.max, s.cv * 100.0
         );
+    };
+    if let Some(d) = &b.decode_tok_s {
+        row("decode tok/s", d);
+    }
+    row("end-to-end tok/s", &b.e2e_tok_s);
+    row("time to first token (ms)", &b.ttft_ms);
+    if let Some(a) = &b.accept_length {
+        row("accept length", a);
+    }
+    h.push_str("</table>\n");
+    h.push_str("<table>\n<tr><th>run</th><th>tokens</th><th>TTFT (ms)</th><th>end-to-end tok/s</th><th>decode tok/s</th></tr>\n");
+    for (i, run) in b.runs.iter().enumerate() {
+        let _ = writeln!(
+            h,
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{:.1}</td><td class=\"num\">{:.2}</td><td class=\"num\">{}</td></tr>",
+            i + 1,
+            run.tokens,
+            run.ttft_s * 1000.0,
+            run.e2e_tok_s,
+            run.decode_tok_s.map_or("-".into(), |d| format!("{d:.2}"))
+        );
+    }
+    h.push_str("</table>\n");
+    if let Some(g) = &b.gate {
+        let class = if g.passed { "ok" } else { "bad" };
+        let _ = writeln!(
+            h,
+            "<p class=\"{class}\">gate: {} median {:.2} is {:.2}x the baseline's {:.2} (threshold {:.2}x)</p>",
+            escape(&g.metric), g.median, g.ratio, g.baseline_median, g.threshold
+        );
+    }
+    for w in &b.warnings {
+        let _ = writeln!(h, "<p class=\"warn\">warning: {}</p>", prose(w));
     }
 }
 
 const STYLE: &str = "body{font-family:sans-serif;margin:2em auto;max-width:60em;color:#222}\
-table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}\
+table{border-collapse:collapse;margin:.5em 0 1em}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}\
+th{background:#f6f8fa}.meta th{width:6em}td.num{text-align:right;font-variant-numeric:tabular-nums}\
 .ok{color:#1a7f37}.warn{color:#9a6700}.bad{color:#cf222e}.summary{font-weight:bold}\
+code{background:#f6f8fa;padding:0 .2em;border-radius:3px;font-size:90%}\
 pre{background:#f6f8fa;padding:1em;overflow-x:auto}figure{margin:0}";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn code_spans_become_code_and_text_is_escaped() {
+        assert_eq!(
+            prose("flag `--x <y>` fell back; a <b>"),
+            "flag <code>--x &lt;y&gt;</code> fell back; a &lt;b&gt;"
+        );
+        // An unpaired backtick stays a backtick.
+        assert_eq!(prose("a ` b"), "a ` b");
+    }
+
+    #[test]
+    fn dates_are_utc_civil_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00 UTC");
+        assert_eq!(utc(1_764_600_000), "2025-12-01 14:40 UTC");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00 UTC");
+    }
+
+    #[test]
+    fn log_links_are_relative_to_the_page() {
+        let p = relative(
+            std::path::Path::new("/s/reports/demo"),
+            std::path::Path::new("/s/runs/demo/logs/a.log"),
+        );
+        assert_eq!(p.as_deref(), Some("../../runs/demo/logs/a.log"));
+    }
+}

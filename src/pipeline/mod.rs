@@ -35,6 +35,7 @@ mod judge;
 mod report;
 mod stages;
 
+pub use html::{Header, StepLine};
 pub use judge::{judge, verdict_problems, Judgement, Outcome};
 pub use report::{verdict_code, Report, ReportFiles, Served};
 pub use stages::{
@@ -168,7 +169,9 @@ pub fn up(
 /// it could serve, so that report.json always tells how the last run ended. Best effort: the
 /// error itself is what the caller reports.
 pub fn record_failure(s: Session, stage: &str, err: &crate::error::Error, strict: bool) {
-    let _ = Report::failed(&s.recipe.name, stage, err, strict).write(s.paths);
+    let mut report = Report::failed(&s.recipe.name, stage, err, strict);
+    report.header = Some(Header::of(s, None));
+    let _ = report.write(s.paths);
 }
 
 /// A result block of [`up`], as soon as it is known.

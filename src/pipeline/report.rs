@@ -33,6 +33,9 @@ pub struct Report {
     pub outcome: Outcome,
     /// `kiln up`'s exit status: 0, or 1 for a failure (2 for bad input).
     pub exit_code: u8,
+    /// When, where and from what the run was (report.html's header and step summary).
+    #[serde(skip)]
+    pub header: Option<super::html::Header>,
 }
 
 /// The served part of a [`Report`]: the profile, its verdicts, the greedy A/B and the bench.
@@ -112,6 +115,7 @@ impl Report {
             strict,
             exit_code: u8::from(!outcome.ok),
             outcome,
+            header: None,
         }
     }
 
@@ -124,6 +128,7 @@ impl Report {
             strict,
             outcome: Outcome::failed(err.to_string()),
             exit_code: err.exit_code(),
+            header: None,
         }
     }
 
@@ -233,6 +238,7 @@ mod tests {
                 hint: None,
             },
             exit_code: 1,
+            header: None,
         };
         let md = report.to_markdown();
         assert!(!md.contains('\u{1b}') && !md.contains('\u{7}'), "{md:?}");

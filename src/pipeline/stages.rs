@@ -47,10 +47,17 @@ impl<'r> Variant<'r> {
         if let Some((name, profile)) = recipe.profiles.get_key_value(chosen) {
             Ok(Variant { name, profile })
         } else {
-            let hint = did_you_mean(chosen, names.iter().copied()).map_or(
-                format!("profiles of `{}`: {}", recipe.name, names.join(", ")),
-                |b| format!("did you mean `{b}`?"),
-            );
+            let hint = if names.is_empty() {
+                format!(
+                    "recipe `{}` has no profiles: add a [profile.{chosen}] table with `cmd`, `args` and `port`",
+                    recipe.name
+                )
+            } else {
+                did_you_mean(chosen, names.iter().copied()).map_or(
+                    format!("profiles of `{}`: {}", recipe.name, names.join(", ")),
+                    |b| format!("did you mean `{b}`?"),
+                )
+            };
             Err(Error::usage(
                 format!("recipe `{}` has no profile `{chosen}`", recipe.name),
                 Some(hint),

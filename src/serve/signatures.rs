@@ -261,11 +261,17 @@ impl Signatures {
     }
 
     pub fn parse(text: &str, origin: &str) -> Result<Signatures> {
-        let wire: Wire = toml::from_str(text).map_err(|e| {
-            Error::other(
-                format!("invalid signatures in {origin}: {}", e.message()),
-                Some("see docs/serve-bench.md for the signature format".into()),
-            )
+        // Read as recipes are: file:line:col, a did-you-mean for a misspelled key, exit 2.
+        let mut sources = crate::source::Sources::default();
+        let file = sources.add(crate::source::SourceFile {
+            path: PathBuf::from(origin),
+            text: text.to_string(),
+            dir: None,
+        });
+        let wire: Wire = sources.parse(file).map_err(|mut d| {
+            d.hint
+                .get_or_insert_with(|| "see docs/serve-bench.md for the signature format".into());
+            Error::from(d)
         })?;
         let re = |p: &str| {
             Regex::new(p).map_err(|e| {

@@ -49,7 +49,15 @@ fn install_runfile(
         );
         return Ok(());
     }
-    super::fetch::fetch(url, sha256, runfile, step.timeout, log, ctx.memo)?;
+    super::fetch::fetch(
+        url,
+        sha256,
+        runfile,
+        step.timeout,
+        log,
+        ctx.memo,
+        ctx.progress,
+    )?;
     let spec = CommandSpec::new("sh", [runfile.display().to_string()])
         .args_from(runfile_args(&c.install_path))
         .envs_from(&step.env);

@@ -36,6 +36,7 @@ pub(crate) fn extract(
     dest: &Path,
     opts: Options,
     log: &mut dyn Write,
+    progress: &dyn crate::report::Progress,
 ) -> Result<()> {
     let parent = dest.parent().unwrap_or(Path::new("."));
     create_dir(parent)?;
@@ -46,7 +47,7 @@ pub(crate) fn extract(
     remove_stale_staging(parent, &prefix);
     let staging = parent.join(format!("{prefix}{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&staging);
-    let result = unpack(archive, &staging, opts, log).and_then(|count| {
+    let result = unpack(archive, &staging, opts, log, progress).and_then(|count| {
         if dest.exists() {
             std::fs::remove_dir_all(dest)
                 .map_err(|e| Error::io(format!("cannot replace {}", dest.display()), e))?;
@@ -71,30 +72,59 @@ fn remove_stale_staging(parent: &Path, prefix: &str) {
     );
 }
 
-fn open(archive: &Path) -> Result<Box<dyn Read>> {
+/// The archive's decompressed stream, the count of its bytes read so far, and its size.
+type Opened = (Box<dyn Read>, Rc<Cell<u64>>, Option<u64>);
+
+fn open(archive: &Path) -> Result<Opened> {
     let ctx = |e| Error::io(format!("cannot read archive {}", archive.display()), e);
-    let mut f = BufReader::new(File::open(archive).map_err(ctx)?);
+    let file = File::open(archive).map_err(ctx)?;
+    let size = file.metadata().ok().map(|m| m.len());
+    let read = Rc::new(Cell::new(0));
+    let mut f = BufReader::new(Counting {
+        inner: file,
+        read: read.clone(),
+    });
     let mut magic = [0u8; 6];
     let n = f.read(&mut magic).map_err(ctx)?;
     let f = std::io::Cursor::new(magic[..n].to_vec()).chain(f);
-    Ok(match &magic[..n] {
+    let stream: Box<dyn Read> = match &magic[..n] {
         [0x1f, 0x8b, ..] => Box::new(flate2::read::GzDecoder::new(f)),
         [0xfd, b'7', b'z', b'X', b'Z', 0x00] => Box::new(xz2::read::XzDecoder::new(f)),
         [0x28, 0xb5, 0x2f, 0xfd, ..] => Box::new(zstd::stream::read::Decoder::new(f).map_err(ctx)?),
         _ => Box::new(f),
-    })
+    };
+    Ok((stream, read, size))
 }
 
-/// The decompressed stream, failing once more than `max` bytes came out of it.
-struct Capped {
+/// A reader that counts the bytes it read (the archive's, for progress).
+struct Counting {
+    inner: File,
+    read: Rc<Cell<u64>>,
+}
+
+impl Read for Counting {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.set(self.read.get() + n as u64);
+        Ok(n)
+    }
+}
+
+/// The decompressed stream, failing once more than `max` bytes came out of it; says how much
+/// of the archive was read.
+struct Capped<'p> {
     inner: Box<dyn Read>,
     left: u64,
     hit: Rc<Cell<bool>>,
+    read: Rc<Cell<u64>>,
+    size: Option<u64>,
+    progress: &'p dyn crate::report::Progress,
 }
 
-impl Read for Capped {
+impl Read for Capped<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
+        self.progress.bytes(self.read.get(), self.size);
         if let Some(left) = self.left.checked_sub(n as u64) {
             self.left = left;
             Ok(n)
@@ -115,13 +145,23 @@ fn too_large(archive: &Path, limit: u64) -> Error {
     }
 }
 
-fn unpack(archive: &Path, into: &Path, opts: Options, log: &mut dyn Write) -> Result<usize> {
+fn unpack(
+    archive: &Path,
+    into: &Path,
+    opts: Options,
+    log: &mut dyn Write,
+    progress: &dyn crate::report::Progress,
+) -> Result<usize> {
     create_dir(into)?;
     let hit = Rc::new(Cell::new(false));
+    let (inner, read, size) = open(archive)?;
     let capped = Capped {
-        inner: open(archive)?,
+        inner,
         left: opts.max_size.saturating_add(64 << 10),
         hit: hit.clone(),
+        read,
+        size,
+        progress,
     };
     let mut tar = tar::Archive::new(capped);
     let read_error = |e: std::io::Error| {
@@ -350,6 +390,7 @@ mod tests {
             &dir.path().join("into"),
             opts,
             &mut std::io::sink(),
+            &(),
         )
         .unwrap_err();
         assert!(err.to_string().contains("more than 3 entries"), "{err}");

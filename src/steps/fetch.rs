@@ -23,6 +23,7 @@ pub(crate) fn fetch(
     deadline: Option<Duration>,
     log: &mut dyn Write,
     memo: &HashMemo,
+    progress: &dyn crate::report::Progress,
 ) -> Result<()> {
     if path.is_file() && memo.file(path)? == sha256 {
         let _ = writeln!(log, "cached: {}", path.display());
@@ -33,7 +34,7 @@ pub(crate) fn fetch(
     create_dir(downloads)?;
     let tmp = tempfile_in(downloads);
     let _ = writeln!(log, "fetching {url}");
-    let result = download(url, tmp.path(), deadline).and_then(|(actual, _)| {
+    let result = download(url, tmp.path(), deadline, progress).and_then(|(actual, _)| {
         if actual != sha256 {
             return Err(Error::ChecksumMismatch {
                 url: url.to_string(),
@@ -106,7 +107,12 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Without one byte arriving, a download has stalled.
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-fn download(url: &str, to: &Path, deadline: Option<Duration>) -> Result<(String, u64)> {
+fn download(
+    url: &str,
+    to: &Path,
+    deadline: Option<Duration>,
+    progress: &dyn crate::report::Progress,
+) -> Result<(String, u64)> {
     let fail = |reason: String| Error::Download {
         url: url.to_string(),
         reason,
@@ -128,13 +134,13 @@ fn download(url: &str, to: &Path, deadline: Option<Duration>) -> Result<(String,
                 .build()
                 .get(url)
                 .call()
-                .map_err(|e| fail(e.to_string()))?;
+                .map_err(|e| fail(without_url(&e.to_string(), url)))?;
             let len = resp.header("content-length").and_then(|v| v.parse().ok());
             (resp.into_reader(), len)
         };
     let mut out =
         File::create(to).map_err(|e| Error::io(format!("cannot write {}", to.display()), e))?;
-    let (sha, got) = match copy_hashing(reader, &mut out) {
+    let (sha, got) = match copy_hashing(reader, &mut out, &|done| progress.bytes(done, expected)) {
         Ok(done) => done,
         Err(Copy::Write(e)) => {
             return Err(Error::io(format!("cannot write the download of {url}"), e))
@@ -171,13 +177,26 @@ fn download(url: &str, to: &Path, deadline: Option<Duration>) -> Result<(String,
     Ok((sha, got))
 }
 
+/// ureq's message without the URL it starts with (the error names it already).
+fn without_url(message: &str, url: &str) -> String {
+    message
+        .strip_prefix(url)
+        .and_then(|m| m.strip_prefix(": "))
+        .unwrap_or(message)
+        .to_string()
+}
+
 /// Why a copy stopped: the source failed after some bytes, or the destination refused them.
 enum Copy {
     Read(std::io::Error, u64),
     Write(std::io::Error),
 }
 
-fn copy_hashing(mut r: impl Read, w: &mut impl Write) -> std::result::Result<(String, u64), Copy> {
+fn copy_hashing(
+    mut r: impl Read,
+    w: &mut impl Write,
+    progress: &dyn Fn(u64),
+) -> std::result::Result<(String, u64), Copy> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut total = 0;
@@ -193,5 +212,6 @@ fn copy_hashing(mut r: impl Read, w: &mut impl Write) -> std::result::Result<(St
         h.update(&buf[..n]);
         w.write_all(&buf[..n]).map_err(Copy::Write)?;
         total += n as u64;
+        progress(total);
     }
 }

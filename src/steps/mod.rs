@@ -17,6 +17,7 @@ use crate::paths::StatePaths;
 use crate::recipe::{Check, Step, StepKind};
 
 /// What steps may use besides their own definition.
+#[derive(Clone, Copy)]
 pub(crate) struct StepContext<'a> {
     pub memo: &'a HashMemo,
     pub facts: &'a Facts,
@@ -27,6 +28,8 @@ pub(crate) struct StepContext<'a> {
     pub strict: bool,
     /// What steps could not prove, by step id (kept with their receipts).
     pub unproven: &'a Unproven,
+    /// Where a step that moves bytes (fetch, extract) says how far it got.
+    pub progress: &'a (dyn crate::report::Progress + Sync),
 }
 
 /// Checks a step could not run (`sass` without cuobjdump): warnings, by step id.
@@ -68,7 +71,7 @@ pub(crate) fn execute(
             }
         }
         StepKind::Fetch { url, sha256, path } => {
-            fetch::fetch(url, sha256, path, step.timeout, log, ctx.memo)
+            fetch::fetch(url, sha256, path, step.timeout, log, ctx.memo, ctx.progress)
         }
         StepKind::Extract {
             archive,
@@ -83,7 +86,7 @@ pub(crate) fn execute(
                 max_entries: extract::MAX_ENTRIES,
                 keep_setid: *keep_setid,
             };
-            extract::extract(archive, dest, opts, log)
+            extract::extract(archive, dest, opts, log, ctx.progress)
         }
         StepKind::Python(p) => python::run(step, p, ctx, log, on_line),
         StepKind::Cuda(c) => cuda::run(step, c, ctx, log, on_line),

@@ -516,7 +516,7 @@ fn dry_run_runs_nothing_and_says_what_would() {
     let ws = chain_ws();
     let run = up_ok(&ws, &["--dry-run"]);
     assert!(
-        run.stdout.contains("dry run: 4 step(s) would run"),
+        run.stdout.contains("dry run: 4 steps would run"),
         "{}",
         run.stdout
     );
@@ -525,7 +525,7 @@ fn dry_run_runs_nothing_and_says_what_would() {
     up_ok(&ws, &[]);
     let run = up_ok(&ws, &["--dry-run", "--from", "b"]);
     assert!(
-        run.stdout.contains("dry run: 2 step(s) would run"),
+        run.stdout.contains("dry run: 2 steps would run"),
         "{}",
         run.stdout
     );
@@ -596,9 +596,11 @@ fn json_prints_one_event_per_line() {
         run.stdout,
         run.stderr
     );
-    assert_eq!(kinds.last(), Some(&"run_finished"));
+    // The run's events, then how the command ended.
+    assert_eq!(kinds[kinds.len() - 2..], ["run_finished", "outcome"]);
     assert_eq!(events[0]["to_run"], 4);
-    assert_eq!(events.last().unwrap()["ok"], true);
+    assert_eq!(events[events.len() - 2]["ok"], true);
+    assert_eq!(events.last().unwrap()["exit_code"], 0);
     for id in ["a", "b", "c", "d"] {
         let finished = events
             .iter()
@@ -611,11 +613,10 @@ fn json_prints_one_event_per_line() {
     }
     // Nothing but events on stdout; the summary of a no-op run is JSON too.
     let again = up_ok(&ws, &["--json"]);
-    let last: serde_json::Value =
-        serde_json::from_str(again.stdout.lines().last().unwrap()).unwrap();
-    assert_eq!(last["event"], "run_finished");
-    let plan_json: serde_json::Value =
-        serde_json::from_str(&kiln(&ws, &["plan", "r.toml", "--json"]).stdout).unwrap();
+    let finished = crate::reporter::json_event(&again.stdout, "run_finished");
+    assert_eq!(finished["ok"], true);
+    let plan_json =
+        crate::reporter::json_event(&kiln(&ws, &["plan", "r.toml", "--json"]).stdout, "plan");
     assert_eq!(plan_json["steps"].as_array().unwrap().len(), 4);
     assert!(
         plan_json["steps"]

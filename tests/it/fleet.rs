@@ -239,7 +239,7 @@ fn the_fleet_playbook_compiles_once_and_the_second_host_pulls_the_wheel() {
             "/etc/kiln/recipe.toml",
         ]));
         assert!(
-            plan.contains("1 steps: 0 stale, 1 fresh"),
+            plan.contains("1 step: 0 stale, 1 fresh"),
             "{}: {plan}",
             host.0
         );

@@ -34,6 +34,7 @@ mod python_step;
 mod receipts_index;
 mod recipes;
 mod report_html;
+mod reporter;
 mod secrets;
 mod serve;
 mod shell_help;

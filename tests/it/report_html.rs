@@ -36,6 +36,10 @@ pub(crate) fn assert_renders_in_chromium(html: &Path) {
         .filter(|l| l.contains("CONSOLE") || l.contains("Uncaught"))
         .collect();
     assert!(console.is_empty(), "console errors: {console:#?}");
+    // To look at it: KILN_REPORT_SHOT=/tmp/report.png cargo test --test it report_html::
+    if let Some(keep) = std::env::var_os("KILN_REPORT_SHOT") {
+        std::fs::copy(&shot, keep).unwrap();
+    }
     let (width, height, pixels) = decode_png(&std::fs::read(&shot).unwrap());
     assert_eq!((width, height), (1024, 1400));
     let white = pixels.iter().filter(|p| **p == [255, 255, 255]).count();
@@ -181,7 +185,7 @@ fn the_html_report_renders_in_headless_chromium_without_errors() {
             verdicts: vec![kiln::serve::verdict::Verdict {
                 feature: "flash-attn".into(),
                 status: kiln::serve::verdict::Status::Active,
-                reason: "kernel in use".into(),
+                reason: "`--flash-attn` kernel in use".into(),
                 evidence: Some("log: flash_attn = 1 <&>".into()),
             }],
             baseline: Some("baseline".into()),
@@ -196,6 +200,28 @@ fn the_html_report_renders_in_headless_chromium_without_errors() {
             hint: None,
         },
         exit_code: 0,
+        header: Some(kiln::pipeline::Header {
+            unix_time: 1_764_600_000,
+            kiln_version: "0.1.0".into(),
+            host: "h200-box".into(),
+            gpus: vec!["NVIDIA H200 (cc 9.0, driver 570.86)".into()],
+            recipe_origin: "recipes/demo.toml".into(),
+            profile: Some("tuned".into()),
+            steps: vec![
+                kiln::pipeline::StepLine {
+                    id: "fetch".into(),
+                    kind: "fetch".into(),
+                    status: "done in 1.2 s".into(),
+                    log: Some("../../runs/demo/logs/fetch.log".into()),
+                },
+                kiln::pipeline::StepLine {
+                    id: "build".into(),
+                    kind: "run".into(),
+                    status: "not done".into(),
+                    log: None,
+                },
+            ],
+        }),
     };
     let ws = tempfile::tempdir().unwrap();
     let paths = kiln::paths::StatePaths::new(ws.path().to_path_buf(), None);
@@ -204,6 +230,21 @@ fn the_html_report_renders_in_headless_chromium_without_errors() {
     assert!(html.contains("&lt;script&gt;") && !html.contains("<script>"));
     assert!(html.contains("warning: bench: &lt;b&gt;noisy"), "{html}");
     assert!(html.contains("<svg") && html.contains("Greedy A/B"));
+    // The header, the step summary with its log link, code spans, and tables, not terminal text.
+    for part in [
+        "<th>date</th><td>2025-12-01 14:40 UTC</td>",
+        "<th>kiln</th><td>0.1.0</td>",
+        "NVIDIA H200 (cc 9.0, driver 570.86)",
+        "<th>recipe</th><td>recipes/demo.toml</td>",
+        "<th>profile</th><td>tuned</td>",
+        "<a href=\"../../runs/demo/logs/fetch.log\">log</a>",
+        "<code>--flash-attn</code> kernel in use",
+        "<th>agreeing tokens</th>",
+        "<th>decode tok/s</th>",
+    ] {
+        assert!(html.contains(part), "{part} missing:\n{html}");
+    }
+    assert!(!html.contains("<pre>") && !html.contains('`'), "{html}");
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&files.json).unwrap()).unwrap();
     for key in [

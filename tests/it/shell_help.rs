@@ -76,7 +76,7 @@ fn man_pages_render() {
         }
     }
     assert!(
-        main.contains(".SH SUBCOMMANDS") && main.contains("kiln\\-up(1)"),
+        main.contains(".SH COMMANDS") && main.contains("\\fBkiln man up\\fR"),
         "{main}"
     );
     assert!(up.contains("\\-\\-strict"), "{up}");

@@ -45,7 +45,7 @@ fn the_sm120_stack_plans_without_a_gpu() {
         .get_output()
         .stdout
         .clone();
-    let plan: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let plan = crate::reporter::json_event(&String::from_utf8_lossy(&out), "plan");
     let ids: Vec<&str> = plan["steps"]
         .as_array()
         .unwrap()
@@ -84,7 +84,7 @@ fn arch_follows_the_gpu_and_set_overrides_it() {
             c.env("KILN_FACT_GPU_CC", cc);
         }
         let out = c.assert().success().get_output().stdout.clone();
-        serde_json::from_slice::<serde_json::Value>(&out).unwrap()
+        crate::reporter::json_event(&String::from_utf8_lossy(&out), "plan")
     };
     // The plan differs by arch: the same recipe fingerprints differently for sm_90 and sm_120.
     let sm120 = dump(&[], Some("12.0"));

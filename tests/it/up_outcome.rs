@@ -196,8 +196,7 @@ fn an_advisory_is_a_warning_and_fails_only_with_strict() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("error:"), "{stderr}");
     assert!(
-        stderr.contains("kiln: warning: bench: run 1 returned ")
-            && stderr.contains(" of 2048 tokens"),
+        stderr.contains("\nwarning: bench: run 1 returned ") && stderr.contains(" of 2048 tokens"),
         "{stderr}"
     );
     let r = report(&ws, "outcome");

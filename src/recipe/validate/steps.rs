@@ -458,97 +458,69 @@ pub(super) fn condition(r: &mut Resolver, file: usize, w: &Spanned<String>) -> R
     })
 }
 
+/// Where a key some kind adds sits in a step, if it is set.
+type KeySpan = fn(&wire::Step) -> Option<std::ops::Range<usize>>;
+
+/// `(name, where it is)` of each wire field a step kind adds.
+macro_rules! kind_keys {
+    ($($field:ident),* $(,)?) => {
+        &[$((stringify!($field), |s: &wire::Step| s.$field.as_ref().map(|x| x.span()))),*]
+    };
+}
+
+/// Every key a kind adds: the union of [`super::kinds::KINDS`]' `keys`, which a test checks.
+const KIND_KEYS: &[(&str, KeySpan)] = kind_keys!(
+    cmd,
+    shell,
+    url,
+    sha256,
+    filename,
+    from,
+    archive,
+    dest,
+    strip_components,
+    max_size,
+    keep_setid,
+    venv,
+    python,
+    install,
+    index_url,
+    extra_index_urls,
+    build,
+    build_isolation,
+    system_site_packages,
+    verify,
+    sass,
+    version,
+    set,
+    site_packages,
+    install_path,
+    link,
+    driver_floor,
+    source,
+    wheels,
+    tools,
+);
+
 pub(super) fn kind_specific_keys(s: &wire::Step) -> Vec<(&'static str, std::ops::Range<usize>)> {
-    let mut v = Vec::new();
-    if let Some(x) = &s.cmd {
-        v.push(("cmd", x.span()));
+    KIND_KEYS
+        .iter()
+        .filter_map(|(name, span)| span(s).map(|r| (*name, r)))
+        .collect()
+}
+
+#[cfg(test)]
+mod kind_keys_tests {
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn the_kind_specific_keys_are_exactly_the_keys_the_kinds_table_adds() {
+        let here: BTreeSet<&str> = super::KIND_KEYS.iter().map(|(k, _)| *k).collect();
+        let kinds: BTreeSet<&str> = super::super::kinds::KINDS
+            .iter()
+            .flat_map(|k| k.keys.iter().copied())
+            .collect();
+        assert_eq!(here, kinds);
+        assert_eq!(here.len(), super::KIND_KEYS.len(), "a key listed twice");
     }
-    if let Some(x) = &s.shell {
-        v.push(("shell", x.span()));
-    }
-    if let Some(x) = &s.url {
-        v.push(("url", x.span()));
-    }
-    if let Some(x) = &s.sha256 {
-        v.push(("sha256", x.span()));
-    }
-    if let Some(x) = &s.filename {
-        v.push(("filename", x.span()));
-    }
-    if let Some(x) = &s.from {
-        v.push(("from", x.span()));
-    }
-    if let Some(x) = &s.archive {
-        v.push(("archive", x.span()));
-    }
-    if let Some(x) = &s.dest {
-        v.push(("dest", x.span()));
-    }
-    if let Some(x) = &s.strip_components {
-        v.push(("strip_components", x.span()));
-    }
-    if let Some(x) = &s.max_size {
-        v.push(("max_size", x.span()));
-    }
-    if let Some(x) = &s.keep_setid {
-        v.push(("keep_setid", x.span()));
-    }
-    if let Some(x) = &s.venv {
-        v.push(("venv", x.span()));
-    }
-    if let Some(x) = &s.python {
-        v.push(("python", x.span()));
-    }
-    if let Some(x) = &s.install {
-        v.push(("install", x.span()));
-    }
-    if let Some(x) = &s.index_url {
-        v.push(("index_url", x.span()));
-    }
-    if let Some(x) = &s.extra_index_urls {
-        v.push(("extra_index_urls", x.span()));
-    }
-    if let Some(x) = &s.build {
-        v.push(("build", x.span()));
-    }
-    if let Some(x) = &s.build_isolation {
-        v.push(("build_isolation", x.span()));
-    }
-    if let Some(x) = &s.system_site_packages {
-        v.push(("system_site_packages", x.span()));
-    }
-    if let Some(x) = &s.verify {
-        v.push(("verify", x.span()));
-    }
-    if let Some(x) = &s.sass {
-        v.push(("sass", x.span()));
-    }
-    if let Some(x) = &s.version {
-        v.push(("version", x.span()));
-    }
-    if let Some(x) = &s.set {
-        v.push(("set", x.span()));
-    }
-    if let Some(x) = &s.site_packages {
-        v.push(("site_packages", x.span()));
-    }
-    if let Some(x) = &s.install_path {
-        v.push(("install_path", x.span()));
-    }
-    if let Some(x) = &s.link {
-        v.push(("link", x.span()));
-    }
-    if let Some(x) = &s.driver_floor {
-        v.push(("driver_floor", x.span()));
-    }
-    if let Some(x) = &s.source {
-        v.push(("source", x.span()));
-    }
-    if let Some(x) = &s.wheels {
-        v.push(("wheels", x.span()));
-    }
-    if let Some(x) = &s.tools {
-        v.push(("tools", x.span()));
-    }
-    v
 }

@@ -33,7 +33,15 @@ pub(super) fn install(
         return check_tools(step, c, dest, log);
     }
     for w in wheels {
-        super::super::fetch::fetch(&w.url, &w.sha256, &w.path, step.timeout, log, ctx.memo)?;
+        super::super::fetch::fetch(
+            &w.url,
+            &w.sha256,
+            &w.path,
+            step.timeout,
+            log,
+            ctx.memo,
+            ctx.progress,
+        )?;
     }
     let parent = dest.parent().unwrap_or(Path::new("/"));
     crate::fs::create_dir(parent)?;
