@@ -18,6 +18,16 @@ pub const PROMPTS: &[&str] = &[
 
 /// Greedy outputs (token ids or streamed pieces) for every prompt.
 pub fn collect(base: &str, api: Api, max_tokens: u32) -> Result<Vec<Vec<String>>> {
+    collect_with(base, api, max_tokens, &[])
+}
+
+/// [`collect`] with per-request fields in every request (`kiln tune`'s per-request knobs).
+pub fn collect_with(
+    base: &str,
+    api: Api,
+    max_tokens: u32,
+    extra: &[(String, serde_json::Value)],
+) -> Result<Vec<Vec<String>>> {
     PROMPTS
         .iter()
         .map(|p| {
@@ -28,7 +38,7 @@ pub fn collect(base: &str, api: Api, max_tokens: u32) -> Result<Vec<Vec<String>>
                 ignore_eos: true,
                 timeout: Duration::from_secs(600),
             };
-            client::generate(base, api, &req).map(|g| g.pieces)
+            client::generate_with(base, api, &req, extra).map(|g| g.pieces)
         })
         .collect()
 }

@@ -32,6 +32,8 @@ pub struct Options<'a> {
     pub warmup: u32,
     pub prompt: &'a str,
     pub timeout: Duration,
+    /// Per-request fields sent with every request (`kiln tune`'s per-request knobs).
+    pub extra: &'a [(String, serde_json::Value)],
 }
 
 /// Who and what was measured; two results compare only when their fingerprints match.
@@ -181,13 +183,14 @@ pub fn run(
         timeout: o.timeout,
     };
     for i in 1..=o.warmup {
-        let g = client::generate(
+        let g = client::generate_with(
             o.url,
             o.api,
             &Request {
                 max_tokens: o.max_tokens.min(64),
                 ..req
             },
+            o.extra,
         )?;
         say(&format!(
             "Warmup {i}/{} done ({} tokens)",
@@ -196,7 +199,7 @@ pub fn run(
     }
     let mut runs = Vec::new();
     for i in 1..=o.runs {
-        let g = client::generate(o.url, o.api, &req)?;
+        let g = client::generate_with(o.url, o.api, &req, o.extra)?;
         let r = Run::from(&g);
         out(&r.line(i, o.runs));
         runs.push(r);

@@ -8,8 +8,9 @@ use super::{Entry, Method};
 use crate::bench::plot::escape;
 use crate::recipe::Profile;
 
-/// The ranked table: the winner first, then everyone else, disqualified last with the reason.
-pub(crate) fn table(entries: &[Entry], rungs: usize) -> String {
+/// The ranked table: the winner first, then everyone else (the race's losers say why they are
+/// out), disqualified last with the reason. Each row names the launch its figure came from.
+pub(crate) fn table(entries: &[Entry]) -> String {
     let width = entries
         .iter()
         .map(|e| e.variant.name().len())
@@ -17,9 +18,13 @@ pub(crate) fn table(entries: &[Entry], rungs: usize) -> String {
         .unwrap_or(7)
         .max(7);
     let mut s = format!(
-        "{:<4} {:<width$} {:>10} {:>6} {:>9}  {}\n",
-        "rank", "variant", "tok/s", "CV", "TTFT ms", "status"
+        "{:<4} {:<width$} {:>10} {:>6} {:>9} {:>6}  {}\n",
+        "rank", "variant", "tok/s", "CV", "TTFT ms", "launch", "status"
     );
+    let top = entries
+        .first()
+        .and_then(Entry::last)
+        .map_or(0, |m| m.rung.max_tokens);
     let mut rank = 0;
     for e in entries {
         let name = e.variant.name();
@@ -28,9 +33,11 @@ pub(crate) fn table(entries: &[Entry], rungs: usize) -> String {
                 rank += 1;
                 let status = if rank == 1 {
                     "winner".to_string()
-                } else if e.measurements.len() < rungs {
+                } else if let Some(out) = &e.out {
+                    format!("out: {out}")
+                } else if m.rung.max_tokens < top {
                     format!(
-                        "out after round {} ({} tokens x {})",
+                        "out after {} round(s) ({} tokens x {})",
                         e.measurements.len(),
                         m.rung.max_tokens,
                         m.rung.runs
@@ -40,18 +47,27 @@ pub(crate) fn table(entries: &[Entry], rungs: usize) -> String {
                 };
                 let _ = writeln!(
                     s,
-                    "{rank:<4} {name:<width$} {:>10.1} {:>5.1}% {:>9.1}  {status}",
+                    "{rank:<4} {name:<width$} {:>10.1} {:>5.1}% {:>9.1} {:>6}  {status}",
                     m.tok_s,
                     m.cv * 100.0,
-                    m.ttft_ms
+                    m.ttft_ms,
+                    m.launch
                 );
             }
             (reason, _) => {
-                let why = reason.as_deref().unwrap_or("no measurement");
+                let why = reason
+                    .as_deref()
+                    .or(e.out.as_deref())
+                    .unwrap_or("no measurement");
+                let label = if reason.is_some() {
+                    "disqualified"
+                } else {
+                    "out"
+                };
                 let _ = writeln!(
                     s,
-                    "{:<4} {name:<width$} {:>10} {:>6} {:>9}  disqualified: {why}",
-                    "-", "-", "-", "-"
+                    "{:<4} {name:<width$} {:>10} {:>6} {:>9} {:>6}  {label}: {why}",
+                    "-", "-", "-", "-", "-"
                 );
             }
         }
