@@ -2,7 +2,6 @@
 //! `tune::search` with the real evaluator (`tune::evaluate`); the ranked table, tune JSON, SVG
 //! and the winner's profile file.
 
-use std::collections::BTreeSet;
 use std::time::Instant;
 
 use super::{show, Settings};
@@ -10,7 +9,6 @@ use crate::cli::TuneArgs;
 use crate::error::{Error, Result};
 use crate::fs::write_atomic;
 use crate::pipeline;
-use crate::recipe::{Api, Recipe};
 use crate::tune::estimate::{Budget, Estimate, History};
 use crate::tune::evaluate::Evaluator;
 use crate::tune::{self, knobs, race, render, Axis, Entry, Method, Rung};
@@ -38,7 +36,7 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
     let chosen = pipeline::Variant::pick(&recipe, Some(&args.profile))?;
     let (name, profile) = (chosen.name.to_string(), chosen.profile);
     let api = crate::serve::profile_api(profile);
-    let request = check_axes(&recipe, api, &axes)?;
+    let request = knobs::classify(&recipe, api, &axes)?;
     let method = Method::parse(&args.method);
     let variants = tune::sample(
         tune::grid(&axes),
@@ -188,7 +186,7 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
             Some(format!("the reasons are in the table above and in {}", json_path.display())),
         ));
     };
-    let winner = Winner {
+    let winner = render::Winner {
         recipe: &recipe,
         name: &name,
         best,
@@ -196,100 +194,12 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
         method,
         request: &request,
     };
-    winner.write(&load, &dir)?;
+    let (path, m) = winner.write(&load, &dir)?;
+    println!(
+        "winner: {} ({:.1} tok/s): {}",
+        best.variant.name(),
+        m,
+        path.display()
+    );
     Ok(0)
-}
-
-/// Each axis is a server flag, a recipe variable, or a per-request knob of the profile's API
-/// (a typo would silently change nothing). The per-request keys come back.
-fn check_axes(recipe: &Recipe, api: Api, axes: &[Axis]) -> Result<BTreeSet<String>> {
-    let mut request = BTreeSet::new();
-    for a in axes.iter().filter(|a| !a.is_flag()) {
-        if recipe.vars.contains_key(&a.key) {
-            continue;
-        }
-        if knobs::find(api, &a.key).is_some() {
-            request.insert(a.key.clone());
-            continue;
-        }
-        let names = recipe
-            .vars
-            .keys()
-            .map(String::as_str)
-            .chain(knobs::names(api));
-        let hint = crate::diagnostic::did_you_mean(&a.key, names).map_or(
-            format!(
-                "name a variable of the recipe, a server flag (`--vary=-ub=256,1024`) or a per-request field ({})",
-                knobs::names(api).join(", ")
-            ),
-            |b| format!("did you mean `{b}`?"),
-        );
-        return Err(Error::usage(
-            format!(
-                "`--vary {}`: recipe `{}` has no variable `{}`, and it is no per-request field of the {} API",
-                a.key,
-                recipe.name,
-                a.key,
-                api.name()
-            ),
-            Some(hint),
-        ));
-    }
-    Ok(request)
-}
-
-struct Winner<'a> {
-    recipe: &'a Recipe,
-    name: &'a str,
-    best: &'a Entry,
-    against: Option<&'a str>,
-    method: Method,
-    request: &'a BTreeSet<String>,
-}
-
-impl Winner<'_> {
-    /// The winner as a servable profile file; per-request settings are named in its summary.
-    fn write(
-        &self,
-        load: &dyn Fn(&[String]) -> Result<Recipe>,
-        dir: &std::path::Path,
-    ) -> Result<()> {
-        let (_, winner) =
-            tune::evaluate::resolve(load, self.name, self.request, &self.best.variant, None)?;
-        let base = self
-            .against
-            .map(|b| {
-                pipeline::Variant::pick(self.recipe, Some(b))
-                    .map(|v| (v.name.to_string(), v.profile.clone()))
-            })
-            .transpose()?;
-        let best_name = format!("{}-best", self.name);
-        let m = self.best.last().expect("a ranked winner was measured");
-        let per_request = self.best.variant.request(self.request);
-        let mut summary = format!("{} at {:.1} tok/s", self.best.variant.name(), m.tok_s);
-        if !per_request.is_empty() {
-            let fields: Vec<String> = per_request
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            summary.push_str(&format!("; send {} with each request", fields.join(", ")));
-        }
-        let file = render::WinnerFile {
-            recipe: &self.recipe.name,
-            name: &best_name,
-            profile: &winner,
-            baseline: base.as_ref().map(|(n, p)| (n.as_str(), p)),
-            summary,
-            method: self.method,
-        };
-        let path = dir.join(format!("{best_name}.toml"));
-        write_atomic(&path, file.render().as_bytes())?;
-        println!(
-            "winner: {} ({:.1} tok/s): {}",
-            self.best.variant.name(),
-            m.tok_s,
-            path.display()
-        );
-        Ok(())
-    }
 }

@@ -10,7 +10,11 @@
 //! with the launch's draft settings. They are left out, so `draft_max` stays a launch setting
 //! (a recipe variable) rather than a knob that silently changes nothing.
 
-use crate::recipe::Api;
+use std::collections::BTreeSet;
+
+use super::Axis;
+use crate::error::{Error, Result};
+use crate::recipe::{Api, Recipe};
 
 /// One per-request field.
 pub(crate) struct Knob {
@@ -53,6 +57,40 @@ pub(crate) const KNOBS: &[Knob] = &[
     k(Api::Sglang, "presence_penalty", "presence penalty"),
     k(Api::Sglang, "frequency_penalty", "frequency penalty"),
 ];
+
+/// Each axis is a server flag, a recipe variable, or a per-request knob of the profile's API
+/// (a typo would silently change nothing). The per-request keys come back.
+pub(crate) fn classify(recipe: &Recipe, api: Api, axes: &[Axis]) -> Result<BTreeSet<String>> {
+    let mut request = BTreeSet::new();
+    for a in axes.iter().filter(|a| !a.is_flag()) {
+        if recipe.vars.contains_key(&a.key) {
+            continue;
+        }
+        if find(api, &a.key).is_some() {
+            request.insert(a.key.clone());
+            continue;
+        }
+        let known = recipe.vars.keys().map(String::as_str).chain(names(api));
+        let hint = crate::diagnostic::did_you_mean(&a.key, known).map_or(
+            format!(
+                "name a variable of the recipe, a server flag (`--vary=-ub=256,1024`) or a per-request field ({})",
+                names(api).join(", ")
+            ),
+            |b| format!("did you mean `{b}`?"),
+        );
+        return Err(Error::usage(
+            format!(
+                "`--vary {}`: recipe `{}` has no variable `{}`, and it is no per-request field of the {} API",
+                a.key,
+                recipe.name,
+                a.key,
+                api.name()
+            ),
+            Some(hint),
+        ));
+    }
+    Ok(request)
+}
 
 /// The knob `key` of `api`, if requests carry it.
 pub(crate) fn find(api: Api, key: &str) -> Option<&'static Knob> {

@@ -19,10 +19,11 @@ pub(crate) const MAX_ROUNDS: usize = 3;
 /// The least relative spread a bound assumes: request timing on a quiet machine varies ~1 %.
 pub(crate) const NOISE_FLOOR: f64 = 0.01;
 
-/// The screening rung: one warm-up, three runs of an eighth of the full request (at least 64).
+/// The screening rung: one warm-up (none if the full rung has none), three runs of an eighth of
+/// the full request (at least 64 tokens, at most the full request).
 pub(crate) fn screen_rung(full: Rung) -> Rung {
     Rung {
-        warmup: 1,
+        warmup: full.warmup.min(1),
         runs: 3,
         max_tokens: (full.max_tokens / 8).max(64).min(full.max_tokens),
     }
@@ -222,6 +223,9 @@ impl Duel {
                     l_runs.len()
                 ));
                 return win;
+            }
+            if eval.interrupted() {
+                return l;
             }
             // The bounds overlap: more runs, one measurement after the other (never at once):
             // the challenger's, and the leader's while it has no more runs than the challenger.

@@ -4,9 +4,14 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use std::collections::BTreeSet;
+
+use super::evaluate::Loader;
 use super::{Entry, Method};
 use crate::bench::plot::escape;
-use crate::recipe::Profile;
+use crate::error::Result;
+use crate::pipeline;
+use crate::recipe::{Profile, Recipe};
 
 /// The ranked table: the winner first, then everyone else (the race's losers say why they are
 /// out), disqualified last with the reason. Each row names the launch its figure came from.
@@ -174,6 +179,58 @@ impl WinnerFile<'_> {
             "# Written by `kiln tune` ({:?}): {}\n# Serve it: kiln serve THIS_FILE --profile {}\n{body}",
             self.method, self.summary, self.name
         )
+    }
+}
+
+/// The search's winner, to be written as a profile file.
+pub(crate) struct Winner<'a> {
+    pub recipe: &'a Recipe,
+    pub name: &'a str,
+    pub best: &'a Entry,
+    pub against: Option<&'a str>,
+    pub method: Method,
+    pub request: &'a BTreeSet<String>,
+}
+
+impl Winner<'_> {
+    /// The winner as a servable profile file (per-request settings are named in its summary):
+    /// where it was written, and the winner's tok/s.
+    pub(crate) fn write(
+        &self,
+        load: &Loader,
+        dir: &std::path::Path,
+    ) -> Result<(std::path::PathBuf, f64)> {
+        let (_, winner) =
+            super::evaluate::resolve(load, self.name, self.request, &self.best.variant, None)?;
+        let base = self
+            .against
+            .map(|b| {
+                pipeline::Variant::pick(self.recipe, Some(b))
+                    .map(|v| (v.name.to_string(), v.profile.clone()))
+            })
+            .transpose()?;
+        let best_name = format!("{}-best", self.name);
+        let m = self.best.last().expect("a ranked winner was measured");
+        let per_request = self.best.variant.request(self.request);
+        let mut summary = format!("{} at {:.1} tok/s", self.best.variant.name(), m.tok_s);
+        if !per_request.is_empty() {
+            let fields: Vec<String> = per_request
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            summary.push_str(&format!("; send {} with each request", fields.join(", ")));
+        }
+        let file = WinnerFile {
+            recipe: &self.recipe.name,
+            name: &best_name,
+            profile: &winner,
+            baseline: base.as_ref().map(|(n, p)| (n.as_str(), p)),
+            summary,
+            method: self.method,
+        };
+        let path = dir.join(format!("{best_name}.toml"));
+        crate::fs::write_atomic(&path, file.render().as_bytes())?;
+        Ok((path, m.tok_s))
     }
 }
 
