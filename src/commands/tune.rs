@@ -11,7 +11,7 @@ use crate::fs::write_atomic;
 use crate::pipeline;
 use crate::tune::estimate::{Budget, Estimate, History};
 use crate::tune::evaluate::Evaluator;
-use crate::tune::{self, knobs, race, render, Axis, Entry, Method, Rung};
+use crate::tune::{self, knobs, race, render, Axis, Method, Rung};
 
 pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
     crate::process::catch_interrupts();
@@ -20,72 +20,33 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
         .iter()
         .map(|s| Axis::parse(s))
         .collect::<Result<Vec<_>>>()?;
-    let budget = args
-        .budget
-        .as_deref()
-        .map(|b| {
-            Budget::parse(b).map_err(|e| {
-                Error::usage(
-                    format!("`--budget {b}`: {e}"),
-                    Some("write a count (`--budget 4`) or a time (`--budget 30m`)".into()),
-                )
-            })
-        })
-        .transpose()?;
+    let budget = parse_budget(args.budget.as_deref())?;
     let recipe = settings.load_recipe(&args.recipe)?;
     let chosen = pipeline::Variant::pick(&recipe, Some(&args.profile))?;
     let (name, profile) = (chosen.name.to_string(), chosen.profile);
     let api = crate::serve::profile_api(profile);
     let request = knobs::classify(&recipe, api, &axes)?;
     let method = Method::parse(&args.method);
-    let variants = tune::sample(
-        tune::grid(&axes),
-        match budget {
-            Some(Budget::Variants(n)) => Some(n),
-            _ => None,
-        },
-    );
+    let variants = tune::sample(tune::grid(&axes), budget.and_then(Budget::variants));
     let full = Rung {
         warmup: args.warmup,
         runs: args.runs,
         max_tokens: args.max_tokens,
     };
-    let keys = race::groups(
-        &variants.iter().cloned().map(Entry::new).collect::<Vec<_>>(),
-        &(0..variants.len()).collect::<Vec<_>>(),
-        &request,
-    )
-    .len();
+    let keys = race::launch_keys(&variants, &request);
     let dir = settings.paths.tune(&recipe.name);
     let history = History::read(
         &dir,
         &settings.paths.reports(&recipe.name).join("report.json"),
     );
     let estimate = Estimate::plan(method, variants.len(), keys, full, args.ab_tokens, &history);
-    show::say(&format!(
-        "tune `{name}` of {} ({method:?}): {}",
-        recipe.name,
-        estimate.line()
-    ));
-    if let (Some(Budget::Time(b)), Some(w)) = (budget, estimate.wall()) {
-        if w > b {
-            show::say(&format!(
-                "the estimate is over --budget {}: no launch starts after it",
-                tune::estimate::human_duration(b)
-            ));
-        }
-    }
-    if !request.is_empty() {
-        let keys: Vec<String> = request
-            .iter()
-            .filter_map(|k| knobs::find(api, k))
-            .map(|k| format!("{} ({})", k.key, k.what))
-            .collect();
-        show::say(&format!(
-            "per request, inside one launch: {}",
-            keys.join(", ")
-        ));
-    }
+    announce(
+        &format!("`{name}` of {} ({method:?})", recipe.name),
+        &estimate,
+        budget,
+        api,
+        &request,
+    );
     if args.dry_run {
         for v in &variants {
             println!("{}", v.name());
@@ -94,25 +55,7 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
         return Ok(0);
     }
     let against = args.against.clone().or_else(|| profile.baseline.clone());
-    let reference = match &against {
-        Some(b) => {
-            show::say(&format!("greedy reference from profile `{b}`"));
-            let base = pipeline::Variant::pick(&recipe, Some(b))?;
-            let s = settings.session(&recipe);
-            Some(pipeline::greedy_outputs(
-                s,
-                base,
-                args.ab_tokens,
-                &mut show::say,
-            )?)
-        }
-        None => {
-            show::say(&format!(
-                "profile `{name}` names no baseline: no greedy A/B (pass --against)"
-            ));
-            None
-        }
-    };
+    let reference = greedy_reference(settings, &recipe, against.as_deref(), &name, args.ab_tokens)?;
     // Variants re-load the recipe by name: pin the default one so it is not re-announced.
     let mut recipe_args = args.recipe.clone();
     recipe_args
@@ -166,17 +109,8 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
         "estimated_wall_s": estimate.wall().map(|d| d.as_secs_f64()),
         "per_request": request, "entries": ranked,
     });
-    let json_path = dir.join(format!("{name}.json"));
-    let text = serde_json::to_string_pretty(&json).expect("tune results serialize");
-    write_atomic(&json_path, text.as_bytes())?;
-    let svg_path = dir.join(format!("{name}.svg"));
     let title = format!("kiln tune {} `{name}`: tok/s per variant", recipe.name);
-    write_atomic(&svg_path, render::svg(&title, &ranked).as_bytes())?;
-    show::say(&format!(
-        "results {} and {}",
-        json_path.display(),
-        svg_path.display()
-    ));
+    let json_path = write_results(&dir, &name, &json, &render::svg(&title, &ranked))?;
     let Some(best) = ranked
         .first()
         .filter(|e| e.disqualified.is_none() && e.last().is_some())
@@ -202,4 +136,86 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
         path.display()
     );
     Ok(0)
+}
+
+fn parse_budget(b: Option<&str>) -> Result<Option<Budget>> {
+    b.map(|b| {
+        Budget::parse(b).map_err(|e| {
+            Error::usage(
+                format!("`--budget {b}`: {e}"),
+                Some("write a count (`--budget 4`) or a time (`--budget 30m`)".into()),
+            )
+        })
+    })
+    .transpose()
+}
+
+/// The plan's first lines: the priced estimate, a budget it exceeds, the per-request knobs.
+fn announce(
+    what: &str,
+    estimate: &Estimate,
+    budget: Option<Budget>,
+    api: crate::recipe::Api,
+    request: &std::collections::BTreeSet<String>,
+) {
+    show::say(&format!("tune {what}: {}", estimate.line()));
+    if let (Some(Budget::Time(b)), Some(w)) = (budget, estimate.wall()) {
+        if w > b {
+            show::say(&format!(
+                "the estimate is over --budget {}: no launch starts after it",
+                tune::estimate::human_duration(b)
+            ));
+        }
+    }
+    if !request.is_empty() {
+        let keys: Vec<String> = request
+            .iter()
+            .filter_map(|k| knobs::find(api, k))
+            .map(|k| format!("{} ({})", k.key, k.what))
+            .collect();
+        show::say(&format!(
+            "per request, inside one launch: {}",
+            keys.join(", ")
+        ));
+    }
+}
+
+/// `<profile>.json` and `<profile>.svg` in `dir`; the JSON's path comes back.
+fn write_results(
+    dir: &std::path::Path,
+    name: &str,
+    json: &serde_json::Value,
+    svg: &str,
+) -> Result<std::path::PathBuf> {
+    let json_path = dir.join(format!("{name}.json"));
+    let text = serde_json::to_string_pretty(json).expect("tune results serialize");
+    write_atomic(&json_path, text.as_bytes())?;
+    let svg_path = dir.join(format!("{name}.svg"));
+    write_atomic(&svg_path, svg.as_bytes())?;
+    show::say(&format!(
+        "results {} and {}",
+        json_path.display(),
+        svg_path.display()
+    ));
+    Ok(json_path)
+}
+
+/// The reference profile's greedy outputs, served once (none without a baseline).
+fn greedy_reference(
+    settings: &Settings,
+    recipe: &crate::recipe::Recipe,
+    against: Option<&str>,
+    name: &str,
+    ab_tokens: u32,
+) -> Result<Option<Vec<Vec<String>>>> {
+    let Some(b) = against else {
+        show::say(&format!(
+            "profile `{name}` names no baseline: no greedy A/B (pass --against)"
+        ));
+        return Ok(None);
+    };
+    show::say(&format!("greedy reference from profile `{b}`"));
+    let base = pipeline::Variant::pick(recipe, Some(b))?;
+    let s = settings.session(recipe);
+    pipeline::greedy_outputs(s, base, ab_tokens, &mut show::say).map(Some)
 }

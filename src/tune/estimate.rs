@@ -18,6 +18,14 @@ pub(crate) enum Budget {
 }
 
 impl Budget {
+    /// The variant count, when the budget is one.
+    pub(crate) fn variants(self) -> Option<usize> {
+        match self {
+            Budget::Variants(n) => Some(n),
+            Budget::Time(_) => None,
+        }
+    }
+
     pub(crate) fn parse(s: &str) -> std::result::Result<Budget, String> {
         if let Ok(n) = s.trim().parse::<usize>() {
             return if n == 0 {
