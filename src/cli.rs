@@ -269,14 +269,23 @@ pub struct TuneArgs {
     #[arg(long, value_name = "KEY=V1,V2", required = true)]
     pub vary: Vec<String>,
 
-    /// At most this many variants, spread evenly over the combinations
-    #[arg(long, value_name = "N")]
-    pub budget: Option<usize>,
+    /// N: at most this many variants, spread evenly over the combinations; a time (`30m`):
+    /// launch nothing new once it has passed (the variants up are still finished)
+    #[arg(long, value_name = "N|TIME")]
+    pub budget: Option<String>,
 
-    /// `halving` (successive halving: short cheap rounds, the best half goes on) or `grid`
-    /// (every variant gets the full benchmark)
-    #[arg(long, default_value = "halving", value_parser = ["halving", "grid"])]
+    /// `race` (one launch per variant; short runs, stop a variant once it cannot win), `grid`
+    /// (every variant gets the full benchmark) or `halving` (successive halving, relaunches)
+    #[arg(long, default_value = "race", value_parser = ["race", "grid", "halving"])]
     pub method: String,
+
+    /// Print the variants, launches and expected wall time, launch nothing
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Never hold two servers at once (the race keeps its leader up while it measures the next)
+    #[arg(long)]
+    pub one_server: bool,
 
     /// Greedy reference profile [default: the profile's `baseline`]
     #[arg(long, value_name = "NAME")]

@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine, from the repository root, with .carry/ from bench/gpu-loop/pack.sh:
-#   bash bench/gpu-loop/device-run.sh up tune  # doctor --deep, kiln up llama-cuda for the tuned,
-#                                             # spec and spec-mismatch profiles, then kiln tune:
-#                                             # exhaustive grid vs successive halving
-# Everything it proves lands in $OUT: results.tar.gz (reports, server logs, /metrics, step logs,
-# tune tables) and summary.txt.
+# Runs on the GPU machine, from the repository root, with the carry from bench/gpu-loop/pack.sh
+# (CARRY, default .carry/). Modes, run in this order, any subset:
+#   up          machine facts, `kiln up llama-cuda --profile tuned --set llama_bench=on`: build,
+#               serve, prove, bench, and llama.cpp's own llama-bench (the ceiling) from the same tree
+#   ensure      `kiln up llama-cuda --no-serve`: a no-op on a warm machine, the build on a fresh one
+#   evidence    evidence-ab.sh: `-lv 5` / `--metrics` on and off, paired; the TTFT probe
+#   flashinfer  the seed recipe's flashinfer + flashinfer-warmup steps against the machine's torch
+#               and CUDA (stack=system, JIT), twice: a fresh state, then another fresh state that
+#               shares the cache (the second must compile nothing)
+#   tune        `kiln tune llama-cuda --profile spec` over draft_max x ubatch, by grid then by race
+#   prebuilt    a llama-server built earlier (CARRY/llama-server.gz) instead of the build
+# Everything lands in $OUT: summary.txt and results.tar.gz (reports, logs, tune tables, figures).
 set -uo pipefail
 modes=" ${*:-up} "
 root=$PWD
-carry=$root/.carry
+carry=${CARRY:-$root/.carry}
+here=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$root/out}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -28,34 +35,50 @@ stop_server() { "$kiln" serve llama-cuda --stop >/dev/null 2>&1 || true; }
 metrics() { python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:30090/metrics',timeout=10).read().decode())" >"$res/metrics-$1.txt" 2>&1 || true; }
 collect() {
   cp -r "$KILN_HOME/reports" "$KILN_HOME/tune" "$res/" 2>/dev/null
-  mkdir -p "$res/serve-logs"
-  find "$KILN_HOME" -name '*.log' -path '*serve*' -exec cp {} "$res/serve-logs/" \; 2>/dev/null
-  mkdir -p "$res/step-logs"
+  mkdir -p "$res/serve-logs" "$res/step-logs"
+  # Server logs at -lv 5 hold a line per token: keep the first and last 400 lines of each.
+  for f in "$KILN_HOME"/serve/*.log; do
+    [[ -f $f ]] || continue
+    { head -400 "$f"; echo "... ($(wc -l <"$f") lines in all)"; tail -400 "$f"; } >"$res/serve-logs/$(basename "$f")"
+  done
   find "$KILN_HOME/runs" -name '*.log' -exec cp {} "$res/step-logs/" \; 2>/dev/null
   tar -C /root -czf "$OUT/results.tar.gz" gpu-loop-results
+}
+timed() { # label cmd...: runs it, says its exit status and wall time
+  local label=$1 t0 rc
+  shift
+  t0=$(date +%s%N)
+  "$@"
+  rc=$?
+  local ms=$((($(date +%s%N) - t0) / 1000000))
+  echo "$label: exit $rc, wall $((ms / 1000)).$(printf %03d $((ms % 1000))) s" | tee -a "$summary"
+  return $rc
 }
 
 if [[ $modes == *" up "* ]]; then
   say "machine"
   { nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1; cmake --version | head -1; nproc; } 2>&1 | tee -a "$summary"
-  say "kiln doctor --deep"
-  /usr/bin/time -f "doctor --deep wall %e s" "$kiln" doctor --deep --json >"$res/doctor-deep.json" 2>"$res/doctor-deep.err"
-  echo "exit $?" | tee -a "$summary"; tail -1 "$res/doctor-deep.err" | tee -a "$summary"
-  for profile in tuned spec spec-mismatch; do
-    say "kiln up llama-cuda --profile $profile"
-    /usr/bin/time -f "wall %e s" "$kiln" up llama-cuda --profile "$profile" "${src[@]}" >"$res/up-$profile.out" 2>"$res/up-$profile.err"
-    echo "exit $?" | tee -a "$summary"
-    tail -4 "$res/up-$profile.err" | tee -a "$summary"
-    metrics "$profile"
-    stop_server
-    cp "$KILN_HOME/reports/llama-cuda/report.json" "$res/report-$profile.json" 2>/dev/null
-    cp "$KILN_HOME/reports/llama-cuda/report.md" "$res/report-$profile.md" 2>/dev/null
-    collect
-  done
+  say "kiln up llama-cuda --profile tuned --set llama_bench=on"
+  timed "up tuned" "$kiln" up llama-cuda --profile tuned --set llama_bench=on "${src[@]}" >"$res/up-tuned.out" 2>"$res/up-tuned.err"
+  tail -6 "$res/up-tuned.err" | tee -a "$summary"
+  metrics tuned
+  stop_server
+  cp "$KILN_HOME/reports/llama-cuda/report.json" "$res/report-tuned.json" 2>/dev/null
+  cp "$KILN_HOME/reports/llama-cuda/report.md" "$res/report-tuned.md" 2>/dev/null
+  cp "$KILN_HOME/work/llama-cuda/llama-bench.json" "$res/" 2>/dev/null
+  python3 - "$res/llama-bench.json" "$res/report-tuned.json" <<'PY' | tee -a "$summary"
+import json, sys
+try:
+    for r in json.load(open(sys.argv[1])):
+        print(f"llama-bench tg{r['n_gen']}: {r['avg_ts']:.1f} tok/s (sd {r['stddev_ts']:.1f}), fa {r.get('flash_attn')}, ub {r.get('n_ubatch')}")
+    b = json.load(open(sys.argv[2]))["bench"]
+    print(f"served (kiln up, tuned): decode median {b['decode_tok_s']['median']:.1f} tok/s, TTFT ms {[round(x['ttft_s']*1000,1) for x in b['runs']]}")
+except Exception as e:
+    print("no llama-bench figure:", e)
+PY
+  collect
 fi
 
-# `prebuilt`: a llama-server built by an earlier machine (.carry/llama-server.gz) and the models
-# written as the recipe's model steps write them; for a short device lease that cannot rebuild.
 if [[ $modes == *" prebuilt "* ]]; then
   say "installing the prebuilt llama-server and writing the models"
   w=$KILN_HOME/work/llama-cuda
@@ -66,21 +89,62 @@ if [[ $modes == *" prebuilt "* ]]; then
     --logit-std 40 --residual-scale 0.05 "$@"; }
   gen --out "$w/model/target.gguf" --embd 2048 --layers 16 --ff 5632 --heads 16 --seed 1234 | tee -a "$summary"
   gen --out "$w/model/draft-mismatch.gguf" --seed 99 | tee -a "$summary"
-  say "kiln verify llama-cuda --profile spec (greedy A/B against baseline)"
-  "$kiln" verify llama-cuda --profile spec >"$res/verify-spec.out" 2>"$res/verify-spec.err"
-  echo "exit $?" | tee -a "$summary"; cat "$res/verify-spec.out" | tee -a "$summary"
+fi
+
+# A machine that went back between calls is bare: build again (a no-op when warm).
+warm=yes
+if [[ $modes == *" ensure "* ]]; then
+  [[ -x $KILN_HOME/work/llama-cuda/bin/llama-server ]] || warm=no
+  say "ensure the llama-cuda build (machine warm: $warm)"
+  timed "ensure" "$kiln" up llama-cuda --no-serve --no-doctor "${src[@]}" >"$res/ensure.out" 2>"$res/ensure.err"
+fi
+
+if [[ $modes == *" flashinfer "* ]]; then
+  venv=$(python3 -c 'import sys; print(sys.prefix)')
+  cuda=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+  say "flashinfer: glm5-nvfp4-sm120's flashinfer steps, stack=system (venv $venv, CUDA $cuda), JIT, sm_90a"
+  export KILN_CACHE_DIR=/root/kiln-cache-flashinfer
+  for pass in cold warm; do
+    # PIP_NO_DEPS: only the carried wheels (flashinfer-python, apache-tvm-ffi) are installed;
+    # cudnn-frontend and cutlass-dsl are imported lazily, by kernels the warm-up does not use.
+    timed "flashinfer $pass (fresh state, shared cache)" timeout 280 env KILN_HOME=/root/fi-state-$pass PIP_NO_DEPS=1 \
+      "$kiln" up glm5-nvfp4-sm120 --set stack=system --set "venv=$venv" --set "cuda_link=$cuda" \
+      --set arch=9.0 --set flashinfer_arch=9.0a --set flashinfer_kernels=jit \
+      --set model=/nonexistent --set draft_model=/nonexistent \
+      --only system-torch --only flashinfer --only flashinfer-warmup --no-serve --no-doctor \
+      >"$res/flashinfer-$pass.out" 2>"$res/flashinfer-$pass.err"
+    mkdir -p "$res/flashinfer-$pass"
+    find "/root/fi-state-$pass/runs" -name '*.log' -exec cp {} "$res/flashinfer-$pass/" \; 2>/dev/null
+    grep -h "MLA paged\|ragged prefill\|compiled\|JIT cache\|flashinfer 0" "$res/flashinfer-$pass"/*warmup*.log 2>/dev/null | tee -a "$summary"
+    tail -3 "$res/flashinfer-$pass.err" | tee -a "$summary"
+  done
+  du -sh "$KILN_CACHE_DIR/flashinfer" 2>&1 | tee -a "$summary"
+  unset KILN_CACHE_DIR
+  collect
+fi
+
+if [[ $modes == *" evidence "* ]]; then
+  if [[ -x $KILN_HOME/work/llama-cuda/bin/llama-server ]]; then
+    say "evidence A/B on tuned's flags (-lv 5, --metrics), then the TTFT probe"
+    timed "evidence" bash "$here/evidence-ab.sh" "$kiln" "$res/evidence" 2>&1 | tail -20 | tee -a "$summary"
+  else
+    say "evidence skipped: no llama-server build on this machine"
+  fi
+  collect
 fi
 
 if [[ $modes == *" tune "* ]]; then
-  for method in grid halving; do
-    say "kiln tune llama-cuda --method $method"
-    /usr/bin/time -f "wall %e s" "$kiln" tune llama-cuda --profile spec --method "$method" \
+  for method in grid race; do
+    say "kiln tune llama-cuda --profile spec --method $method"
+    "$kiln" tune llama-cuda --profile spec --method "$method" --vary draft_max=2,4,8,16 \
+      --vary ubatch=256,1024 --dry-run 2>&1 | tail -1 | tee -a "$summary"
+    timed "tune $method" "$kiln" tune llama-cuda --profile spec --method "$method" \
       --vary draft_max=2,4,8,16 --vary ubatch=256,1024 --max-tokens "${TUNE_MAX_TOKENS:-2048}" \
       >"$res/tune-$method.out" 2>"$res/tune-$method.err"
-    echo "exit $?" | tee -a "$summary"
-    tail -14 "$res/tune-$method.out" | tee -a "$summary"
-    tail -2 "$res/tune-$method.err" | tee -a "$summary"
+    cat "$res/tune-$method.out" | tee -a "$summary"
+    grep "tune \`spec\`" "$res/tune-$method.err" | tee -a "$summary"
     stop_server
+    cp "$KILN_HOME/tune/llama-cuda/spec.json" "$res/tune-$method.json" 2>/dev/null
     collect
   done
 fi

@@ -50,6 +50,16 @@ impl Output {
 
 /// Greedy outputs for every prompt.
 pub fn collect(base: &str, api: Api, max_tokens: u32) -> Result<Vec<Output>> {
+    collect_with(base, api, max_tokens, &[])
+}
+
+/// [`collect`] with per-request fields in every request (`kiln tune`'s per-request knobs).
+pub fn collect_with(
+    base: &str,
+    api: Api,
+    max_tokens: u32,
+    extra: &[(String, serde_json::Value)],
+) -> Result<Vec<Output>> {
     PROMPTS
         .iter()
         .map(|p| {
@@ -60,7 +70,7 @@ pub fn collect(base: &str, api: Api, max_tokens: u32) -> Result<Vec<Output>> {
                 ignore_eos: true,
                 timeout: Duration::from_secs(600),
             };
-            client::generate(base, api, &req).map(|g| Output {
+            client::generate_with(base, api, &req, extra).map(|g| Output {
                 ids: (api == Api::Sglang && !g.pieces.is_empty()).then_some(g.pieces),
                 text: g.text,
                 tokens: g.tokens,

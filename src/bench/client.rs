@@ -77,19 +77,31 @@ pub struct Request<'a> {
 
 /// Stream one completion from `base` (e.g. `http://127.0.0.1:30000`).
 pub fn generate(base: &str, api: Api, req: &Request) -> Result<Generation> {
-    generate_watched(base, api, req, &mut |_, _| {})
+    generate_with(base, api, req, &[])
 }
 
-/// [`generate`], telling `watch` the tokens streamed so far and the seconds since the request
-/// after each chunk (a live line of the run).
+/// [`generate`] with per-request fields added to the body (`kiln tune`'s per-request knobs:
+/// top-level for OpenAI, in `sampling_params` for SGLang).
+pub fn generate_with(
+    base: &str,
+    api: Api,
+    req: &Request,
+    extra: &[(String, Value)],
+) -> Result<Generation> {
+    generate_watched(base, api, req, extra, &mut |_, _| {})
+}
+
+/// [`generate_with`], telling `watch` the tokens streamed so far and the seconds since the
+/// request after each chunk (a live line of the run).
 pub fn generate_watched(
     base: &str,
     api: Api,
     req: &Request,
+    extra: &[(String, Value)],
     watch: &mut dyn FnMut(u64, f64),
 ) -> Result<Generation> {
     let base = base.trim_end_matches('/');
-    let (path, body) = (api.spec().endpoint, protocol::request(api, req));
+    let (path, body) = (api.spec().endpoint, protocol::request(api, req, extra));
     let url = format!("{base}{path}");
     let agent = ureq::AgentBuilder::new()
         .timeout_connect(Duration::from_secs(5))

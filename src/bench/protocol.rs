@@ -11,8 +11,20 @@ use super::wire::escape_controls;
 use crate::hash::sha256_bytes;
 use crate::recipe::Api;
 
-/// The JSON body that asks `api` for a streamed completion.
-pub(super) fn request(api: Api, req: &Request) -> Value {
+/// The JSON body that asks `api` for a streamed completion, with `extra` fields set (they win).
+pub(super) fn request(api: Api, req: &Request, extra: &[(String, Value)]) -> Value {
+    let mut body = base_request(api, req);
+    let target = match api {
+        Api::Sglang => &mut body["sampling_params"],
+        Api::Openai => &mut body,
+    };
+    for (k, v) in extra {
+        target[k.as_str()] = v.clone();
+    }
+    body
+}
+
+fn base_request(api: Api, req: &Request) -> Value {
     let temperature = if req.greedy { 0.0 } else { 1.0 };
     match api {
         Api::Sglang => json!({

@@ -366,6 +366,7 @@ pub fn measure(
         warmup: opts.warmup,
         prompt: &opts.prompt,
         timeout: opts.timeout,
+        extra: &[],
     };
     let mut report = bench::run(&run, fp, narrate.progress, narrate.line)?;
     if let Some((base, path)) = &opts.baseline {

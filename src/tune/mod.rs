@@ -1,12 +1,22 @@
-//! `kiln tune`'s search, free of I/O: the variant space, the rungs of successive halving, and the
-//! ranking. The caller supplies an evaluator that launches, judges, compares and benchmarks.
+//! `kiln tune`'s search: the variant space, the methods (the race, the grid, successive halving),
+//! the ranking, and the [`Evaluate`] trait through which a search launches, judges and measures.
+//! The searches are free of I/O; `evaluate` is the real evaluator (the pipeline's stages),
+//! `estimate` the cost forecast from this recipe's past launches, `knobs` the table of settings a
+//! server takes per request (varied inside one launch).
 //!
-//! Successive halving (Jamieson & Talwalkar): every qualified variant is measured cheaply (short
-//! requests, two runs), the faster half goes on to a rung twice as long, until one is left; it gets
-//! the full benchmark (the seed's format), which is what the table reports for it. A variant whose tuning fell back or whose greedy
-//! output is wrong is disqualified at its first launch and never ranked.
+//! The default, the race (`race.rs`), launches each variant at most once. Grid and successive
+//! halving are kept for comparison: halving relaunches its survivors.
 
+pub(crate) mod estimate;
+pub(crate) mod evaluate;
+pub(crate) mod knobs;
+pub(crate) mod race;
 pub(crate) mod render;
+mod sweep;
+
+use std::collections::BTreeSet;
+
+pub(crate) use sweep::{rungs, search};
 
 use serde::Serialize;
 
@@ -60,6 +70,28 @@ pub(crate) struct Variant {
 }
 
 impl Variant {
+    /// The settings that need a launch of their own: every one but the per-request `request`
+    /// keys. Variants with the same launch key share one server.
+    pub(crate) fn launch_key(&self, request: &BTreeSet<String>) -> Variant {
+        Variant {
+            settings: self
+                .settings
+                .iter()
+                .filter(|(k, _)| !request.contains(k))
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// The per-request settings (`request` keys) with their values.
+    pub(crate) fn request(&self, request: &BTreeSet<String>) -> Vec<(String, String)> {
+        self.settings
+            .iter()
+            .filter(|(k, _)| request.contains(k))
+            .cloned()
+            .collect()
+    }
+
     pub(crate) fn name(&self) -> String {
         self.settings
             .iter()
@@ -114,37 +146,26 @@ pub(crate) struct Rung {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Method {
+    /// One launch per variant: short screening runs, stop a variant once its confidence bound
+    /// says it cannot win, the full benchmark for the last one standing.
+    Race,
     /// Every variant gets the full benchmark.
     Grid,
-    /// Successive halving down to two, which get the full benchmark.
+    /// Successive halving down to one, which gets the full benchmark (relaunches survivors).
     Halving,
 }
 
-/// The rungs of a search over `n` variants. Grid measures everyone at `full`. Halving halves the
-/// field each round until one is left, doubling the tokens per request each round (two runs each,
-/// starting at 1/16 of `full`'s tokens for 8 variants), then gives that one the `full` benchmark.
-pub(crate) fn rungs(method: Method, n: usize, full: Rung) -> Vec<Rung> {
-    if method == Method::Grid || n <= 1 {
-        return vec![full];
+impl Method {
+    pub(crate) fn parse(s: &str) -> Method {
+        match s {
+            "grid" => Method::Grid,
+            "halving" => Method::Halving,
+            _ => Method::Race,
+        }
     }
-    let mut rounds = 0;
-    let mut left = n;
-    while left > 1 {
-        left = left.div_ceil(2);
-        rounds += 1;
-    }
-    let mut out: Vec<Rung> = (0..rounds)
-        .map(|i| Rung {
-            warmup: 1,
-            runs: 2,
-            max_tokens: (full.max_tokens >> (rounds + 1 - i).min(31)).max(64),
-        })
-        .collect();
-    out.push(full);
-    out
 }
 
-/// What one launch of a variant found.
+/// What one measurement of a variant found (one call of [`Evaluate::measure`]).
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Measurement {
     pub rung: Rung,
@@ -152,6 +173,12 @@ pub(crate) struct Measurement {
     pub tok_s: f64,
     pub cv: f64,
     pub ttft_ms: f64,
+    /// Each measured run's tok/s (the race's confidence bounds pool them).
+    pub runs: Vec<f64>,
+    /// The launch (1-based, in launch order) that served it: which server each figure came from.
+    pub launch: usize,
+    /// Other servers kiln held up (idle) while this was measured: the race keeps its leader.
+    pub others_up: usize,
 }
 
 /// A variant's record through the search.
@@ -160,71 +187,96 @@ pub(crate) struct Entry {
     pub variant: Variant,
     /// Why it cannot win: a tuning fell back or crashed, wrong greedy output, a failed launch.
     pub disqualified: Option<String>,
-    /// Verdict lines and the A/B summary of its first launch.
+    /// Why the race stopped measuring it (it qualified but the data say it cannot win).
+    pub out: Option<String>,
+    /// Verdict lines and the A/B summary of its launch.
     pub evidence: Vec<String>,
     pub measurements: Vec<Measurement>,
 }
 
 impl Entry {
+    pub(crate) fn new(variant: Variant) -> Entry {
+        Entry {
+            variant,
+            disqualified: None,
+            out: None,
+            evidence: vec![],
+            measurements: vec![],
+        }
+    }
+
     pub(crate) fn last(&self) -> Option<&Measurement> {
         self.measurements.last()
     }
+
+    /// Every run measured at `rung`, pooled over its measurements.
+    pub(crate) fn runs_at(&self, rung: Rung) -> Vec<f64> {
+        self.measurements
+            .iter()
+            .filter(|m| m.rung == rung)
+            .flat_map(|m| m.runs.iter().copied())
+            .collect()
+    }
 }
 
-/// What the evaluator does for one launch: on the first (`qualify`), judge the tunings and
-/// compare greedy output; always, benchmark at `rung`.
-pub(crate) trait Evaluate {
-    fn evaluate(&mut self, variant: &Variant, rung: Rung, qualify: bool, entry: &mut Entry);
+/// A running server of the search, as the evaluator numbers them.
+pub(crate) type LaunchId = usize;
 
-    /// Whether the search must stop now (the user interrupted it): no further launch.
-    fn stopped(&self) -> bool {
+/// What a search asks of the world: launch a variant's server, judge it, measure it, stop it.
+/// `commands/tune.rs` hands the search the real one ([`evaluate::Evaluator`]); tests hand it a
+/// model.
+pub(crate) trait Evaluate {
+    /// Start a server with `key`'s launch-time settings. `Err`: why it did not come up.
+    fn launch(&mut self, key: &Variant) -> std::result::Result<LaunchId, String>;
+
+    /// Judge the tunings of `launch` and, before traffic (`served` false), compare `variant`'s
+    /// greedy output with the reference; problems go to `entry.disqualified`. After the benchmark
+    /// (`served`), the verdicts are judged again: counters such as draft acceptance need traffic.
+    fn qualify(&mut self, launch: LaunchId, variant: &Variant, served: bool, entry: &mut Entry);
+
+    /// Benchmark `variant` (its per-request settings in every request) on `launch` at `rung`.
+    fn measure(
+        &mut self,
+        launch: LaunchId,
+        variant: &Variant,
+        rung: Rung,
+    ) -> std::result::Result<Measurement, String>;
+
+    fn stop(&mut self, launch: LaunchId);
+
+    /// Whether two servers may be up at once (the race keeps its leader up while it measures the
+    /// next variant; without it the leader gets its full benchmark in its own launch at once).
+    fn can_hold_two(&self) -> bool {
+        true
+    }
+
+    /// The user interrupted the search: no further launch, no measurement.
+    fn interrupted(&self) -> bool {
         false
     }
-}
 
-/// Run the search; entries come back ranked (the winner first, disqualified last).
-pub(crate) fn search(
-    method: Method,
-    variants: Vec<Variant>,
-    full: Rung,
-    eval: &mut dyn Evaluate,
-) -> Vec<Entry> {
-    let mut entries: Vec<Entry> = variants
-        .into_iter()
-        .map(|variant| Entry {
-            variant,
-            disqualified: None,
-            evidence: vec![],
-            measurements: vec![],
-        })
-        .collect();
-    let plan = rungs(method, entries.len(), full);
-    let mut alive: Vec<usize> = (0..entries.len()).collect();
-    for (round, rung) in plan.iter().enumerate() {
-        for &i in &alive {
-            if eval.stopped() {
-                return rank(entries);
-            }
-            let variant = entries[i].variant.clone();
-            eval.evaluate(&variant, *rung, round == 0, &mut entries[i]);
-        }
-        alive.retain(|&i| entries[i].disqualified.is_none() && entries[i].last().is_some());
-        alive.sort_by(|&a, &b| speed(&entries[b]).total_cmp(&speed(&entries[a])));
-        if round + 1 < plan.len() {
-            alive.truncate(alive.len().div_ceil(2));
-        }
+    /// The time budget is spent: no further launch (what is up is still finished).
+    fn out_of_time(&self) -> bool {
+        false
     }
-    rank(entries)
 }
 
 fn speed(e: &Entry) -> f64 {
     e.last().map_or(0.0, |m| m.tok_s)
 }
 
-/// Qualified entries first, by how far they got (later rungs first), then by speed.
+/// Qualified entries first, by how far they got (later rungs first, then more measurements),
+/// then by speed; the ones the race ruled out after those it finished.
 pub(crate) fn rank(mut entries: Vec<Entry>) -> Vec<Entry> {
     entries.sort_by(|a, b| {
-        let key = |e: &Entry| (e.disqualified.is_none(), e.measurements.len());
+        let key = |e: &Entry| {
+            (
+                e.disqualified.is_none() && e.last().is_some(),
+                e.out.is_none(),
+                e.last().map_or(0, |m| m.rung.max_tokens),
+                e.measurements.len(),
+            )
+        };
         key(b)
             .cmp(&key(a))
             .then_with(|| speed(b).total_cmp(&speed(a)))
@@ -236,47 +288,6 @@ pub(crate) fn rank(mut entries: Vec<Entry>) -> Vec<Entry> {
 mod tests {
     use super::*;
 
-    /// A deterministic "server": tok/s is a function of the variant, measured with noise that
-    /// shrinks with the tokens measured; one variant's tuning falls back.
-    struct Model {
-        launches: usize,
-        tokens: u64,
-    }
-
-    impl Evaluate for Model {
-        fn evaluate(&mut self, v: &Variant, rung: Rung, qualify: bool, e: &mut Entry) {
-            self.launches += 1;
-            self.tokens += u64::from(rung.runs * rung.max_tokens);
-            let x: f64 = v
-                .settings
-                .iter()
-                .map(|(_, v)| v.parse::<f64>().unwrap())
-                .sum();
-            if qualify && (x - 17.0).abs() < f64::EPSILON {
-                e.disqualified = Some("speculative fell back".into());
-                return;
-            }
-            let noise = if rung.max_tokens >= 2048 {
-                0.0
-            } else {
-                3.0 * (x % 2.0)
-            };
-            e.measurements.push(Measurement {
-                rung,
-                tok_s: 100.0 + 10.0 * x - x * x / 2.0 + noise,
-                cv: 0.0,
-                ttft_ms: 1.0,
-            });
-        }
-    }
-
-    fn axes() -> Vec<Axis> {
-        vec![
-            Axis::parse("draft_max=2,4,8,16").unwrap(),
-            Axis::parse("-ub=1,2").unwrap(),
-        ]
-    }
-
     #[test]
     fn axes_parse_and_reject_nonsense() {
         assert!(Axis::parse("-ub=256,1024").unwrap().is_flag());
@@ -286,12 +297,16 @@ mod tests {
     }
 
     #[test]
-    fn grid_is_the_product_in_order() {
-        let g = grid(&axes());
+    fn grid_is_the_product_in_order_and_the_launch_key_drops_request_settings() {
+        let axes = vec![
+            Axis::parse("draft_max=2,4,8,16").unwrap(),
+            Axis::parse("-ub=1,2").unwrap(),
+        ];
+        let g = grid(&axes);
         assert_eq!(g.len(), 8);
         assert_eq!(g[0].name(), "draft_max=2 -ub=1");
         assert_eq!(g[7].name(), "draft_max=16 -ub=2");
-        let s = sample(g, Some(3));
+        let s = sample(g.clone(), Some(3));
         let names: Vec<String> = s.iter().map(Variant::name).collect();
         assert_eq!(
             names,
@@ -301,85 +316,8 @@ mod tests {
                 "draft_max=16 -ub=2"
             ]
         );
-    }
-
-    #[test]
-    fn halving_rungs_grow_and_end_at_full() {
-        let full = Rung {
-            warmup: 2,
-            runs: 5,
-            max_tokens: 2048,
-        };
-        let r = rungs(Method::Halving, 8, full);
-        let tokens: Vec<u32> = r.iter().map(|r| r.max_tokens).collect();
-        assert_eq!(tokens, [128, 256, 512, 2048]);
-        assert_eq!(rungs(Method::Grid, 8, full), [full]);
-        assert_eq!(rungs(Method::Halving, 1, full), [full]);
-        assert_eq!(rungs(Method::Halving, 2, full).len(), 2);
-    }
-
-    /// The model, interrupted once it has launched `stop_after` times.
-    struct Interrupted {
-        model: Model,
-        stop_after: usize,
-    }
-
-    impl Evaluate for Interrupted {
-        fn evaluate(&mut self, v: &Variant, rung: Rung, qualify: bool, e: &mut Entry) {
-            self.model.evaluate(v, rung, qualify, e);
-        }
-
-        fn stopped(&self) -> bool {
-            self.model.launches >= self.stop_after
-        }
-    }
-
-    #[test]
-    fn an_interrupted_search_launches_nothing_more() {
-        let full = Rung {
-            warmup: 2,
-            runs: 5,
-            max_tokens: 2048,
-        };
-        let mut eval = Interrupted {
-            model: Model {
-                launches: 0,
-                tokens: 0,
-            },
-            stop_after: 3,
-        };
-        let ranked = search(Method::Halving, grid(&axes()), full, &mut eval);
-        assert_eq!(eval.model.launches, 3);
-        assert_eq!(ranked.len(), 8, "every variant is still listed");
-    }
-
-    #[test]
-    fn halving_is_within_two_percent_of_the_grid_for_a_third_and_never_ranks_the_disqualified() {
-        let full = Rung {
-            warmup: 2,
-            runs: 5,
-            max_tokens: 2048,
-        };
-        let mut g = Model {
-            launches: 0,
-            tokens: 0,
-        };
-        let grid_ranked = search(Method::Grid, grid(&axes()), full, &mut g);
-        let mut h = Model {
-            launches: 0,
-            tokens: 0,
-        };
-        let halving_ranked = search(Method::Halving, grid(&axes()), full, &mut h);
-        // Short rungs favour an odd sum by +3 tok/s: halving's finalist is the runner-up, 0.3 %
-        // below the grid's best at the full rung.
-        assert_eq!(grid_ranked[0].variant.name(), "draft_max=8 -ub=2");
-        let best = grid_ranked[0].last().unwrap().tok_s;
-        let chosen = halving_ranked[0].last().unwrap();
-        assert_eq!(chosen.rung, full);
-        assert!(chosen.tok_s >= 0.98 * best, "{} vs {best}", chosen.tok_s);
-        assert!(h.tokens * 3 <= g.tokens, "{} vs {}", h.tokens, g.tokens);
-        let last = halving_ranked.last().unwrap();
-        assert_eq!(last.disqualified.as_deref(), Some("speculative fell back"));
-        assert_eq!(last.variant.name(), "draft_max=16 -ub=1");
+        let request: BTreeSet<String> = ["-ub".to_string()].into();
+        assert_eq!(g[1].launch_key(&request).name(), "draft_max=2");
+        assert_eq!(g[1].request(&request), [("-ub".into(), "2".into())]);
     }
 }

@@ -4,12 +4,18 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use std::collections::BTreeSet;
+
+use super::evaluate::Loader;
 use super::{Entry, Method};
 use crate::bench::plot::escape;
-use crate::recipe::Profile;
+use crate::error::Result;
+use crate::pipeline;
+use crate::recipe::{Profile, Recipe};
 
-/// The ranked table: the winner first, then everyone else, disqualified last with the reason.
-pub(crate) fn table(entries: &[Entry], rungs: usize) -> String {
+/// The ranked table: the winner first, then everyone else (the race's losers say why they are
+/// out), disqualified last with the reason. Each row names the launch its figure came from.
+pub(crate) fn table(entries: &[Entry]) -> String {
     let width = entries
         .iter()
         .map(|e| e.variant.name().len())
@@ -17,9 +23,13 @@ pub(crate) fn table(entries: &[Entry], rungs: usize) -> String {
         .unwrap_or(7)
         .max(7);
     let mut s = format!(
-        "{:<4} {:<width$} {:>10} {:>6} {:>9}  {}\n",
-        "rank", "variant", "tok/s", "CV", "TTFT ms", "status"
+        "{:<4} {:<width$} {:>10} {:>6} {:>9} {:>6}  {}\n",
+        "rank", "variant", "tok/s", "CV", "TTFT ms", "launch", "status"
     );
+    let top = entries
+        .first()
+        .and_then(Entry::last)
+        .map_or(0, |m| m.rung.max_tokens);
     let mut rank = 0;
     for e in entries {
         let name = e.variant.name();
@@ -28,9 +38,11 @@ pub(crate) fn table(entries: &[Entry], rungs: usize) -> String {
                 rank += 1;
                 let status = if rank == 1 {
                     "winner".to_string()
-                } else if e.measurements.len() < rungs {
+                } else if let Some(out) = &e.out {
+                    format!("out: {out}")
+                } else if m.rung.max_tokens < top {
                     format!(
-                        "out after round {} ({} tokens x {})",
+                        "out after {} round(s) ({} tokens x {})",
                         e.measurements.len(),
                         m.rung.max_tokens,
                         m.rung.runs
@@ -40,18 +52,27 @@ pub(crate) fn table(entries: &[Entry], rungs: usize) -> String {
                 };
                 let _ = writeln!(
                     s,
-                    "{rank:<4} {name:<width$} {:>10.1} {:>5.1}% {:>9.1}  {status}",
+                    "{rank:<4} {name:<width$} {:>10.1} {:>5.1}% {:>9.1} {:>6}  {status}",
                     m.tok_s,
                     m.cv * 100.0,
-                    m.ttft_ms
+                    m.ttft_ms,
+                    m.launch
                 );
             }
             (reason, _) => {
-                let why = reason.as_deref().unwrap_or("no measurement");
+                let why = reason
+                    .as_deref()
+                    .or(e.out.as_deref())
+                    .unwrap_or("no measurement");
+                let label = if reason.is_some() {
+                    "disqualified"
+                } else {
+                    "out"
+                };
                 let _ = writeln!(
                     s,
-                    "{:<4} {name:<width$} {:>10} {:>6} {:>9}  disqualified: {why}",
-                    "-", "-", "-", "-"
+                    "{:<4} {name:<width$} {:>10} {:>6} {:>9} {:>6}  {label}: {why}",
+                    "-", "-", "-", "-", "-"
                 );
             }
         }
@@ -158,6 +179,58 @@ impl WinnerFile<'_> {
             "# Written by `kiln tune` ({:?}): {}\n# Serve it: kiln serve THIS_FILE --profile {}\n{body}",
             self.method, self.summary, self.name
         )
+    }
+}
+
+/// The search's winner, to be written as a profile file.
+pub(crate) struct Winner<'a> {
+    pub recipe: &'a Recipe,
+    pub name: &'a str,
+    pub best: &'a Entry,
+    pub against: Option<&'a str>,
+    pub method: Method,
+    pub request: &'a BTreeSet<String>,
+}
+
+impl Winner<'_> {
+    /// The winner as a servable profile file (per-request settings are named in its summary):
+    /// where it was written, and the winner's tok/s.
+    pub(crate) fn write(
+        &self,
+        load: &Loader,
+        dir: &std::path::Path,
+    ) -> Result<(std::path::PathBuf, f64)> {
+        let (_, winner) =
+            super::evaluate::resolve(load, self.name, self.request, &self.best.variant, None)?;
+        let base = self
+            .against
+            .map(|b| {
+                pipeline::Variant::pick(self.recipe, Some(b))
+                    .map(|v| (v.name.to_string(), v.profile.clone()))
+            })
+            .transpose()?;
+        let best_name = format!("{}-best", self.name);
+        let m = self.best.last().expect("a ranked winner was measured");
+        let per_request = self.best.variant.request(self.request);
+        let mut summary = format!("{} at {:.1} tok/s", self.best.variant.name(), m.tok_s);
+        if !per_request.is_empty() {
+            let fields: Vec<String> = per_request
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            summary.push_str(&format!("; send {} with each request", fields.join(", ")));
+        }
+        let file = WinnerFile {
+            recipe: &self.recipe.name,
+            name: &best_name,
+            profile: &winner,
+            baseline: base.as_ref().map(|(n, p)| (n.as_str(), p)),
+            summary,
+            method: self.method,
+        };
+        let path = dir.join(format!("{best_name}.toml"));
+        crate::fs::write_atomic(&path, file.render().as_bytes())?;
+        Ok((path, m.tok_s))
     }
 }
 

@@ -1,5 +1,6 @@
-//! `kiln tune` end to end on the CPU demo with the real llama-server: variants judged, compared with
-//! the baseline's greedy output, benchmarked, ranked; the winner file is servable.
+//! `kiln tune` end to end on the CPU demo with the real llama-server: variants launched once each,
+//! judged, compared with the baseline's greedy output, raced, ranked; per-request knobs inside one
+//! launch; the cost estimate before and after a run; the winner file is servable.
 
 use crate::bench::tiny_cpu;
 use crate::common::Workspace;
@@ -19,27 +20,61 @@ fn tune_tuned(ws: &Workspace, prefix: &std::path::Path) -> assert_cmd::Command {
     cmd
 }
 
+/// Short requests: the race screens at an eighth of `--max-tokens` (here all 16), duels with more
+/// runs while the bounds overlap, and gives the winner the full rung.
+fn short_runs(cmd: &mut assert_cmd::Command) -> &mut assert_cmd::Command {
+    cmd.args([
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "--max-tokens",
+        "16",
+        "--ab-tokens",
+        "8",
+    ])
+}
+
+fn tune_json(ws: &Workspace) -> serde_json::Value {
+    let path = ws.state().join("tune/tiny-cpu/tuned.json");
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
 #[test]
-fn halving_ranks_qualified_variants_and_disqualifies_a_fallen_back_tuning() {
+fn the_race_launches_each_variant_once_ranks_the_qualified_and_prices_the_next_run() {
     let prefix = tiny_cpu();
     let ws = Workspace::new();
-    let out = tune_tuned(&ws, &prefix)
-        .args(["--vary=-fa=on,off", "--vary=-b=256,1024"])
-        .args([
-            "--runs",
-            "2",
-            "--warmup",
-            "1",
-            "--max-tokens",
-            "64",
-            "--ab-tokens",
-            "16",
-        ])
-        .output()
-        .unwrap();
+    // Before any launch of this recipe, the estimate has nothing to time launches with.
+    let dry = short_runs(tune_tuned(&ws, &prefix).args([
+        "--vary=-fa=on,off",
+        "--vary=-b=256,1024",
+        "--dry-run",
+    ]))
+    .output()
+    .unwrap();
+    let dry_out = String::from_utf8_lossy(&dry.stdout);
+    assert_eq!(dry.status.code(), Some(0), "{dry_out}");
+    assert!(
+        dry_out.contains("-fa=off -b=1024\n4 variant(s), 4 launch(es) + ~")
+            && dry_out.contains("no past launch of this recipe"),
+        "{dry_out}"
+    );
+    assert!(
+        !ws.state().join("tune/tiny-cpu/tuned.json").exists(),
+        "a dry run launches nothing"
+    );
+
+    let out =
+        short_runs(tune_tuned(&ws, &prefix).args(["--vary=-fa=on,off", "--vary=-b=256,1024"]))
+            .output()
+            .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("tune `tuned` of tiny-cpu (Race): 4 variant(s), 4 launch(es)"),
+        "{stderr}"
+    );
     // `tuned` expects flash attention: the `-fa off` variants fell back and cannot win.
     let lines: Vec<&str> = stdout.lines().collect();
     assert!(lines[0].starts_with("rank variant"), "{stdout}");
@@ -56,11 +91,19 @@ fn halving_ranks_qualified_variants_and_disqualifies_a_fallen_back_tuning() {
         disqualified.iter().all(|l| l.contains("-fa=off")),
         "{stdout}"
     );
+    assert!(stdout.contains("4 launches in "), "{stdout}");
 
-    let dir = ws.state().join("tune/tiny-cpu");
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("tuned.json")).unwrap()).unwrap();
-    assert_eq!(json["method"], "halving");
+    let json = tune_json(&ws);
+    assert_eq!(json["method"], "race");
+    assert_eq!(json["launches"], 4);
+    let records = json["launch_records"].as_array().unwrap();
+    let mut launched: Vec<&str> = records
+        .iter()
+        .map(|r| r["variant"].as_str().unwrap())
+        .collect();
+    launched.sort_unstable();
+    launched.dedup();
+    assert_eq!(launched.len(), 4, "each variant launched once: {records:?}");
     let entries = json["entries"].as_array().unwrap();
     assert_eq!(entries.len(), 4);
     let winner = &entries[0];
@@ -72,17 +115,31 @@ fn halving_ranks_qualified_variants_and_disqualifies_a_fallen_back_tuning() {
             .any(|e| e.as_str().unwrap().starts_with("greedy A/B: identical")),
         "{winner}"
     );
-    let svg = std::fs::read_to_string(dir.join("tuned.svg")).unwrap();
+    // The winner's figures all come from its one launch, the last of them the full benchmark.
+    let ms = winner["measurements"].as_array().unwrap();
+    let launch = ms[0]["launch"].as_u64().unwrap();
+    assert!(ms.iter().all(|m| m["launch"] == launch), "{winner}");
+    assert_eq!(ms.last().unwrap()["rung"]["runs"], 2, "{winner}");
+    let runner_up = &entries[1];
+    assert!(
+        runner_up["out"].is_string(),
+        "the loser says why: {runner_up}"
+    );
+    let svg = std::fs::read_to_string(ws.state().join("tune/tiny-cpu/tuned.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("disqualified: flash-attn fell back"));
 
-    // The winner file is a recipe: its profile replays the variant's own log as active.
-    let best = dir.join("tuned-best.toml");
+    // The winner file is a recipe: its profile replays the winner's own launch log as active.
+    let best = ws.state().join("tune/tiny-cpu/tuned-best.toml");
     let text = std::fs::read_to_string(&best).unwrap();
     assert!(
         text.contains("[profile.tuned-best]") && text.contains("baseline = \"baseline\""),
         "{text}"
     );
-    let log = ws.state().join("serve/tiny-cpu-tuned.log");
+    let log = records
+        .iter()
+        .find(|r| r["launch"] == launch)
+        .map(|r| r["log"].as_str().unwrap().to_string())
+        .unwrap();
     let judged = ws
         .kiln()
         .arg("serve")
@@ -95,6 +152,60 @@ fn halving_ranks_qualified_variants_and_disqualifies_a_fallen_back_tuning() {
         String::from_utf8_lossy(&judged.stdout).contains("flash-attn                   active"),
         "{}",
         String::from_utf8_lossy(&judged.stdout)
+    );
+
+    // The next estimate is priced with this run's launches and measurements.
+    let again = short_runs(tune_tuned(&ws, &prefix).args(["--vary=-b=256,512,1024", "--dry-run"]))
+        .output()
+        .unwrap();
+    let again_out = String::from_utf8_lossy(&again.stdout);
+    let last = again_out.lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("3 variant(s), 3 launch(es) × ~")
+            && last.contains(" tok/s ≈ ")
+            && last.ends_with("(from 4 past launch(es) in 1 tune result(s))"),
+        "{again_out}"
+    );
+}
+
+#[test]
+fn per_request_knobs_are_varied_inside_one_launch() {
+    let prefix = tiny_cpu();
+    let ws = Workspace::new();
+    // The grid: the knob path is the same for every method, and two variants of the same speed
+    // would have the race duel them to its last round on this slow CPU.
+    let out = short_runs(tune_tuned(&ws, &prefix).args(["--vary=top_k=1,40", "--method=grid"]))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("2 variant(s), 1 launch(es)")
+            && stderr.contains("per request, inside one launch: top_k (top-k sampling)"),
+        "{stderr}"
+    );
+    let json = tune_json(&ws);
+    assert_eq!(json["launches"], 1, "{json}");
+    assert_eq!(json["per_request"], serde_json::json!(["top_k"]));
+    let entries = json["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 2);
+    // Both were judged (greedy decoding: top-k changes no token) and measured on launch 1.
+    for e in entries {
+        assert!(e["disqualified"].is_null(), "{e}");
+        assert!(
+            e["measurements"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|m| m["launch"] == 1),
+            "{e}"
+        );
+    }
+    let best = std::fs::read_to_string(ws.state().join("tune/tiny-cpu/tuned-best.toml")).unwrap();
+    assert!(
+        best.contains("send ") && best.contains("with each request"),
+        "{best}"
     );
 }
 

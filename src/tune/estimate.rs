@@ -1,0 +1,255 @@
+//! What a sweep will cost, before it starts: launches and tokens from the search's plan, priced
+//! with this recipe's own past figures (the launches and measurements of earlier `kiln tune`
+//! runs, kept in `tune/<recipe>/*.json`, else the last `kiln up` report: ready time and bench).
+//! `kiln tune --dry-run` prints it and stops; a real run prints it first. `--budget` takes a
+//! number of variants or a time (`30m`).
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::{race, Method, Rung};
+use crate::bench::ab;
+
+/// `--budget`: at most this many variants, or stop launching once this much time has passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Budget {
+    Variants(usize),
+    Time(Duration),
+}
+
+impl Budget {
+    /// The variant count, when the budget is one.
+    pub(crate) fn variants(self) -> Option<usize> {
+        match self {
+            Budget::Variants(n) => Some(n),
+            Budget::Time(_) => None,
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> std::result::Result<Budget, String> {
+        if let Ok(n) = s.trim().parse::<usize>() {
+            return if n == 0 {
+                Err("a budget of 0 variants measures nothing".into())
+            } else {
+                Ok(Budget::Variants(n))
+            };
+        }
+        crate::units::parse_duration(s)
+            .map(Budget::Time)
+            .map_err(|e| format!("{e}; or a number of variants"))
+    }
+}
+
+/// This recipe's past figures: seconds from start to ready, and decode tok/s.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct History {
+    pub ready_s: Vec<f64>,
+    pub tok_s: Vec<f64>,
+    /// Where they came from, for the user.
+    pub source: String,
+}
+
+impl History {
+    /// Read `tune_dir` (earlier tune results) and, failing that, `report` (`kiln up`'s JSON).
+    pub(crate) fn read(tune_dir: &Path, report: &Path) -> History {
+        let mut h = History::default();
+        let mut files = 0;
+        for entry in std::fs::read_dir(tune_dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let Some(v) = std::fs::read(&path)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            else {
+                continue;
+            };
+            files += 1;
+            for l in v["launch_records"].as_array().into_iter().flatten() {
+                h.ready_s.extend(l["ready_s"].as_f64());
+            }
+            for e in v["entries"].as_array().into_iter().flatten() {
+                for m in e["measurements"].as_array().into_iter().flatten() {
+                    h.tok_s.extend(m["tok_s"].as_f64().filter(|t| *t > 0.0));
+                }
+            }
+        }
+        if !h.ready_s.is_empty() {
+            h.source = format!(
+                "{} past launch(es) in {files} tune result(s)",
+                h.ready_s.len()
+            );
+            return h;
+        }
+        if let Some(v) = std::fs::read(report)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        {
+            h.ready_s.extend(v["ready_after_s"].as_f64());
+            let bench = &v["bench"];
+            let decode = bench["decode_tok_s"]["median"].as_f64();
+            h.tok_s
+                .extend(decode.or_else(|| bench["e2e_tok_s"]["median"].as_f64()));
+            if !h.ready_s.is_empty() {
+                h.source = format!("the last `kiln up` report ({})", report.display());
+            }
+        }
+        h
+    }
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    crate::bench::stats::summarize(v).map(|s| s.median)
+}
+
+/// The plan of a search, priced.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Estimate {
+    pub variants: usize,
+    /// Launches the plan makes at most (the race and the grid: one per launch key).
+    pub launches: usize,
+    /// Tokens generated: A/B, warm-ups and measured runs, screening duels counted once.
+    pub tokens: u64,
+    pub ready_s: Option<f64>,
+    pub tok_s: Option<f64>,
+    pub source: String,
+}
+
+impl Estimate {
+    /// `keys` launch keys over `variants` variants (per-request knobs share a launch).
+    pub(crate) fn plan(
+        method: Method,
+        variants: usize,
+        keys: usize,
+        full: Rung,
+        ab_tokens: u32,
+        history: &History,
+    ) -> Estimate {
+        let per_run = |r: Rung| u64::from(r.runs * r.max_tokens + r.warmup * r.max_tokens.min(64));
+        let ab = u64::from(ab_tokens) * ab::PROMPTS.len() as u64;
+        let n = variants as u64;
+        let (launches, tokens) = match method {
+            Method::Grid => (keys, n * (ab + per_run(full))),
+            Method::Race => {
+                let screen = race::screen_rung(full);
+                // Each challenger: its screen and, on average, one paired round with the leader.
+                (keys, n * (ab + 3 * per_run(screen)) + per_run(full))
+            }
+            Method::Halving => {
+                let mut left = variants;
+                let mut launches = 0;
+                let mut tokens = n * ab;
+                for r in super::rungs(Method::Halving, variants, full) {
+                    launches += left;
+                    tokens += left as u64 * per_run(r);
+                    left = left.div_ceil(2).max(1);
+                }
+                (launches, tokens)
+            }
+        };
+        Estimate {
+            variants,
+            launches,
+            tokens,
+            ready_s: median(&history.ready_s),
+            tok_s: median(&history.tok_s),
+            source: history.source.clone(),
+        }
+    }
+
+    /// The expected wall time, when there is a past figure to price it with.
+    pub(crate) fn wall(&self) -> Option<Duration> {
+        let (ready, tok_s) = (self.ready_s?, self.tok_s?);
+        // Each launch also pays its stop and a verdict request: ~0.5 s.
+        let s = self.launches as f64 * (ready + 0.5) + self.tokens as f64 / tok_s.max(1e-3);
+        Some(Duration::from_secs_f64(s))
+    }
+
+    /// "8 variants, 8 launches × ~5.1 s + ~41k tokens at ~550 tok/s ≈ 2.3 min (from ...)".
+    pub(crate) fn line(&self) -> String {
+        let head = format!("{} variant(s), {} launch(es)", self.variants, self.launches);
+        match (self.ready_s, self.tok_s, self.wall()) {
+            (Some(r), Some(t), Some(w)) => format!(
+                "{head} × ~{r:.1} s + ~{} tokens at ~{t:.0} tok/s ≈ {} (from {})",
+                human_tokens(self.tokens),
+                human_duration(w),
+                self.source
+            ),
+            _ => format!(
+                "{head} + ~{} tokens; no past launch of this recipe to time them (`kiln up` it once)",
+                human_tokens(self.tokens)
+            ),
+        }
+    }
+}
+
+fn human_tokens(t: u64) -> String {
+    if t >= 10_000 {
+        format!("{}k", (t + 500) / 1000)
+    } else {
+        t.to_string()
+    }
+}
+
+pub(crate) fn human_duration(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 120.0 {
+        format!("{s:.0} s")
+    } else if s < 7200.0 {
+        format!("{:.1} min", s / 60.0)
+    } else {
+        format!("{:.1} h", s / 3600.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn full() -> Rung {
+        Rung {
+            warmup: 2,
+            runs: 5,
+            max_tokens: 2048,
+        }
+    }
+
+    #[test]
+    fn budgets_are_counts_or_times() {
+        assert_eq!(Budget::parse("4"), Ok(Budget::Variants(4)));
+        assert_eq!(
+            Budget::parse("30m"),
+            Ok(Budget::Time(Duration::from_secs(1800)))
+        );
+        assert!(Budget::parse("0").is_err());
+        assert!(Budget::parse("soon").is_err());
+    }
+
+    #[test]
+    fn the_seeds_stack_is_priced_by_its_launches() {
+        // The example: ~9 minutes a launch, 8 variants.
+        let h = History {
+            ready_s: vec![540.0],
+            tok_s: vec![90.0],
+            source: "a test".into(),
+        };
+        let grid = Estimate::plan(Method::Grid, 8, 8, full(), 64, &h);
+        let race = Estimate::plan(Method::Race, 8, 8, full(), 64, &h);
+        assert_eq!((grid.launches, race.launches), (8, 8));
+        assert!(race.tokens * 2 < grid.tokens);
+        let line = grid.line();
+        assert!(
+            line.starts_with("8 variant(s), 8 launch(es) × ~540.0 s + ~85k tokens at ~90 tok/s ≈ "),
+            "{line}"
+        );
+        assert!(
+            line.ends_with(" h (from a test)") || line.contains(" min "),
+            "{line}"
+        );
+        let halving = Estimate::plan(Method::Halving, 8, 8, full(), 64, &h);
+        assert_eq!(halving.launches, 8 + 4 + 2 + 1);
+        let none = Estimate::plan(Method::Race, 2, 1, full(), 64, &History::default());
+        assert!(none.line().contains("no past launch"), "{}", none.line());
+    }
+}

@@ -1,0 +1,378 @@
+//! The real evaluator of `kiln tune`: each launch is the pipeline's (`pipeline::launch`), judged
+//! with its verdicts, compared with the reference's greedy output, and benchmarked with
+//! `bench::run` (per-request knobs in every request). Variants are measured, not recorded: they
+//! stay out of the bench history.
+//!
+//! Each launch gets its own server log (`serve/<recipe>-<profile>.tuneN.log`) and, when the
+//! recipe has a `port` variable and two servers are allowed, its own free port: the race keeps
+//! its leader up while it measures the next variant.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use super::{knobs, Entry, Evaluate, LaunchId, Measurement, Rung, Variant};
+use crate::bench::{self, ab};
+use crate::error::{Error, Result};
+use crate::host::Facts;
+use crate::paths::StatePaths;
+use crate::pipeline::{self, Launched, Session};
+use crate::recipe::{Profile, Recipe};
+
+/// Loads the recipe with extra `KEY=VALUE` overrides (the variant's variables).
+pub(crate) type Loader<'a> = dyn Fn(&[String]) -> Result<Recipe> + 'a;
+
+/// What a launch of the search took, for the cost estimate of the next one.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct LaunchRecord {
+    pub launch: usize,
+    pub variant: String,
+    /// Start to ready, seconds.
+    pub ready_s: f64,
+    /// Start to stop, seconds.
+    pub held_s: f64,
+    pub log: std::path::PathBuf,
+}
+
+pub(crate) struct Evaluator<'a> {
+    pub load: &'a Loader<'a>,
+    pub paths: &'a StatePaths,
+    pub facts: &'a Facts,
+    pub profile: &'a str,
+    pub reference: Option<&'a [ab::Output]>,
+    pub ab_tokens: u32,
+    /// The per-request keys (sent in the body, not set at launch).
+    pub request: BTreeSet<String>,
+    /// Two servers may be up at once: the recipe has a `port` variable to give each its own,
+    /// and `--one-server` was not passed. The caller sets it (default: no).
+    pub allow_two: bool,
+    pub deadline: Option<Instant>,
+    pub say: &'a mut dyn FnMut(&str),
+    launched: BTreeMap<LaunchId, (Launched<'static>, &'static Recipe, Instant)>,
+    pub records: Vec<LaunchRecord>,
+}
+
+impl<'a> Evaluator<'a> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        load: &'a Loader<'a>,
+        paths: &'a StatePaths,
+        facts: &'a Facts,
+        profile: &'a str,
+        reference: Option<&'a [ab::Output]>,
+        ab_tokens: u32,
+        request: BTreeSet<String>,
+        say: &'a mut dyn FnMut(&str),
+    ) -> Evaluator<'a> {
+        Evaluator {
+            load,
+            paths,
+            facts,
+            profile,
+            reference,
+            ab_tokens,
+            request,
+            allow_two: false,
+            deadline: None,
+            say,
+            launched: BTreeMap::new(),
+            records: Vec::new(),
+        }
+    }
+
+    pub(crate) fn launches(&self) -> usize {
+        self.records.len()
+    }
+
+    pub(crate) fn resolve(&self, v: &Variant, port: Option<u16>) -> Result<(Recipe, Profile)> {
+        resolve(self.load, self.profile, &self.request, v, port)
+    }
+
+    fn extra(&self, v: &Variant) -> Vec<(String, serde_json::Value)> {
+        v.request(&self.request)
+            .into_iter()
+            .map(|(k, val)| {
+                let json = knobs::value(&val);
+                (k, json)
+            })
+            .collect()
+    }
+
+    fn url(&self, l: &Launched) -> std::result::Result<String, String> {
+        l.running
+            .record
+            .url
+            .clone()
+            .ok_or_else(|| format!("profile `{}` has no port or url to query", self.profile))
+    }
+
+    fn try_launch(&mut self, key: &Variant) -> Result<LaunchId> {
+        let id = self.records.len() + 1;
+        let port = self.can_hold_two().then(free_port).flatten();
+        let (recipe, p) = self.resolve(key, port)?;
+        // A launch borrows its recipe and profile for as long as it is up, and the race keeps
+        // launches across calls: they live for the rest of this (short-lived) process.
+        let recipe: &'static Recipe = Box::leak(Box::new(recipe));
+        let profile: &'static Profile = Box::leak(Box::new(p));
+        let name: &'static str = Box::leak(format!("{}.tune{id}", self.profile).into_boxed_str());
+        let s = Session {
+            recipe,
+            paths: self.paths,
+            facts: self.facts,
+        };
+        (self.say)(&format!("tune: launch {id}: `{}`", key.name()));
+        let started = Instant::now();
+        let variant = pipeline::Variant { name, profile };
+        let launched = pipeline::launch(s, variant, false, None, &mut |_| {})?;
+        self.records.push(LaunchRecord {
+            launch: id,
+            variant: key.name(),
+            ready_s: launched.running.ready_after.as_secs_f64(),
+            held_s: 0.0,
+            log: launched.running.record.log.clone(),
+        });
+        self.launched.insert(id, (launched, recipe, started));
+        Ok(id)
+    }
+
+    fn verdicts(&self, launch: LaunchId, served: bool, e: &mut Entry) {
+        let Some((l, _, _)) = self.launched.get(&launch) else {
+            return;
+        };
+        let verdicts = pipeline::verdicts(l, served);
+        e.evidence.retain(|line| !line.starts_with("verdict "));
+        for v in &verdicts {
+            e.evidence.push(format!(
+                "verdict {}: {}: {}",
+                v.feature,
+                v.status.label(),
+                v.reason
+            ));
+        }
+        if let Some(bad) = verdicts.iter().find(|v| !v.status.proven_active()) {
+            e.disqualified = Some(format!(
+                "{} {}: {}",
+                bad.feature,
+                bad.status.label(),
+                bad.reason
+            ));
+        }
+    }
+
+    fn greedy_ab(&self, launch: LaunchId, v: &Variant, e: &mut Entry) -> Result<()> {
+        let (Some(reference), Some((l, _, _))) = (self.reference, self.launched.get(&launch))
+        else {
+            return Ok(());
+        };
+        let url = self.url(l).map_err(|m| Error::other(m, None))?;
+        let got = ab::collect_with(&url, l.running.api, self.ab_tokens, &self.extra(v))?;
+        let cmp = ab::compare(reference, &got, (self.ab_tokens / 2) as usize);
+        e.evidence.push(format!(
+            "greedy A/B: {} ({:.1}% tokens agree)",
+            cmp.verdict,
+            cmp.agreement * 100.0
+        ));
+        if cmp.verdict == "wrong output" {
+            e.disqualified = Some(format!(
+                "wrong greedy output ({:.1}% tokens agree with the baseline)",
+                cmp.agreement * 100.0
+            ));
+        }
+        Ok(())
+    }
+
+    fn try_measure(&mut self, launch: LaunchId, v: &Variant, rung: Rung) -> Result<Measurement> {
+        let others_up = self.launched.len().saturating_sub(1);
+        let (l, _, _) = self
+            .launched
+            .get(&launch)
+            .ok_or_else(|| Error::other(format!("launch {launch} is not up"), None))?;
+        let url = self.url(l).map_err(|m| Error::other(m, None))?;
+        let extra = self.extra(v);
+        let run = bench::Options {
+            url: &url,
+            api: l.running.api,
+            max_tokens: rung.max_tokens,
+            runs: rung.runs,
+            warmup: rung.warmup,
+            prompt: bench::DEFAULT_PROMPT,
+            timeout: bench::client::default_deadline(rung.max_tokens),
+            extra: &extra,
+        };
+        let fp = pipeline::bench_fingerprint(self.facts, &url, l.running.api);
+        let report = bench::run(&run, fp, &mut |_| {}, &mut |_| {})?;
+        let (_, headline) = report.headline();
+        let runs = report
+            .runs
+            .iter()
+            .map(|r| r.decode_tok_s.unwrap_or(r.e2e_tok_s))
+            .collect();
+        (self.say)(&format!(
+            "tune: `{}` (launch {launch}): {:.1} tok/s, CV {:.1}% ({} x {} tokens)",
+            v.name(),
+            headline.median,
+            headline.cv * 100.0,
+            rung.runs,
+            rung.max_tokens
+        ));
+        Ok(Measurement {
+            rung,
+            tok_s: headline.median,
+            cv: headline.cv,
+            ttft_ms: report.ttft_ms.median,
+            runs,
+            launch,
+            others_up,
+        })
+    }
+}
+
+impl Evaluate for Evaluator<'_> {
+    fn launch(&mut self, key: &Variant) -> std::result::Result<LaunchId, String> {
+        self.try_launch(key).map_err(|e| {
+            let msg = e.to_string();
+            (self.say)(&format!("tune: `{}` failed: {msg}", key.name()));
+            msg.lines().next().unwrap_or("").to_string()
+        })
+    }
+
+    fn qualify(&mut self, launch: LaunchId, v: &Variant, served: bool, e: &mut Entry) {
+        self.verdicts(launch, served, e);
+        if served || e.disqualified.is_some() {
+            return;
+        }
+        if let Err(err) = self.greedy_ab(launch, v, e) {
+            e.disqualified = Some(format!(
+                "failed: {}",
+                err.to_string().lines().next().unwrap_or("")
+            ));
+        }
+    }
+
+    fn measure(
+        &mut self,
+        launch: LaunchId,
+        v: &Variant,
+        rung: Rung,
+    ) -> std::result::Result<Measurement, String> {
+        self.try_measure(launch, v, rung).map_err(|e| {
+            let msg = e.to_string();
+            (self.say)(&format!("tune: `{}` failed: {msg}", v.name()));
+            msg.lines().next().unwrap_or("").to_string()
+        })
+    }
+
+    fn stop(&mut self, launch: LaunchId) {
+        if let Some((l, recipe, started)) = self.launched.remove(&launch) {
+            let s = Session {
+                recipe,
+                paths: self.paths,
+                facts: self.facts,
+            };
+            l.stop(s);
+            if let Some(r) = self.records.iter_mut().find(|r| r.launch == launch) {
+                r.held_s = started.elapsed().as_secs_f64();
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn can_hold_two(&self) -> bool {
+        self.allow_two
+    }
+
+    fn interrupted(&self) -> bool {
+        crate::process::interrupted()
+    }
+
+    fn out_of_time(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+}
+
+impl Drop for Evaluator<'_> {
+    fn drop(&mut self) {
+        let up: Vec<LaunchId> = self.launched.keys().copied().collect();
+        for id in up {
+            self.stop(id);
+        }
+    }
+}
+
+/// The recipe with the variant's variables set (and `port`, when given), and `profile` with the
+/// variant's flags added. Per-request keys (`request`) are part of neither.
+pub(crate) fn resolve(
+    load: &Loader,
+    profile: &str,
+    request: &BTreeSet<String>,
+    v: &Variant,
+    port: Option<u16>,
+) -> Result<(Recipe, Profile)> {
+    let mut sets: Vec<String> = v
+        .settings
+        .iter()
+        .filter(|(k, _)| !k.starts_with('-') && !request.contains(k))
+        .map(|(k, val)| format!("{k}={val}"))
+        .collect();
+    if let Some(p) = port {
+        sets.push(format!("port={p}"));
+    }
+    let recipe = load(&sets)?;
+    let mut p = pipeline::Variant::pick(&recipe, Some(profile))?
+        .profile
+        .clone();
+    for (k, val) in v.settings.iter().filter(|(k, _)| k.starts_with('-')) {
+        set_flag(&mut p.args, k, val);
+    }
+    Ok((recipe, p))
+}
+
+/// A port nothing listens on now (the OS picks it).
+fn free_port() -> Option<u16> {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .ok()
+}
+
+/// Give `flag` the value `value`: replace the value of its last occurrence (`-b 1024` or
+/// `-b=1024`); a bare switch (the next word is another flag, as `verdict::flag_value` reads
+/// it) gets the value after it; else append both.
+pub(crate) fn set_flag(args: &mut Vec<String>, flag: &str, value: &str) {
+    let prefix = format!("{flag}=");
+    let takes_value = |next: &String| !next.starts_with('-') || next.parse::<f64>().is_ok();
+    match args
+        .iter()
+        .rposition(|a| a == flag || a.starts_with(&prefix))
+    {
+        Some(i) if args[i] != flag => args[i] = format!("{flag}={value}"),
+        Some(i) if args.get(i + 1).is_some_and(takes_value) => args[i + 1] = value.to_string(),
+        Some(i) => args.insert(i + 1, value.to_string()),
+        None => {
+            args.push(flag.to_string());
+            args.push(value.to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::set_flag;
+
+    #[test]
+    fn flags_are_replaced_not_repeated() {
+        let mut a: Vec<String> = ["-b", "1024", "-ub=512", "-t", "2"]
+            .map(String::from)
+            .to_vec();
+        set_flag(&mut a, "-b", "256");
+        set_flag(&mut a, "-ub", "64");
+        set_flag(&mut a, "-fa", "on");
+        assert_eq!(a, ["-b", "256", "-ub=64", "-t", "2", "-fa", "on"]);
+        // A bare switch followed by another flag gets its value; the next flag keeps its own.
+        let mut b: Vec<String> = ["--flash-attn", "-t", "2", "--neg", "-1"]
+            .map(String::from)
+            .to_vec();
+        set_flag(&mut b, "--flash-attn", "on");
+        set_flag(&mut b, "--neg", "-2");
+        assert_eq!(b, ["--flash-attn", "on", "-t", "2", "--neg", "-2"]);
+    }
+}

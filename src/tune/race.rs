@@ -1,0 +1,486 @@
+//! The race, `kiln tune`'s default: every launch key is launched at most once, and each launch's
+//! measurements are kept. A variant is screened with short runs; it then duels the leader on
+//! confidence bounds of decode tok/s (mean ± t·s/√n, with the spread its runs show and a floor
+//! for timing noise): one whose upper bound is below the other's lower bound cannot win and is
+//! no longer measured; while the bounds overlap they get more runs (the time the losers saved):
+//! the challenger each round, the leader while it has no more runs than the challenger, up to
+//! [`MAX_ROUNDS`] rounds, and then the lower mean is out. The leader stays up,
+//! idle, while the next variant is launched and measured (two servers at once, never two
+//! measurements at once); the last one standing gets the full benchmark in its own launch.
+//! Without room for two servers ([`Evaluate::can_hold_two`]) a new leader gets its full benchmark
+//! at once, before its launch ends.
+
+use std::collections::BTreeSet;
+
+use super::{rank, Entry, Evaluate, LaunchId, Rung, Variant};
+
+/// More paired rounds of screening runs before a tie is broken by the mean.
+pub(crate) const MAX_ROUNDS: usize = 3;
+/// The least relative spread a bound assumes: request timing on a quiet machine varies ~1 %.
+pub(crate) const NOISE_FLOOR: f64 = 0.01;
+
+/// The screening rung: one warm-up (none if the full rung has none), three runs of an eighth of
+/// the full request (at least 64 tokens, at most the full request).
+pub(crate) fn screen_rung(full: Rung) -> Rung {
+    Rung {
+        warmup: full.warmup.min(1),
+        runs: 3,
+        max_tokens: (full.max_tokens / 8).max(64).min(full.max_tokens),
+    }
+}
+
+/// The entries of `among` grouped by launch key, in order of first appearance.
+pub(crate) fn groups(
+    entries: &[Entry],
+    among: &[usize],
+    request: &BTreeSet<String>,
+) -> Vec<Vec<usize>> {
+    let mut out: Vec<(Variant, Vec<usize>)> = Vec::new();
+    for &i in among {
+        let key = entries[i].variant.launch_key(request);
+        match out.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, g)) => g.push(i),
+            None => out.push((key, vec![i])),
+        }
+    }
+    out.into_iter().map(|(_, g)| g).collect()
+}
+
+/// How many launches `variants` need: one per launch key.
+pub(crate) fn launch_keys(variants: &[Variant], request: &BTreeSet<String>) -> usize {
+    let entries: Vec<Entry> = variants.iter().cloned().map(Entry::new).collect();
+    groups(&entries, &(0..entries.len()).collect::<Vec<_>>(), request).len()
+}
+
+/// Two-sided 95 % Student t quantiles for 1..=10 degrees of freedom; 2.0 beyond.
+fn t95(df: usize) -> f64 {
+    const T: [f64; 10] = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23];
+    T.get(df.wrapping_sub(1)).copied().unwrap_or(2.0)
+}
+
+/// The 95 % confidence interval of the mean of `runs` (spread at least [`NOISE_FLOOR`]).
+pub(crate) fn bounds(runs: &[f64]) -> (f64, f64) {
+    let n = runs.len();
+    if n == 0 {
+        return (0.0, f64::INFINITY);
+    }
+    let mean = runs.iter().sum::<f64>() / n as f64;
+    let var = if n > 1 {
+        runs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64
+    } else {
+        0.0
+    };
+    let sd = var.sqrt().max(NOISE_FLOOR * mean.abs());
+    let half = t95(n.max(2) - 1) * sd / (n as f64).sqrt();
+    (mean - half, mean + half)
+}
+
+fn mean(runs: &[f64]) -> f64 {
+    runs.iter().sum::<f64>() / runs.len().max(1) as f64
+}
+
+/// Launch each key once, screen, duel the leader, give the last one standing the full rung.
+pub(crate) fn race(
+    variants: Vec<Variant>,
+    request: &BTreeSet<String>,
+    full: Rung,
+    eval: &mut dyn Evaluate,
+) -> Vec<Entry> {
+    let screen = screen_rung(full);
+    let hold_two = eval.can_hold_two();
+    let mut entries: Vec<Entry> = variants.into_iter().map(Entry::new).collect();
+    let all: Vec<usize> = (0..entries.len()).collect();
+    let mut leader: Option<(usize, LaunchId)> = None;
+    let mut not_launched = Vec::new();
+    for group in groups(&entries, &all, request) {
+        if eval.interrupted() || eval.out_of_time() {
+            not_launched.extend(group);
+            continue;
+        }
+        let key = entries[group[0]].variant.launch_key(request);
+        let launch = match eval.launch(&key) {
+            Ok(l) => l,
+            Err(why) => {
+                for &i in &group {
+                    entries[i].disqualified = Some(format!("failed: {why}"));
+                }
+                continue;
+            }
+        };
+        for &i in &group {
+            if eval.interrupted() {
+                break;
+            }
+            if !screened(&mut entries[i], launch, screen, eval) {
+                continue;
+            }
+            let won = match leader {
+                None => true,
+                Some((l, l_launch)) => {
+                    let duel = Duel {
+                        screen,
+                        hold_two,
+                        challenger: (i, launch),
+                        leader: (l, l_launch),
+                    };
+                    let won = duel.run(&mut entries, eval) == i;
+                    if won && l_launch != launch {
+                        eval.stop(l_launch);
+                    }
+                    won
+                }
+            };
+            if won {
+                leader = Some((i, launch));
+                if !hold_two {
+                    finish(&mut entries[i], launch, full, eval);
+                }
+            }
+        }
+        if !hold_two || leader.is_none_or(|(_, l)| l != launch) {
+            eval.stop(launch);
+        }
+    }
+    if let Some((l, launch)) = leader {
+        if hold_two && !eval.interrupted() {
+            finish(&mut entries[l], launch, full, eval);
+        }
+        eval.stop(launch);
+    }
+    for i in not_launched {
+        entries[i].out = Some("not launched: the search was stopped (budget or interrupt)".into());
+    }
+    rank(entries)
+}
+
+/// Qualify (verdicts, greedy A/B), screen, and judge the verdicts again after the traffic.
+/// Whether the entry is still in the race.
+fn screened(e: &mut Entry, launch: LaunchId, screen: Rung, eval: &mut dyn Evaluate) -> bool {
+    let v = e.variant.clone();
+    eval.qualify(launch, &v, false, e);
+    if e.disqualified.is_some() {
+        return false;
+    }
+    match eval.measure(launch, &v, screen) {
+        Ok(m) => e.measurements.push(m),
+        Err(why) => {
+            e.disqualified = Some(format!("failed: {why}"));
+            return false;
+        }
+    }
+    eval.qualify(launch, &v, true, e);
+    e.disqualified.is_none()
+}
+
+/// The full benchmark, in the entry's own (still running) launch.
+fn finish(e: &mut Entry, launch: LaunchId, full: Rung, eval: &mut dyn Evaluate) {
+    let v = e.variant.clone();
+    match eval.measure(launch, &v, full) {
+        Ok(m) => e.measurements.push(m),
+        Err(why) => e.disqualified = Some(format!("failed: {why}")),
+    }
+}
+
+/// A challenger against the leader, on screening runs.
+struct Duel {
+    screen: Rung,
+    hold_two: bool,
+    challenger: (usize, LaunchId),
+    leader: (usize, LaunchId),
+}
+
+impl Duel {
+    /// The index of the one left standing; the other gets `out` (or `disqualified`).
+    fn run(&self, entries: &mut [Entry], eval: &mut dyn Evaluate) -> usize {
+        let ((c, c_launch), (l, l_launch)) = (self.challenger, self.leader);
+        let name = |e: &Entry| e.variant.name();
+        for round in 0..=MAX_ROUNDS {
+            let (c_runs, l_runs) = (
+                entries[c].runs_at(self.screen),
+                entries[l].runs_at(self.screen),
+            );
+            let ((c_lo, c_hi), (l_lo, l_hi)) = (bounds(&c_runs), bounds(&l_runs));
+            let tokens = self.screen.max_tokens;
+            if c_hi < l_lo {
+                entries[c].out = Some(format!(
+                    "cannot win: at most {c_hi:.1} tok/s against `{}`'s at least {l_lo:.1} ({tokens}-token runs)",
+                    name(&entries[l])
+                ));
+                return l;
+            }
+            if l_hi < c_lo {
+                entries[l].out = Some(format!(
+                    "beaten by `{}`: at most {l_hi:.1} tok/s against at least {c_lo:.1} ({tokens}-token runs)",
+                    name(&entries[c])
+                ));
+                return c;
+            }
+            if round == MAX_ROUNDS {
+                let (cm, lm) = (mean(&c_runs), mean(&l_runs));
+                let (lose, win, lo_m, hi_m) = if cm > lm {
+                    (l, c, lm, cm)
+                } else {
+                    (c, l, cm, lm)
+                };
+                entries[lose].out = Some(format!(
+                    "tied with `{}` within the noise ({} and {} runs); lower mean, {lo_m:.1} vs {hi_m:.1} tok/s",
+                    name(&entries[win]),
+                    c_runs.len(),
+                    l_runs.len()
+                ));
+                return win;
+            }
+            if eval.interrupted() {
+                return l;
+            }
+            // The bounds overlap: more runs, one measurement after the other (never at once):
+            // the challenger's, and the leader's while it has no more runs than the challenger.
+            let cv = entries[c].variant.clone();
+            match eval.measure(c_launch, &cv, self.screen) {
+                Ok(m) => entries[c].measurements.push(m),
+                Err(why) => {
+                    entries[c].disqualified = Some(format!("failed: {why}"));
+                    return l;
+                }
+            }
+            let (nc, nl) = (
+                entries[c].runs_at(self.screen).len(),
+                entries[l].runs_at(self.screen).len(),
+            );
+            if self.hold_two && nl <= nc {
+                let lv = entries[l].variant.clone();
+                match eval.measure(l_launch, &lv, self.screen) {
+                    Ok(m) => entries[l].measurements.push(m),
+                    Err(why) => {
+                        entries[l].disqualified = Some(format!("failed: {why}"));
+                        return c;
+                    }
+                }
+            }
+        }
+        unreachable!("the last round decides")
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::tune::{grid, search, Axis, Measurement, Method};
+
+    /// A deterministic "server": tok/s is a function of the variant (the sum of its numeric
+    /// settings), each run off by up to ±`noise` (relative, a fixed pseudo-random sequence); the
+    /// variant summing to 17 falls back. It counts launches, tokens, servers up at once, and
+    /// model seconds (5 s a launch, tokens at the true rate).
+    pub(crate) struct Model {
+        pub launches: usize,
+        pub tokens: u64,
+        pub seconds: f64,
+        pub stop_after: Option<usize>,
+        pub max_up: usize,
+        pub keys: Vec<Variant>,
+        pub hold_two: bool,
+        noise: f64,
+        up: BTreeSet<LaunchId>,
+        seq: u64,
+    }
+
+    impl Model {
+        pub(crate) fn new(noise: f64) -> Model {
+            Model {
+                launches: 0,
+                tokens: 0,
+                seconds: 0.0,
+                stop_after: None,
+                max_up: 0,
+                keys: vec![],
+                hold_two: true,
+                noise,
+                up: BTreeSet::new(),
+                seq: 7,
+            }
+        }
+
+        fn x(v: &Variant) -> f64 {
+            v.settings
+                .iter()
+                .map(|(_, v)| v.parse::<f64>().unwrap())
+                .sum()
+        }
+
+        pub(crate) fn truth(v: &Variant) -> f64 {
+            let x = Model::x(v);
+            100.0 + 10.0 * x - x * x / 2.0
+        }
+
+        fn jitter(&mut self) -> f64 {
+            self.seq = self
+                .seq
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((self.seq >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+        }
+    }
+
+    impl Evaluate for Model {
+        fn launch(&mut self, key: &Variant) -> Result<LaunchId, String> {
+            self.launches += 1;
+            self.seconds += 5.0;
+            self.keys.push(key.clone());
+            self.up.insert(self.launches);
+            self.max_up = self.max_up.max(self.up.len());
+            Ok(self.launches)
+        }
+
+        fn qualify(&mut self, _: LaunchId, v: &Variant, served: bool, e: &mut Entry) {
+            if !served && (Model::x(v) - 17.0).abs() < f64::EPSILON {
+                e.disqualified = Some("speculative fell back".into());
+            }
+        }
+
+        fn measure(&mut self, l: LaunchId, v: &Variant, r: Rung) -> Result<Measurement, String> {
+            assert!(self.up.contains(&l), "measured a stopped launch");
+            let truth = Model::truth(v);
+            let tokens = u64::from(r.runs * r.max_tokens + r.warmup * 64);
+            self.tokens += tokens;
+            self.seconds += tokens as f64 / truth;
+            let runs: Vec<f64> = (0..r.runs)
+                .map(|_| truth * (1.0 + self.noise * self.jitter()))
+                .collect();
+            let s = crate::bench::stats::summarize(&runs).unwrap();
+            Ok(Measurement {
+                rung: r,
+                tok_s: s.median,
+                cv: s.cv,
+                ttft_ms: 1.0,
+                runs,
+                launch: l,
+                others_up: self.up.len() - 1,
+            })
+        }
+
+        fn stop(&mut self, l: LaunchId) {
+            self.up.remove(&l);
+        }
+
+        fn can_hold_two(&self) -> bool {
+            self.hold_two
+        }
+
+        fn interrupted(&self) -> bool {
+            self.stop_after.is_some_and(|n| self.launches >= n)
+        }
+    }
+
+    fn axes() -> Vec<Axis> {
+        vec![
+            Axis::parse("draft_max=2,4,8,16").unwrap(),
+            Axis::parse("ubatch=1,2").unwrap(),
+        ]
+    }
+
+    fn full() -> Rung {
+        Rung {
+            warmup: 2,
+            runs: 5,
+            max_tokens: 2048,
+        }
+    }
+
+    #[test]
+    fn bounds_widen_with_few_runs_and_keep_a_noise_floor() {
+        let (lo, hi) = bounds(&[100.0, 100.0, 100.0]);
+        // sd floored at 1 %: 4.30 * 1.0 / sqrt(3) = 2.48
+        assert!((hi - lo - 2.0 * 2.482_6).abs() < 1e-3, "{lo} {hi}");
+        let (lo2, hi2) = bounds(&[100.0; 9]);
+        assert!(hi2 - lo2 < hi - lo);
+        assert!(bounds(&[]).1.is_infinite());
+    }
+
+    #[test]
+    fn the_race_launches_each_variant_once_and_finds_the_grids_winner_for_under_two_fifths_of_the_tokens(
+    ) {
+        let request = BTreeSet::new();
+        let mut g = Model::new(0.02);
+        let by_grid = search(Method::Grid, grid(&axes()), &request, full(), &mut g);
+        let mut r = Model::new(0.02);
+        let by_race = search(Method::Race, grid(&axes()), &request, full(), &mut r);
+        assert_eq!(r.launches, 8, "one launch per variant");
+        let mut keys: Vec<String> = r.keys.iter().map(Variant::name).collect();
+        keys.dedup();
+        assert_eq!(keys.len(), 8, "never relaunched");
+        assert!(r.max_up <= 2, "{} servers at once", r.max_up);
+        let best = Model::truth(&by_grid[0].variant);
+        let chosen = &by_race[0];
+        assert!(Model::truth(&chosen.variant) >= 0.98 * best);
+        assert_eq!(
+            chosen.last().unwrap().rung,
+            full(),
+            "the winner's figure is a full run"
+        );
+        // In this worst case (every new variant beats the leader) the race generates 36 % of
+        // the grid's tokens; the launches, which both pay, are the rest of the cost.
+        assert!(r.tokens * 5 <= g.tokens * 2, "{} vs {}", r.tokens, g.tokens);
+        // Losers are out with a reason, never ranked above the winner; the fallen back is last.
+        assert!(
+            by_race[1..7].iter().all(|e| e.out.is_some()),
+            "{by_race:#?}"
+        );
+        assert_eq!(
+            by_race[7].disqualified.as_deref(),
+            Some("speculative fell back")
+        );
+    }
+
+    #[test]
+    fn per_request_settings_share_their_launch() {
+        let axes = vec![
+            Axis::parse("ubatch=1,2").unwrap(),
+            Axis::parse("top_k=3,4,5").unwrap(),
+        ];
+        let request: BTreeSet<String> = ["top_k".to_string()].into();
+        let mut r = Model::new(0.0);
+        let ranked = search(Method::Race, grid(&axes), &request, full(), &mut r);
+        assert_eq!(r.launches, 2, "two launch keys");
+        assert_eq!(ranked.len(), 6);
+        assert_eq!(ranked[0].variant.name(), "ubatch=2 top_k=5");
+    }
+
+    #[test]
+    fn without_room_for_two_servers_a_new_leader_is_finished_in_its_own_launch() {
+        let mut r = Model::new(0.02);
+        r.hold_two = false;
+        let ranked = search(
+            Method::Race,
+            grid(&axes()),
+            &BTreeSet::new(),
+            full(),
+            &mut r,
+        );
+        assert_eq!(r.launches, 8);
+        assert_eq!(r.max_up, 1);
+        assert_eq!(ranked[0].last().unwrap().rung, full());
+    }
+
+    #[test]
+    fn an_interrupted_race_says_what_it_never_launched() {
+        let mut r = Model::new(0.0);
+        r.stop_after = Some(2);
+        let ranked = search(
+            Method::Race,
+            grid(&axes()),
+            &BTreeSet::new(),
+            full(),
+            &mut r,
+        );
+        assert_eq!(r.launches, 2);
+        let never = ranked
+            .iter()
+            .filter(|e| {
+                e.out
+                    .as_deref()
+                    .is_some_and(|o| o.starts_with("not launched"))
+            })
+            .count();
+        assert_eq!(never, 6);
+    }
+}

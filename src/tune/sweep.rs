@@ -1,0 +1,170 @@
+//! The grid and successive halving, kept beside the race for comparison. Both go through the
+//! same [`Evaluate`] calls. The grid launches each launch key once and benchmarks every variant
+//! in full; successive halving (Jamieson & Talwalkar) measures everyone cheaply, keeps the faster
+//! half for a rung twice as long, and relaunches its survivors for each rung.
+
+use std::collections::BTreeSet;
+
+use super::{race, rank, speed, Entry, Evaluate, Method, Rung, Variant};
+
+/// The rungs of a search over `n` variants. Grid and race end at `full` (the race screens at
+/// [`race::screen_rung`] first). Halving halves the field each round until one is left, doubling
+/// the tokens per request each round (two runs each, starting at 1/16 of `full`'s tokens for 8
+/// variants), then gives that one the `full` benchmark.
+pub(crate) fn rungs(method: Method, n: usize, full: Rung) -> Vec<Rung> {
+    match method {
+        Method::Grid => return vec![full],
+        Method::Race => return vec![race::screen_rung(full), full],
+        Method::Halving if n <= 1 => return vec![full],
+        Method::Halving => {}
+    }
+    let mut rounds = 0;
+    let mut left = n;
+    while left > 1 {
+        left = left.div_ceil(2);
+        rounds += 1;
+    }
+    let mut out: Vec<Rung> = (0..rounds)
+        .map(|i| Rung {
+            warmup: 1,
+            runs: 2,
+            max_tokens: (full.max_tokens >> (rounds + 1 - i).min(31)).max(64),
+        })
+        .collect();
+    out.push(full);
+    out
+}
+
+/// Run the search; entries come back ranked (the winner first, disqualified last). `request`:
+/// the per-request keys (variants differing only in those share a launch, except in halving's
+/// later rounds, which relaunch).
+pub(crate) fn search(
+    method: Method,
+    variants: Vec<Variant>,
+    request: &BTreeSet<String>,
+    full: Rung,
+    eval: &mut dyn Evaluate,
+) -> Vec<Entry> {
+    if method == Method::Race {
+        return race::race(variants, request, full, eval);
+    }
+    let mut entries: Vec<Entry> = variants.into_iter().map(Entry::new).collect();
+    let plan = rungs(method, entries.len(), full);
+    let mut alive: Vec<usize> = (0..entries.len()).collect();
+    for (round, rung) in plan.iter().enumerate() {
+        for group in race::groups(&entries, &alive, request) {
+            if eval.interrupted() || eval.out_of_time() {
+                return rank(entries);
+            }
+            let key = entries[group[0]].variant.launch_key(request);
+            let launch = match eval.launch(&key) {
+                Ok(l) => l,
+                Err(why) => {
+                    for &i in &group {
+                        entries[i].disqualified = Some(format!("failed: {why}"));
+                    }
+                    continue;
+                }
+            };
+            for &i in &group {
+                if eval.interrupted() {
+                    break;
+                }
+                let v = entries[i].variant.clone();
+                if round == 0 {
+                    eval.qualify(launch, &v, false, &mut entries[i]);
+                    if entries[i].disqualified.is_some() {
+                        continue;
+                    }
+                }
+                match eval.measure(launch, &v, *rung) {
+                    Ok(m) => entries[i].measurements.push(m),
+                    Err(why) => entries[i].disqualified = Some(format!("failed: {why}")),
+                }
+                if round == 0 && entries[i].disqualified.is_none() {
+                    eval.qualify(launch, &v, true, &mut entries[i]);
+                }
+            }
+            eval.stop(launch);
+        }
+        alive.retain(|&i| entries[i].disqualified.is_none() && entries[i].last().is_some());
+        alive.sort_by(|&a, &b| speed(&entries[b]).total_cmp(&speed(&entries[a])));
+        if round + 1 < plan.len() {
+            alive.truncate(alive.len().div_ceil(2));
+        }
+    }
+    rank(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tune::race::tests::Model;
+    use crate::tune::{grid, Axis};
+
+    fn axes() -> Vec<Axis> {
+        vec![
+            Axis::parse("draft_max=2,4,8,16").unwrap(),
+            Axis::parse("-ub=1,2").unwrap(),
+        ]
+    }
+
+    fn full() -> Rung {
+        Rung {
+            warmup: 2,
+            runs: 5,
+            max_tokens: 2048,
+        }
+    }
+
+    #[test]
+    fn halving_rungs_grow_and_end_at_full() {
+        let r = rungs(Method::Halving, 8, full());
+        let tokens: Vec<u32> = r.iter().map(|r| r.max_tokens).collect();
+        assert_eq!(tokens, [128, 256, 512, 2048]);
+        assert_eq!(rungs(Method::Grid, 8, full()), [full()]);
+        assert_eq!(rungs(Method::Halving, 1, full()), [full()]);
+        assert_eq!(rungs(Method::Halving, 2, full()).len(), 2);
+        assert_eq!(rungs(Method::Race, 8, full())[1], full());
+    }
+
+    #[test]
+    fn an_interrupted_search_launches_nothing_more() {
+        let mut eval = Model::new(0.0);
+        eval.stop_after = Some(3);
+        let ranked = search(
+            Method::Halving,
+            grid(&axes()),
+            &BTreeSet::new(),
+            full(),
+            &mut eval,
+        );
+        assert_eq!(eval.launches, 3);
+        assert_eq!(ranked.len(), 8, "every variant is still listed");
+    }
+
+    #[test]
+    fn halving_relaunches_its_survivors_and_the_grid_launches_each_variant_once() {
+        let mut g = Model::new(0.0);
+        let grid_ranked = search(
+            Method::Grid,
+            grid(&axes()),
+            &BTreeSet::new(),
+            full(),
+            &mut g,
+        );
+        assert_eq!(g.launches, 8);
+        let mut h = Model::new(0.0);
+        search(
+            Method::Halving,
+            grid(&axes()),
+            &BTreeSet::new(),
+            full(),
+            &mut h,
+        );
+        assert!(h.launches > 8, "{}", h.launches);
+        assert_eq!(grid_ranked[0].variant.name(), "draft_max=8 -ub=2");
+        let last = grid_ranked.last().unwrap();
+        assert_eq!(last.disqualified.as_deref(), Some("speculative fell back"));
+    }
+}
