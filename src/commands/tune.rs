@@ -15,14 +15,10 @@ use crate::tune::{self, knobs, race, render, Axis, Method, Rung};
 
 pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
     crate::process::catch_interrupts();
-    let axes = args
-        .vary
-        .iter()
-        .map(|s| Axis::parse(s))
-        .collect::<Result<Vec<_>>>()?;
+    let axes = args.vary.iter().map(|s| Axis::parse(s));
+    let axes = axes.collect::<Result<Vec<_>>>()?;
     let budget = parse_budget(args.budget.as_deref())?;
     let recipe = settings.load_recipe(&args.recipe)?;
-    super::preflight::launch(settings, &args.recipe, &recipe, &[Some(&args.profile)])?;
     let chosen = pipeline::Variant::pick(&recipe, Some(&args.profile))?;
     let (name, profile) = (chosen.name.to_string(), chosen.profile);
     let api = crate::serve::profile_api(profile);
@@ -55,6 +51,8 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
         println!("{}", estimate.line());
         return Ok(0);
     }
+    // Before any launch (a dry run launches nothing).
+    super::preflight::launch(settings, &args.recipe, &recipe, &[Some(&args.profile)])?;
     let against = args.against.clone().or_else(|| profile.baseline.clone());
     let reference = greedy_reference(settings, &recipe, against.as_deref(), &name, args.ab_tokens)?;
     // Variants re-load the recipe by name: pin the default one so it is not re-announced.
