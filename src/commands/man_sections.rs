@@ -61,6 +61,16 @@ Parse recipes afresh (do not reuse parsed recipes from the state directory).
 \\fBCUDA_HOME\\fR, \\fBCUDA_VISIBLE_DEVICES\\fR
 Read as host facts (the CUDA toolkit, the GPUs a server may use).
 .TP
+\\fBKILN_PYTHON_PROBE_TIMEOUT\\fR
+Seconds the doctor's Python probe (\\fBimport torch\\fR, ...) may take before its process group
+is ended [default: 60].
+.TP
+\\fBUSER\\fR
+Read by the launch preflight to find the JIT caches a server fills (\\fI/tmp/torchinductor_$USER\\fR).
+.TP
+\\fBKILN_TEST_PATCH_KILL_AT\\fR
+For kiln's own tests: \\fBkiln patch apply\\fR kills itself at its Nth write point (the kill-safety test).
+.TP
 \\fBSOURCE_DATE_EPOCH\\fR
 The timestamp of \\fBkiln image export\\fR archives (reproducible builds).
 .TP

@@ -405,7 +405,7 @@ fn the_arch_suffix_follows_the_provisioned_compiler() {
     );
     assert!(
         stderr.contains(
-            "kiln: warning: step `build`: FLASHINFER_CUDA_ARCH_LIST=12.0f asks for a family target"
+            "warning: step `build`: FLASHINFER_CUDA_ARCH_LIST=12.0f asks for a family target"
         ) && stderr.contains("Value 'sm_120f' is not defined for option 'gpu-name'"),
         "{stderr}"
     );
