@@ -85,6 +85,9 @@ pub fn family_conflicts(recipe: &Recipe) -> Vec<String> {
         if family.is_empty() {
             continue;
         }
+        for (k, v) in &family {
+            out.extend(pre_family(&step.id, k, v));
+        }
         // The toolkits this step depends on; none named: every toolkit of the recipe.
         let deps = ancestors(recipe, i);
         let mine: Vec<&(usize, &str)> = cudas.iter().filter(|(c, _)| deps.contains(c)).collect();
@@ -109,19 +112,49 @@ pub fn family_conflicts(recipe: &Recipe) -> Vec<String> {
 
 /// Whether an arch list names a family target: `12.0f`, `sm_120f`, `compute_120f`.
 fn has_family_target(value: &str) -> bool {
+    !family_targets(value).is_empty()
+}
+
+/// The family targets of an arch list, as written (`12.0f`, `sm_120f`), with their major
+/// compute capability (12 for both).
+fn family_targets(value: &str) -> Vec<(&str, u32)> {
     value
         .split(|c: char| c.is_whitespace() || c == ',' || c == ';' || c == '=')
-        .any(|tok| {
+        .filter_map(|tok| {
             let t = tok
                 .strip_prefix("sm_")
                 .or_else(|| tok.strip_prefix("compute_"))
                 .unwrap_or(tok);
-            t.strip_suffix('f').is_some_and(|n| {
-                !n.is_empty()
-                    && n.chars().all(|c| c.is_ascii_digit() || c == '.')
-                    && n.chars().next().is_some_and(|c| c.is_ascii_digit())
-            })
+            let n = t.strip_suffix('f')?;
+            let ok = !n.is_empty()
+                && n.chars().all(|c| c.is_ascii_digit() || c == '.')
+                && n.chars().next().is_some_and(|c| c.is_ascii_digit());
+            // `12.0` is major 12; `120` (sm_ form) is major 12 too.
+            let major = match n.split_once('.') {
+                Some((m, _)) => m.parse().ok()?,
+                None => n.parse::<u32>().ok()? / 10,
+            };
+            ok.then_some((tok, major))
         })
+        .collect()
+}
+
+/// The first compute capability with family targets: there is no `sm_90f` (Hopper's
+/// arch-specific target is `9.0a`).
+const FAMILY_FIRST_MAJOR: u32 = 10;
+
+/// Family targets named for a GPU generation that has none (`9.0f`): "… use `9.0a`".
+fn pre_family(step: &str, key: &str, value: &str) -> Vec<String> {
+    family_targets(value)
+        .into_iter()
+        .filter(|(_, major)| *major < FAMILY_FIRST_MAJOR)
+        .map(|(tok, _)| {
+            format!(
+                "step `{step}`: {key}={value} names `{tok}`, but family targets begin at sm_100 (compute capability {FAMILY_FIRST_MAJOR}.0): use the arch-specific `{}a` (the seed recipe: `--set flashinfer_arch=`)",
+                tok.trim_end_matches('f')
+            )
+        })
+        .collect()
 }
 
 /// Indexes of every step `i` needs, directly or not.
@@ -154,5 +187,17 @@ mod tests {
         assert!(!has_family_target("sm_120"));
         assert!(!has_family_target("half"));
         assert!(!has_family_target("f"));
+    }
+
+    #[test]
+    fn a_family_target_below_sm_100_is_named_with_its_arch_specific_spelling() {
+        let w = super::pre_family("flashinfer", "FLASHINFER_CUDA_ARCH_LIST", "9.0f");
+        assert_eq!(w.len(), 1);
+        assert!(
+            w[0].contains("names `9.0f`") && w[0].contains("`9.0a`"),
+            "{w:?}"
+        );
+        assert!(super::pre_family("f", "K", "sm_90f")[0].contains("`sm_90a`"));
+        assert!(super::pre_family("f", "K", "12.0f;10.0f").is_empty());
     }
 }
