@@ -149,9 +149,9 @@ fn pre_family(step: &str, key: &str, value: &str) -> Vec<String> {
         .into_iter()
         .filter(|(_, major)| *major < FAMILY_FIRST_MAJOR)
         .map(|(tok, _)| {
+            let specific = format!("{}a", tok.trim_end_matches('f'));
             format!(
-                "step `{step}`: {key}={value} names `{tok}`, but family targets begin at sm_100 (compute capability {FAMILY_FIRST_MAJOR}.0): use the arch-specific `{}a` (the seed recipe: `--set flashinfer_arch=`)",
-                tok.trim_end_matches('f')
+                "step `{step}`: {key}={value} names `{tok}`, but family targets begin at sm_100 (compute capability {FAMILY_FIRST_MAJOR}.0): use the arch-specific `{specific}` instead (in the seed recipe: `--set flashinfer_arch={specific}`)"
             )
         })
         .collect()
