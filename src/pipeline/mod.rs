@@ -152,9 +152,18 @@ pub fn up(
 
 /// Write the report of a `kiln up` that failed at `stage` (`preflight`, `steps`, `serve`) before
 /// it could serve, so that report.json always tells how the last run ended. Best effort: the
-/// error itself is what the caller reports.
-pub fn record_failure(s: Session, stage: &str, err: &crate::error::Error, strict: bool) {
-    let _ = Report::failed(&s.recipe.name, stage, err, strict).write(s.paths);
+/// error itself is what the caller reports. Returns where the replaced report was kept, if it
+/// was a good one (see [`ReportFiles::previous`]).
+pub fn record_failure(
+    s: Session,
+    stage: &str,
+    err: &crate::error::Error,
+    strict: bool,
+) -> Option<std::path::PathBuf> {
+    Report::failed(&s.recipe.name, stage, err, strict)
+        .write(s.paths)
+        .ok()
+        .and_then(|f| f.previous)
 }
 
 /// A result block of [`up`], as soon as it is known.

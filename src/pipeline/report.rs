@@ -54,6 +54,10 @@ pub struct ReportFiles {
     pub json: PathBuf,
     pub markdown: PathBuf,
     pub html: PathBuf,
+    /// Where the report this one replaced was kept, when that one was ok: report.prev.json (and
+    /// .md, .html) always holds the last good report before the current one, so a failed run
+    /// never loses the good one.
+    pub previous: Option<PathBuf>,
 }
 
 /// 0 when every tuning is active, 1 when one fell back or is unknown, 2 when one crashed.
@@ -180,14 +184,35 @@ impl Report {
     /// report.json, report.md and report.html under `StatePaths::reports`.
     pub fn write(&self, paths: &StatePaths) -> Result<ReportFiles> {
         let dir = paths.reports(&self.recipe);
-        let files = ReportFiles {
+        let mut files = ReportFiles {
             json: dir.join("report.json"),
             markdown: dir.join("report.md"),
             html: dir.join("report.html"),
+            previous: None,
         };
+        if was_ok(&files.json) {
+            for ext in ["json", "md", "html"] {
+                let (from, to) = (
+                    dir.join(format!("report.{ext}")),
+                    dir.join(format!("report.prev.{ext}")),
+                );
+                if let Ok(bytes) = std::fs::read(&from) {
+                    write_atomic(&to, &bytes)?;
+                }
+            }
+            files.previous = Some(dir.join("report.prev.json"));
+        }
         write_atomic(&files.json, self.to_json().as_bytes())?;
         write_atomic(&files.markdown, self.to_markdown().as_bytes())?;
         write_atomic(&files.html, self.to_html().as_bytes())?;
         Ok(files)
     }
+}
+
+/// Whether the report at `path` says its run was ok.
+fn was_ok(path: &std::path::Path) -> bool {
+    std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|r| r["outcome"]["ok"] == true)
 }

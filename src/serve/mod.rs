@@ -2,6 +2,7 @@
 //! readiness with phase milestones, triage an early exit, and judge the tunings it asked for.
 
 pub mod logtail;
+mod reuse;
 pub mod signatures;
 pub mod verdict;
 
@@ -46,6 +47,9 @@ pub struct Record {
     pub api: String,
     pub log: PathBuf,
     pub started_unix: u64,
+    /// The command line kiln launched (program and arguments), to recognise the process later.
+    #[serde(default)]
+    pub cmd: Vec<String>,
 }
 
 pub fn record_path(paths: &StatePaths, recipe: &str) -> PathBuf {
@@ -116,37 +120,17 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
     };
     let url = base_url(p);
     let api = profile_api(p);
+    let mut spec = CommandSpec::new(program.clone(), rest.iter().chain(&p.args).cloned());
+    spec.env = p.env.clone();
+    let cmd: Vec<String> = std::iter::once(&spec.program)
+        .chain(&spec.args)
+        .cloned()
+        .collect();
     if let (Some(port), None) = (p.port, &p.url) {
-        if std::net::TcpStream::connect_timeout(
-            &([127, 0, 0, 1], port).into(),
-            Duration::from_millis(300),
-        )
-        .is_ok()
-        {
-            let holder = read_record(l.paths, l.recipe)
-                .filter(|r| process::pid_alive(r.pid))
-                .map_or(String::new(), |r| {
-                    format!(
-                        " (kiln started profile `{}` there, pid {})",
-                        r.profile, r.pid
-                    )
-                });
-            return Err(Error::other(
-                format!(
-                    "cannot start profile `{}`: port {port} is already in use{holder}",
-                    l.profile_name
-                ),
-                Some(format!(
-                    "stop it with `kiln serve --stop`, or pick another port (e.g. `--set port={}`)",
-                    port + 1
-                )),
-            ));
-        }
+        reuse::clear_port(l, port, &cmd, say)?;
     }
     let log_path = l.paths.serve_log(l.recipe, l.profile_name);
     create_dir(&l.paths.serve_dir())?;
-    let mut spec = CommandSpec::new(program.clone(), rest.iter().chain(&p.args).cloned());
-    spec.env = p.env.clone();
     let log_start;
     {
         use std::io::Write;
@@ -180,6 +164,7 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
         started_unix: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
+        cmd,
     };
     write_atomic(
         &record_path(l.paths, l.recipe),
