@@ -59,14 +59,16 @@ pub(super) fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
             say_kept(kept.as_ref());
         }
     }
-    if args.json {
+    // A run that served (or failed anywhere) ends with how it ended; a run of steps alone ends
+    // with the engine's `run_finished`, which says it already.
+    if args.json && (stage == "serve" || result.is_err()) {
         println!("{}", finished_event(&result, stage));
     }
     result
 }
 
-/// The last event of `kiln up --json`: how the whole run ended, also when it failed after its
-/// steps (whose own `run_finished` said they were fine).
+/// The last event of `kiln up --json` when it served or failed: how the whole run ended, also
+/// when it failed after its steps (whose own `run_finished` said they were fine).
 fn finished_event(result: &Result<u8>, stage: &str) -> serde_json::Value {
     match result {
         Ok(code) => {
@@ -79,13 +81,10 @@ fn finished_event(result: &Result<u8>, stage: &str) -> serde_json::Value {
     }
 }
 
-/// Say where the good report a worse one replaced was kept.
+/// Say where the last good report is, after a failed run wrote its own.
 fn say_kept(kept: Option<&std::path::PathBuf>) {
     if let Some(prev) = kept {
-        eprintln!(
-            "kiln: the previous report, which was ok, is kept as {}",
-            prev.display()
-        );
+        eprintln!("kiln: the last good report is kept as {}", prev.display());
     }
 }
 

@@ -54,9 +54,8 @@ pub struct ReportFiles {
     pub json: PathBuf,
     pub markdown: PathBuf,
     pub html: PathBuf,
-    /// Where the report this one replaced was kept, when that one was ok: report.prev.json (and
-    /// .md, .html) always holds the last good report before the current one, so a failed run
-    /// never loses the good one.
+    /// The last good report before this one, when there is one: report.prev.json (and .md,
+    /// .html). Writing over a good report keeps it there first, so a failed run never loses it.
     pub previous: Option<PathBuf>,
 }
 
@@ -200,8 +199,9 @@ impl Report {
                     write_atomic(&to, &bytes)?;
                 }
             }
-            files.previous = Some(dir.join("report.prev.json"));
         }
+        let prev = dir.join("report.prev.json");
+        files.previous = was_ok(&prev).then_some(prev);
         write_atomic(&files.json, self.to_json().as_bytes())?;
         write_atomic(&files.markdown, self.to_markdown().as_bytes())?;
         write_atomic(&files.html, self.to_html().as_bytes())?;
@@ -215,4 +215,39 @@ fn was_ok(path: &std::path::Path) -> bool {
         .ok()
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
         .is_some_and(|r| r["outcome"]["ok"] == true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(ok: bool) -> Report {
+        let mut r = Report::failed("r", "serve", &Error::other("it failed", None), false);
+        if ok {
+            r.stage = None;
+            r.outcome = Outcome {
+                ok: true,
+                error: None,
+                warnings: Vec::new(),
+                hint: None,
+            };
+            r.exit_code = 0;
+        }
+        r
+    }
+
+    #[test]
+    fn a_failed_run_keeps_the_last_good_report_beside_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = StatePaths::new(dir.path().to_path_buf(), None);
+        assert_eq!(report(true).write(&paths).unwrap().previous, None);
+        let good = std::fs::read(paths.reports("r").join("report.json")).unwrap();
+        for _ in 0..2 {
+            let files = report(false).write(&paths).unwrap();
+            let prev = files.previous.expect("the good report is kept");
+            assert_eq!(std::fs::read(&prev).unwrap(), good);
+            assert!(paths.reports("r").join("report.prev.html").exists());
+            assert!(!was_ok(&files.json));
+        }
+    }
 }

@@ -30,23 +30,23 @@ pub(super) fn clear_port(
     let Some((record, Ok(how))) = identity else {
         let not_ours = identity.map(|(r, why)| {
             format!(
-                "; the record of profile `{}` (pid {}) does not match it: {}",
+                "; this recipe's record names profile `{}` (pid {}) there, which does not check out: {}",
                 r.profile,
                 r.pid,
                 why.err().unwrap_or_default()
             )
         });
-        return Err(port_in_use(l, port, &not_ours.unwrap_or_default()));
+        return Err(port_in_use(l, port, not_ours.as_deref()));
     };
-    let same = if record.profile != l.profile_name {
-        format!("profile `{}` needs its port", l.profile_name)
+    let then = if record.profile != l.profile_name {
+        format!("then starting profile `{}` there", l.profile_name)
     } else if record.cmd == cmd {
-        "the same command line as the profile's now; restarted all the same, since a re-run proves from the start-up log".to_string()
+        "then starting it again: its command line is unchanged, but a re-run proves from a fresh start-up log".to_string()
     } else {
-        "its command line differs from the profile's now".to_string()
+        "then starting it again: its command line differs from the profile's now".to_string()
     };
     say(&format!(
-        "port {port} is held by profile `{}` of {}, which an earlier kiln run left running (pid {}; {how}): restarting cleanly: {same}",
+        "port {port} is held by profile `{}` of {}, which an earlier kiln run left running (pid {}; {how}): stopping it cleanly, {then}",
         record.profile, l.recipe, record.pid
     ));
     process::kill_group(record.pid);
@@ -59,7 +59,7 @@ pub(super) fn clear_port(
         return Err(port_in_use(
             l,
             port,
-            " after the earlier server was stopped",
+            Some(" after the earlier server was stopped"),
         ));
     }
     Ok(())
@@ -167,17 +167,19 @@ impl ProcStat {
     }
 }
 
-/// The error for a port that something holds: which process, when it can be found.
-fn port_in_use(l: &Launch, port: u16, detail: &str) -> Error {
+/// The error for a port that something holds: which process, when it can be found; `detail`
+/// says why a recorded server there is not taken for kiln's (none: kiln has no record of it).
+fn port_in_use(l: &Launch, port: u16, detail: Option<&str>) -> Error {
+    let started = if detail.is_some() {
+        ""
+    } else {
+        ", which kiln did not start"
+    };
     let holder = listener(port).map_or_else(
-        || " by a process kiln did not start (not visible to this user)".to_string(),
-        |(pid, argv)| {
-            format!(
-                " by pid {pid} (`{}`), which kiln did not start",
-                argv.join(" ")
-            )
-        },
+        || format!(" by a process not visible to this user{started}"),
+        |(pid, argv)| format!(" by pid {pid} (`{}`){started}", argv.join(" ")),
     );
+    let detail = detail.unwrap_or_default();
     Error::other(
         format!(
             "cannot start profile `{}`: port {port} is already in use{holder}{detail}",

@@ -8,6 +8,15 @@ use crate::bench::tiny_cpu;
 use crate::common::test_cache;
 use crate::serve::free_port;
 
+/// Runs its closure when dropped.
+struct OnDrop<'a>(&'a dyn Fn());
+
+impl Drop for OnDrop<'_> {
+    fn drop(&mut self) {
+        (self.0)();
+    }
+}
+
 #[test]
 fn kiln_up_serves_proves_benches_and_reports_on_the_cpu_demo() {
     let prefix = tiny_cpu();
@@ -34,8 +43,12 @@ fn kiln_up_serves_proves_benches_and_reports_on_the_cpu_demo() {
         }
         c
     };
+    // The server stays up for the second run below; stopped at the end, also when an assertion
+    // fails.
+    let _stop = OnDrop(&|| {
+        let _ = kiln(&["serve", "--stop"]).output();
+    });
     let out = kiln(&["up"]).output().unwrap();
-    let stop = kiln(&["serve", "--stop"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
     // Bench noise on a busy 2-core box is a warning, not the exit code (issue 10).
@@ -44,11 +57,6 @@ fn kiln_up_serves_proves_benches_and_reports_on_the_cpu_demo() {
         Some(0),
         "exit {:?}\n{stderr}\n{stdout}",
         out.status.code()
-    );
-    assert!(
-        stop.status.success(),
-        "{}",
-        String::from_utf8_lossy(&stop.stderr)
     );
     assert!(
         stderr.contains("0 of 5 steps to run"),
@@ -118,13 +126,6 @@ fn kiln_up_serves_proves_benches_and_reports_on_the_cpu_demo() {
     // Run twice (README): the second `kiln up`, with the first one's server still running on the
     // port, rebuilds nothing, restarts that server cleanly and proves again; --json: stdout is one
     // JSON event per line, the result blocks included, the last one saying how the run ended.
-    let first = kiln(&["up"]).output().unwrap();
-    assert_eq!(
-        first.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&first.stderr)
-    );
     let out = kiln(&["up", "--json"]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -132,7 +133,7 @@ fn kiln_up_serves_proves_benches_and_reports_on_the_cpu_demo() {
     assert!(
         stderr.contains(&format!("port {port} is held by profile `tuned` of tiny-cpu, which an earlier kiln run left running"))
             && stderr.contains("identity checked")
-            && stderr.contains("restarting cleanly"),
+            && stderr.contains("stopping it cleanly, then starting profile `baseline` there"),
         "{stderr}"
     );
     let events: Vec<serde_json::Value> = stdout
@@ -166,8 +167,34 @@ fn kiln_up_serves_proves_benches_and_reports_on_the_cpu_demo() {
     // A port held by something kiln did not start: the error names it, the run's last event says
     // it failed after its steps, and the good report is kept beside the failure's.
     let stop = kiln(&["serve", "--stop"]).output().unwrap();
-    assert!(stop.status.success());
+    assert!(
+        stop.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stop.stderr)
+    );
     let squatter = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    // A record naming the squatter (as if its pid had been reused) is not taken for kiln's.
+    let record = state.join("serve/tiny-cpu.json");
+    let forged = serde_json::json!({
+        "recipe": "tiny-cpu", "profile": "tuned", "pid": std::process::id(),
+        "url": format!("http://127.0.0.1:{port}"), "api": "openai", "log": "/dev/null",
+        "started_unix": 1, "cmd": ["llama-server", "--port", port.to_string()],
+    });
+    std::fs::write(&record, forged.to_string()).unwrap();
+    let out = kiln(&["up"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "port {port} is already in use by pid {}",
+            std::process::id()
+        )) && stderr.contains(&format!(
+            "this recipe's record names profile `tuned` (pid {}) there, which does not check out",
+            std::process::id()
+        )),
+        "{stderr}"
+    );
+    std::fs::remove_file(&record).unwrap();
     let out = kiln(&["up", "--json"]).output().unwrap();
     drop(squatter);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -189,7 +216,7 @@ fn kiln_up_serves_proves_benches_and_reports_on_the_cpu_demo() {
         "{last}"
     );
     assert!(
-        stderr.contains("the previous report, which was ok, is kept as"),
+        stderr.contains("the last good report is kept as"),
         "{stderr}"
     );
     let now: serde_json::Value =
