@@ -152,8 +152,8 @@ pub fn up(
 
 /// Write the report of a `kiln up` that failed at `stage` (`preflight`, `steps`, `serve`) before
 /// it could serve, so that report.json always tells how the last run ended. Best effort: the
-/// error itself is what the caller reports. Returns where the replaced report was kept, if it
-/// was a good one (see [`ReportFiles::previous`]).
+/// error itself is what the caller reports. Returns the last good report, kept beside the new one
+/// (see [`ReportFiles::previous`]).
 pub fn record_failure(
     s: Session,
     stage: &str,

@@ -175,18 +175,25 @@ fn port_in_use(l: &Launch, port: u16, detail: Option<&str>) -> Error {
     } else {
         ", which kiln did not start"
     };
-    let holder = listener(port).map_or_else(
-        || format!(" by a process not visible to this user{started}"),
-        |(pid, argv)| format!(" by pid {pid} (`{}`){started}", argv.join(" ")),
-    );
+    let holder = listener(port);
+    let (by, stop) = match &holder {
+        Some((pid, argv)) => (
+            format!(" by pid {pid} (`{}`){started}", argv.join(" ")),
+            format!("stop it (`kill {pid}`) if it is yours"),
+        ),
+        None => (
+            format!(" by a process not visible to this user{started}"),
+            "stop what listens there (`ss -ltnp`)".to_string(),
+        ),
+    };
     let detail = detail.unwrap_or_default();
     Error::other(
         format!(
-            "cannot start profile `{}`: port {port} is already in use{holder}{detail}",
+            "cannot start profile `{}`: port {port} is already in use{by}{detail}",
             l.profile_name
         ),
         Some(format!(
-            "stop that process, or pick another port (e.g. `--set port={}`)",
+            "{stop}, or pick another port (e.g. `--set port={}`)",
             port.saturating_add(1)
         )),
     )

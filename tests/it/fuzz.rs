@@ -251,18 +251,15 @@ fn fuzz(name: &str, target: impl Fn(&[u8], &Path) + Send + 'static) {
         let input = mutate(&mut rng, base, &corpus);
         cases += 1;
         to_worker.send(input.clone()).expect("the fuzz worker runs");
-        let (ok, took) = match results.recv_timeout(HANG) {
-            Ok(r) => r,
-            Err(_) => {
-                let _ = std::fs::create_dir_all(&failures);
-                let path = failures.join(format!("{name}-hang-{cases}"));
-                std::fs::write(&path, &input).unwrap();
-                panic!(
-                    "fuzz {name}: case {cases} still runs after {} s (a hang); its input: {}",
-                    HANG.as_secs(),
-                    path.display()
-                );
-            }
+        let Ok((ok, took)) = results.recv_timeout(HANG) else {
+            let _ = std::fs::create_dir_all(&failures);
+            let path = failures.join(format!("{name}-hang-{cases}"));
+            std::fs::write(&path, &input).unwrap();
+            panic!(
+                "fuzz {name}: case {cases} still runs after {} s (a hang); its input: {}",
+                HANG.as_secs(),
+                path.display()
+            );
         };
         if took > slowest.0 {
             slowest = (took, cases);
