@@ -143,7 +143,10 @@ fn tiny_cpu_serve_bench_parity_and_baseline_gate() {
         .and_then(|r| r.parse().ok())
         .unwrap();
     // Against its own record the ratio is near 1, but a loaded box can dip under the gate: either
-    // way the verdict and the exit code must be the ones the measured ratio calls for.
+    // way the verdict and the exit code must be the ones the measured ratio calls for (and no
+    // other error, such as writing the plot, may hide behind them).
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("error: cannot"), "{err}");
     if ratio >= 0.9 {
         assert!(gate_line.ends_with(": pass"), "ratio {ratio}: {text}");
         assert!(
