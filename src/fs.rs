@@ -50,7 +50,11 @@ fn create_temp(tmp: &Path) -> std::io::Result<File> {
 /// Write `bytes` to `path` so readers see the old content or the new, never a mix. The temp file
 /// (`.NAME.tmp-PID`, see [`temp_owner`]) is removed when the write fails (a full disk).
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
+    // A bare file name's parent is "", which cannot be opened to sync: it is ".".
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     create_dir(dir)?;
     let tmp = temp_for(path);
     let ctx = |e| Error::io(format!("cannot write {}", path.display()), e);

@@ -47,10 +47,37 @@ pub(super) fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
     if let Err(e) = &result {
         // Another run holds the state (its report is its own); a finding wrote its report.
         if !matches!(e, Error::Locked { .. } | Error::Finding { .. }) {
-            pipeline::record_failure(settings.session(&recipe), stage, e, args.strict);
+            let kept = pipeline::record_failure(settings.session(&recipe), stage, e, args.strict);
+            say_kept(kept.as_ref());
         }
     }
+    // A run that served (or failed anywhere) ends with how it ended; a run of steps alone ends
+    // with the engine's `run_finished`, which says it already.
+    if args.json && (stage == "serve" || result.is_err()) {
+        println!("{}", finished_event(&result, stage));
+    }
     result
+}
+
+/// The last event of `kiln up --json` when it served or failed: how the whole run ended, also
+/// when it failed after its steps (whose own `run_finished` said they were fine).
+fn finished_event(result: &Result<u8>, stage: &str) -> serde_json::Value {
+    match result {
+        Ok(code) => {
+            serde_json::json!({"event": "up_finished", "ok": *code == 0, "exit_code": code})
+        }
+        Err(e) => serde_json::json!({
+            "event": "up_finished", "ok": false, "exit_code": e.exit_code(), "stage": stage,
+            "error": e.to_string(), "hint": e.hint(),
+        }),
+    }
+}
+
+/// Say where the last good report is, after a failed run wrote its own.
+fn say_kept(kept: Option<&std::path::PathBuf>) {
+    if let Some(prev) = kept {
+        eprintln!("kiln: the last good report is kept as {}", prev.display());
+    }
 }
 
 /// A re-run with nothing to do, known from the fresh record without loading the recipe: the
@@ -152,6 +179,9 @@ fn serve_and_prove(settings: &Settings, recipe: &Recipe, args: &UpArgs) -> Resul
         profile.as_deref(),
     ));
     let files = report.write(&settings.paths)?;
+    if !report.outcome.ok {
+        say_kept(files.previous.as_ref());
+    }
     show::report_files(&files);
     if let Some(s) = &report.served {
         show::left_running(s);

@@ -167,11 +167,17 @@ pub fn up(
 
 /// Write the report of a `kiln up` that failed at `stage` (`preflight`, `steps`, `serve`) before
 /// it could serve, so that report.json always tells how the last run ended. Best effort: the
-/// error itself is what the caller reports.
-pub fn record_failure(s: Session, stage: &str, err: &crate::error::Error, strict: bool) {
+/// error itself is what the caller reports. Returns the last good report, kept beside the new one
+/// (see [`ReportFiles::previous`]).
+pub fn record_failure(
+    s: Session,
+    stage: &str,
+    err: &crate::error::Error,
+    strict: bool,
+) -> Option<std::path::PathBuf> {
     let mut report = Report::failed(&s.recipe.name, stage, err, strict);
     report.header = Some(Header::of(s, None));
-    let _ = report.write(s.paths);
+    report.write(s.paths).ok().and_then(|f| f.previous)
 }
 
 /// A result block of [`up`], as soon as it is known.

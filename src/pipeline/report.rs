@@ -58,6 +58,9 @@ pub struct ReportFiles {
     pub json: PathBuf,
     pub markdown: PathBuf,
     pub html: PathBuf,
+    /// The last good report before this one, when there is one: report.prev.json (and .md,
+    /// .html). Writing over a good report keeps it there first, so a failed run never loses it.
+    pub previous: Option<PathBuf>,
 }
 
 /// 0 when every tuning is active, 1 when one fell back or is unknown (or only configured), 2 when
@@ -192,17 +195,39 @@ impl Report {
     /// report.json, report.md and report.html under `StatePaths::reports`.
     pub fn write(&self, paths: &StatePaths) -> Result<ReportFiles> {
         let dir = paths.reports(&self.recipe);
-        let files = ReportFiles {
+        let mut files = ReportFiles {
             json: dir.join("report.json"),
             markdown: dir.join("report.md"),
             html: dir.join("report.html"),
+            previous: None,
         };
+        if was_ok(&files.json) {
+            for ext in ["json", "md", "html"] {
+                let (from, to) = (
+                    dir.join(format!("report.{ext}")),
+                    dir.join(format!("report.prev.{ext}")),
+                );
+                if let Ok(bytes) = std::fs::read(&from) {
+                    write_atomic(&to, &bytes)?;
+                }
+            }
+        }
+        let prev = dir.join("report.prev.json");
+        files.previous = was_ok(&prev).then_some(prev);
         let scrub = |text: String| crate::redact::scrub(&text);
         write_atomic(&files.json, scrub(self.to_json()).as_bytes())?;
         write_atomic(&files.markdown, scrub(self.to_markdown()).as_bytes())?;
         write_atomic(&files.html, scrub(self.to_html()).as_bytes())?;
         Ok(files)
     }
+}
+
+/// Whether the report at `path` says its run was ok.
+fn was_ok(path: &std::path::Path) -> bool {
+    std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|r| r["outcome"]["ok"] == true)
 }
 
 #[cfg(test)]
@@ -251,5 +276,35 @@ mod tests {
         // Verdicts escape their evidence when they are made (serve::verdict), so report.json's
         // strings hold the escaped text too; serde escapes whatever else as \u001b.
         assert!(!report.to_json().contains('\u{1b}'));
+    }
+
+    fn report(ok: bool) -> Report {
+        let mut r = Report::failed("r", "serve", &Error::other("it failed", None), false);
+        if ok {
+            r.stage = None;
+            r.outcome = Outcome {
+                ok: true,
+                error: None,
+                warnings: Vec::new(),
+                hint: None,
+            };
+            r.exit_code = 0;
+        }
+        r
+    }
+
+    #[test]
+    fn a_failed_run_keeps_the_last_good_report_beside_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = StatePaths::new(dir.path().to_path_buf(), None);
+        assert_eq!(report(true).write(&paths).unwrap().previous, None);
+        let good = std::fs::read(paths.reports("r").join("report.json")).unwrap();
+        for _ in 0..2 {
+            let files = report(false).write(&paths).unwrap();
+            let prev = files.previous.expect("the good report is kept");
+            assert_eq!(std::fs::read(&prev).unwrap(), good);
+            assert!(paths.reports("r").join("report.prev.html").exists());
+            assert!(!was_ok(&files.json));
+        }
     }
 }

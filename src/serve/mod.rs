@@ -3,6 +3,7 @@
 
 pub mod evidence;
 pub mod logtail;
+mod reuse;
 pub mod signatures;
 pub mod verdict;
 
@@ -61,6 +62,9 @@ pub struct Record {
     /// server arguments.
     #[serde(default)]
     pub argv: Vec<String>,
+    /// The command line kiln launched (program and arguments), to recognise the process later.
+    #[serde(default)]
+    pub cmd: Vec<String>,
 }
 
 /// The command line of the server kiln recorded at `url`, if one is recorded and alive.
@@ -148,37 +152,17 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
     };
     let url = base_url(p);
     let api = profile_api(p);
+    let mut spec = CommandSpec::new(program.clone(), rest.iter().chain(&p.args).cloned());
+    spec.env = p.env.clone();
+    let cmd: Vec<String> = std::iter::once(&spec.program)
+        .chain(&spec.args)
+        .cloned()
+        .collect();
     if let (Some(port), None) = (p.port, &p.url) {
-        if std::net::TcpStream::connect_timeout(
-            &([127, 0, 0, 1], port).into(),
-            Duration::from_millis(300),
-        )
-        .is_ok()
-        {
-            let holder = read_record(l.paths, l.recipe)
-                .filter(|r| r.identity.as_ref().is_some_and(|i| i.verify().is_ok()))
-                .map_or(String::new(), |r| {
-                    format!(
-                        " (kiln started profile `{}` there, pid {})",
-                        r.profile, r.pid
-                    )
-                });
-            return Err(Error::other(
-                format!(
-                    "cannot start profile `{}`: port {port} is already in use{holder}",
-                    l.profile_name
-                ),
-                Some(format!(
-                    "stop it with `kiln serve --stop`, or pick another port (e.g. `--set port={}`)",
-                    port + 1
-                )),
-            ));
-        }
+        reuse::clear_port(l, port, &cmd, say)?;
     }
     let log_path = l.paths.serve_log(l.recipe, l.profile_name);
     create_dir(&l.paths.serve_dir())?;
-    let mut spec = CommandSpec::new(program.clone(), rest.iter().chain(&p.args).cloned());
-    spec.env = p.env.clone();
     let log_start;
     let launch_id = launch_nonce();
     let redactor =
@@ -222,6 +206,7 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
         log_offset: log_start,
         launch_id,
         argv,
+        cmd,
     };
     write_atomic(
         &record_path(l.paths, l.recipe),

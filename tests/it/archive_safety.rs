@@ -172,8 +172,9 @@ fn device_nodes_and_fifos_are_refused() {
         );
         assert!(!ws.path().join("dest").exists());
         assert!(
-            step_log(&ws).contains("is a"),
-            "the step log lacks the error"
+            step_log(&ws).contains(&format!("entry `pkg/node` is {what}")),
+            "the step log lacks the error: {}",
+            step_log(&ws)
         );
     }
 }

@@ -166,3 +166,62 @@ pub(crate) fn run_ok(cmd: &mut std::process::Command) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Whether a Docker-backed test runs. It needs a running Docker engine: without one it fails at
+/// once, saying how to start one, unless `KILN_TEST_SKIP_DOCKER=1` skips it explicitly; a skipped
+/// test says so on stderr past the test harness's capture (so it shows on a passing run), and
+/// asserts nothing.
+pub(crate) fn docker_engine(test: &str) -> bool {
+    use std::io::Write;
+    if std::env::var_os("KILN_TEST_SKIP_DOCKER").is_some_and(|v| v == "1") {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {test}: KILN_TEST_SKIP_DOCKER=1 (it needs a running Docker engine)"
+        );
+        return false;
+    }
+    let info = std::process::Command::new("docker")
+        .args(["info", "--format", "{{.ServerVersion}}"])
+        .output();
+    match info {
+        Ok(o) if o.status.success() => true,
+        Ok(o) => panic!(
+            "{test} needs a running Docker engine: `docker info` says: {}\nstart one (`sudo systemctl start docker`), or skip the Docker-backed tests explicitly with KILN_TEST_SKIP_DOCKER=1",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => panic!(
+            "{test} needs Docker: cannot run `docker`: {e}\ninstall it (bash .ci/install-deps) and start the engine, or skip the Docker-backed tests explicitly with KILN_TEST_SKIP_DOCKER=1"
+        ),
+    }
+}
+
+/// This process's PATH with `program` hidden, everything else still found: each directory that
+/// holds `program` is replaced by a directory under `root` of links to its other entries (a
+/// GPU box's nvidia-smi sits in /usr/bin beside tools the test needs, so narrowing PATH to
+/// `/usr/bin:/bin` would not hide it, and dropping /usr/bin would hide everything).
+pub(crate) fn path_without(program: &str, root: &Path) -> std::ffi::OsString {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs: Vec<PathBuf> = std::env::split_paths(&path)
+        .enumerate()
+        .map(|(i, dir)| {
+            if !dir.join(program).exists() {
+                return dir;
+            }
+            let shadow = root.join(format!("path-{i}"));
+            std::fs::create_dir_all(&shadow).unwrap();
+            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                if entry.file_name() != program {
+                    let _ =
+                        std::os::unix::fs::symlink(entry.path(), shadow.join(entry.file_name()));
+                }
+            }
+            shadow
+        })
+        .collect();
+    let joined = std::env::join_paths(dirs).unwrap();
+    assert!(
+        which::which_in(program, Some(&joined), root).is_err(),
+        "{program} is still on the PATH"
+    );
+    joined
+}

@@ -126,6 +126,11 @@ fn read_in(host: &Container, path: &str) -> String {
 
 #[test]
 fn the_fleet_playbook_compiles_once_and_the_second_host_pulls_the_wheel() {
+    if !crate::common::docker_engine(
+        "the_fleet_playbook_compiles_once_and_the_second_host_pulls_the_wheel",
+    ) {
+        return;
+    }
     let playbook_bin = ansible_playbook();
     let image = fleet_image();
     let registry = crate::image::LocalRegistry::start();

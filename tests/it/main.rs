@@ -1,4 +1,8 @@
-//! One integration-test binary: every test runs the real `kiln` executable in a temp dir.
+//! One integration-test binary. Most tests run the real `kiln` executable in temp dirs; a few
+//! call the library for what no command exposes: fuzz.rs (the recipe loader, `when`, templates and
+//! units), image.rs's wheel-cache registry tests (`kiln::oci` push and pull), patch.rs's write that
+//! fails midway (`patch::apply_with` with a failing writer) and report_html.rs (a report built by
+//! hand to render every block).
 
 // Tests print diagnostics of what they ran; the lint is for the product.
 #![allow(clippy::print_stdout, clippy::print_stderr)]

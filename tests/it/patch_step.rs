@@ -50,12 +50,25 @@ site_packages = "${{site}}"
     assert!(String::from_utf8_lossy(&out).contains("0 of 2 steps to run"));
     assert_eq!(std::fs::read(&utils).unwrap(), before);
 
-    // Editing the patched file behind kiln's back is caught by the patch set's own check when the
-    // step is forced again: it stays fully effective (apply is idempotent).
-    ws.kiln()
+    // Undo the patch behind kiln's back (the wheel's own file put back): the step forced again
+    // finds the patch set unapplied and applies it, byte for byte as before.
+    let rel = "sglang/srt/distributed/device_communicators/all_reduce_utils.py";
+    std::fs::copy(wheel_site("sglang==0.5.9").join(rel), &utils).unwrap();
+    assert_ne!(
+        std::fs::read(&utils).unwrap(),
+        before,
+        "the edit undid the patch"
+    );
+    let out = ws
+        .kiln()
         .args(["up", "patch.toml", "--force", "sglang"])
         .assert()
-        .success();
+        .success()
+        .get_output()
+        .stderr
+        .clone();
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.contains("ran    sglang"), "{out}");
     assert_eq!(std::fs::read(&utils).unwrap(), before);
 }
 

@@ -104,9 +104,30 @@ fn a_run_that_changes_receipts_deletes_the_index_first() {
     // The run just wrote receipts: its index, if any, is not the old one.
     let after = std::fs::read_to_string(&path).unwrap_or_default();
     assert_ne!(after, before);
-    // Even an old index put back is not trusted: the receipts directory changed since.
+
+    // Even an old index put back is not trusted: the receipts directory changed since. The
+    // recipe changes and runs (every receipt is now for the new commands), then the old recipe
+    // and its old index are put back: that index says both steps are fresh, their receipts say
+    // they were made for other commands, and the plan follows the receipts. No receipt is
+    // touched by hand, so only the index is on trial.
+    ws.write("r.toml", &RECIPE.replace("echo run", "echo changed"));
+    kiln_ok(&ws, &["up", "r.toml"]);
+    assert_eq!((runs(&ws, "a"), runs(&ws, "b")), (3, 2));
+    ws.write("r.toml", RECIPE);
     std::fs::write(&path, &before).unwrap();
-    std::fs::remove_file(run_dir(&ws).join("receipts").join("a.json")).unwrap();
-    let plan = kiln_ok(&ws, &["plan", "r.toml"]);
-    assert_eq!(status_of(&plan, "a"), "stale a run never completed");
+    let out = ws
+        .kiln()
+        .args(["plan", "r.toml"])
+        .env("KILN_NO_RECIPE_CACHE", "1")
+        .output()
+        .expect("kiln runs");
+    assert!(out.status.success());
+    let plan = String::from_utf8_lossy(&out.stdout);
+    for id in ["a", "b"] {
+        let line = status_of(&plan, id);
+        assert!(
+            line.starts_with(&format!("stale {id} run")) && !line.contains("never completed"),
+            "{plan}"
+        );
+    }
 }

@@ -129,8 +129,14 @@ fn port_in_use_is_refused_before_launch() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        err.contains(&format!("port {port} is already in use"))
-            && err.contains("hint: stop it with `kiln serve --stop`"),
+        err.contains(&format!(
+            "port {port} is already in use by pid {}",
+            std::process::id()
+        )) && err.contains("which kiln did not start")
+            && err.contains(&format!(
+                "hint: stop it (`kill {}`) if it is yours",
+                std::process::id()
+            )),
         "{err}"
     );
 }

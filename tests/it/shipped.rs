@@ -104,7 +104,7 @@ fn up_of_the_gpu_stack_stops_at_the_doctor_preflight_without_a_driver() {
             .arg(format!("prefix={}", opt.display()))
             .arg("--set")
             .arg(format!("cuda_link={}", ws.path().join("cuda").display()))
-            .env("PATH", "/usr/bin:/bin"),
+            .env("PATH", crate::common::path_without("nvidia-smi", ws.path())),
         1,
     );
     assert!(
@@ -124,7 +124,7 @@ fn without_a_gpu_kiln_up_picks_the_cpu_demo_and_says_so_first() {
     let out = ws
         .kiln()
         .args(["up", "--dry-run"])
-        .env("PATH", "/usr/bin:/bin")
+        .env("PATH", crate::common::path_without("nvidia-smi", ws.path()))
         .assert()
         .success()
         .get_output()

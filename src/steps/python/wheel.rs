@@ -225,6 +225,14 @@ impl WheelBuild<'_> {
     }
 
     /// `pip wheel` of `sdist` into the build's scratch directory; the `.whl` it made.
+    ///
+    /// Always through PEP 517 (`--use-pep517`), so that an sdist with only a `setup.py` builds on
+    /// a stock interpreter too: Debian 12's venv has pip 23.0.1 and setuptools 66 but no `wheel`,
+    /// and that pip would otherwise build it the legacy way (`setup.py bdist_wheel`: "invalid
+    /// command 'bdist_wheel'"). With build isolation (the default) pip puts the build's own
+    /// requirements (`setuptools`, `wheel` for a bare `setup.py`) in a throwaway environment from
+    /// the step's index; with `build_isolation = false` the build runs in the venv itself, so
+    /// `setuptools` and `wheel` are installed into it first.
     fn build_wheel(
         &self,
         b: &Build,
@@ -232,6 +240,18 @@ impl WheelBuild<'_> {
         log: &mut dyn Write,
         sh: &mut Sh,
     ) -> Result<PathBuf> {
+        if !self.p.build_isolation {
+            let _ = writeln!(
+                log,
+                "build_isolation = false: the build runs in the venv; installing setuptools and wheel into it"
+            );
+            let mut tools = CommandSpec::new(
+                self.vpy.display().to_string(),
+                ["-m", "pip", "install", "--disable-pip-version-check"],
+            );
+            tools.args.extend(self.index_args.iter().cloned());
+            sh(tools.arg("setuptools").arg("wheel").with_env(self.env), log)?;
+        }
         let mut build = CommandSpec::new(
             self.vpy.display().to_string(),
             [
@@ -242,10 +262,13 @@ impl WheelBuild<'_> {
                 "-v",
                 "--disable-pip-version-check",
                 "--no-deps",
-                "-w",
+                "--use-pep517",
             ],
-        )
-        .arg(b.work.join("wheel").display().to_string());
+        );
+        build.args.extend(self.index_args.iter().cloned());
+        build = build
+            .arg("-w")
+            .arg(b.work.join("wheel").display().to_string());
         if !self.p.build_isolation {
             build = build.arg("--no-build-isolation");
         }
