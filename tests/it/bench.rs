@@ -277,11 +277,16 @@ fn missing_model_is_classified_from_real_llama_server_output() {
     let prefix = tiny_cpu();
     let ws = Workspace::new();
     let port = free_port();
+    // A file llama-server cannot load (a path that does not exist is refused before the launch
+    // by the launch preflight: launch_preflight.rs), so the classification reads its real output.
+    ws.write("model.gguf", "not a GGUF file\n");
+    let model = ws.path().join("model.gguf");
     ws.write(
         "r.toml",
         &format!(
-            "[recipe]\nname = \"mm\"\n[profile.s]\ncmd = [{:?}]\nargs = [\"-m\", \"/nonexistent/model.gguf\", \"--port\", \"{port}\"]\nport = \"{port}\"\nsignatures = \"llama-server\"\n",
-            prefix.join("bin/llama-server").display().to_string()
+            "[recipe]\nname = \"mm\"\n[profile.s]\ncmd = [{:?}]\nargs = [\"-m\", {:?}, \"--port\", \"{port}\"]\nport = \"{port}\"\nsignatures = \"llama-server\"\n",
+            prefix.join("bin/llama-server").display().to_string(),
+            model.display().to_string()
         ),
     );
     let out = ws.kiln().args(["serve", "r.toml"]).output().unwrap();

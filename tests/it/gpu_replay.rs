@@ -121,5 +121,5 @@ fn a_log_that_cannot_be_read_is_an_error_naming_it() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0));
-    assert!(err.contains("cannot read nope.log"), "{err}");
+    assert!(err.contains("cannot read the server log nope.log"), "{err}");
 }

@@ -112,7 +112,7 @@ fn the_default_recipe_on_one_h200_stops_before_any_step_with_what_would_run() {
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(
         lines[0],
-        "kiln: 1 NVIDIA GPU(s) found: using the default recipe `glm5-nvfp4-sm120`"
+        "kiln: 1 NVIDIA GPU found: using the default recipe `glm5-nvfp4-sm120`"
     );
     let at = |needle: &str| {
         lines
