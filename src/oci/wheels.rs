@@ -326,7 +326,14 @@ impl RemoteWheel {
         let key: Value = annotation(ANNOTATION_KEY)
             .and_then(|k| serde_json::from_str(k).ok())
             .ok_or_else(|| bad("no cache key"))?;
-        let key_id = crate::hash::sha256_bytes(&serde_json::to_vec(&key).expect("json"));
+        // The cache names an entry by the sha256 of its typed key in field order
+        // (`WheelKey::id`); a parsed `Value` re-serializes with sorted keys, so a kiln key is
+        // hashed as the typed key, anything else as the JSON it is.
+        let key_id = serde_json::from_value::<crate::cache::wheels::WheelKey>(key.clone())
+            .map_or_else(
+                |_| crate::hash::sha256_bytes(&serde_json::to_vec(&key).expect("json")),
+                |k| k.id(),
+            );
         if key_id != id {
             return Err(bad(&format!(
                 "entry {id} is not the sha256 of its key (that is {key_id})"
@@ -483,5 +490,54 @@ fn check_wheel_name(name: &str, origin: &str) -> Result<()> {
             format!("refusing wheel name `{name}` from {origin}: not a plain .whl file name"),
             Some("the cache entry is corrupt or hostile; nothing was written".to_string()),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::wheels::WheelKey;
+
+    /// A layer as `push_wheels` writes it for a real cache entry.
+    fn layer_of(key: &WheelKey) -> Value {
+        json!({
+            "mediaType": MEDIA_WHEEL,
+            "digest": format!("sha256:{}", "a".repeat(64)),
+            "size": 11,
+            "annotations": {
+                ANNOTATION_TITLE: "demo-1.0-py3-none-any.whl",
+                ANNOTATION_ID: key.id(),
+                ANNOTATION_KEY: serde_json::to_string(&serde_json::to_value(key).unwrap()).unwrap(),
+                ANNOTATION_EXTRA: "{}",
+            },
+        })
+    }
+
+    #[test]
+    fn a_real_entry_pushed_from_the_cache_passes_the_id_check() {
+        // The key's fields are not in alphabetical order: hashing a parsed `Value` (sorted keys)
+        // would refuse every entry a real cache pushed (the fleet test found it).
+        let key = WheelKey {
+            package: "demo".into(),
+            version: "1.0".into(),
+            source_sha256: "b".repeat(64),
+            python_tag: "cp311".into(),
+            torch: None,
+            cuda: None,
+            arch_list: None,
+            env: BTreeMap::new(),
+        };
+        let reference = Reference::parse("127.0.0.1:5000/kiln/wheels:cache").unwrap();
+        let remote = RemoteWheel::from_layer(&layer_of(&key), &reference);
+        assert!(remote.is_ok(), "{:?}", remote.err());
+        let mut forged = layer_of(&key);
+        forged["annotations"][ANNOTATION_ID] = json!("c".repeat(64));
+        let Err(err) = RemoteWheel::from_layer(&forged, &reference) else {
+            panic!("a forged id passed");
+        };
+        assert!(
+            err.to_string().contains("is not the sha256 of its key"),
+            "{err}"
+        );
     }
 }
