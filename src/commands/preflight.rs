@@ -302,8 +302,9 @@ pub(super) fn launch_checks(
             .find_map(|i| i.strip_prefix("sglang==").map(str::to_string)),
         _ => None,
     });
+    // Only a record whose process identity still checks out (start time, boot) is kiln's.
     let record = crate::serve::read_record(&settings.paths, &full.name)
-        .filter(|r| crate::process::pid_alive(r.pid));
+        .filter(|r| r.identity.as_ref().is_some_and(|i| i.verify().is_ok()));
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let cvd = std::env::var("CUDA_VISIBLE_DEVICES").ok();
     let host = launch::Host {

@@ -51,32 +51,18 @@ pub(super) fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
             say_kept(kept.as_ref());
         }
     }
-    // A run that served (or failed anywhere) ends with how it ended; a run of steps alone ends
-    // with the engine's `run_finished`, which says it already.
-    if args.json && (stage == "serve" || result.is_err()) {
-        println!("{}", finished_event(&result, stage));
-    }
+    // With --json, commands::finish ends the stream with `error` (when it failed, at any stage)
+    // and `outcome`: a run that fails after its steps never ends on their `run_finished`.
     result
-}
-
-/// The last event of `kiln up --json` when it served or failed: how the whole run ended, also
-/// when it failed after its steps (whose own `run_finished` said they were fine).
-fn finished_event(result: &Result<u8>, stage: &str) -> serde_json::Value {
-    match result {
-        Ok(code) => {
-            serde_json::json!({"event": "up_finished", "ok": *code == 0, "exit_code": code})
-        }
-        Err(e) => serde_json::json!({
-            "event": "up_finished", "ok": false, "exit_code": e.exit_code(), "stage": stage,
-            "error": e.to_string(), "hint": e.hint(),
-        }),
-    }
 }
 
 /// Say where the last good report is, after a failed run wrote its own.
 fn say_kept(kept: Option<&std::path::PathBuf>) {
     if let Some(prev) = kept {
-        eprintln!("kiln: the last good report is kept as {}", prev.display());
+        crate::report::current().note(&format!(
+            "the last good report is kept as {}",
+            prev.display()
+        ));
     }
 }
 

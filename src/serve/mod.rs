@@ -4,6 +4,8 @@
 pub mod evidence;
 pub mod logtail;
 mod reuse;
+
+pub(crate) use reuse::listener as port_holder;
 pub mod signatures;
 pub mod verdict;
 

@@ -203,7 +203,7 @@ fn port_in_use(l: &Launch, port: u16, detail: Option<&str>) -> Error {
 
 /// The process listening on TCP `port` (IPv4 or IPv6), from /proc: the socket's inode in
 /// /proc/net/tcp*, then the process holding a descriptor to it.
-fn listener(port: u16) -> Option<(u32, Vec<String>)> {
+pub(crate) fn listener(port: u16) -> Option<(u32, Vec<String>)> {
     let want = format!(":{port:04X}");
     let inodes: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
         .iter()

@@ -647,7 +647,17 @@ fn a_port_held_by_another_process_is_refused_before_launch() {
         &format!("port={port}"),
     ]));
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains(&format!("✗ launch.port: port {port} is already in use (not by a server kiln started for tiny-cpu)")), "{err}");
+    assert!(
+        err.contains(&format!(
+            "✗ launch.port: port {port} is already in use by pid {}",
+            std::process::id()
+        )) && err.contains("which kiln did not start for tiny-cpu")
+            && err.contains(&format!(
+                "hint: stop it (`kill {}`) if it is yours",
+                std::process::id()
+            )),
+        "{err}"
+    );
     assert!(
         err.contains("error: profile `tuned` of tiny-cpu cannot launch on this host: launch.port"),
         "{err}"

@@ -744,8 +744,12 @@ fn port(l: &Launch, h: &Host, args: Option<&Args>) -> Check {
             format!("port {port} is held by the server kiln started for profile `{profile}` of {} (pid {pid})", l.recipe),
         )
         .evidence("kiln stops or reuses its own server before launching"),
-        None => Check::fail(id, format!("port {port} is already in use (not by a server kiln started for {})", l.recipe))
-            .fix(format!("stop it with `kiln serve --stop` if another kiln recipe or state dir started it, else end what holds it (`ss -ltnp 'sport = :{port}'` names it); or pick another port (e.g. `--set port={}`)", port.saturating_add(1))),
+        None => match crate::serve::port_holder(port) {
+            Some((pid, argv)) => Check::fail(id, format!("port {port} is already in use by pid {pid} (`{}`), which kiln did not start for {}", argv.join(" "), l.recipe))
+                .fix(format!("stop it (`kill {pid}`) if it is yours, or pick another port (e.g. `--set port={}`)", port.saturating_add(1))),
+            None => Check::fail(id, format!("port {port} is already in use by a process not visible to this user (not a server kiln started for {})", l.recipe))
+                .fix(format!("end what holds it (`ss -ltnp 'sport = :{port}'` names it), or pick another port (e.g. `--set port={}`)", port.saturating_add(1))),
+        },
     }
 }
 
