@@ -450,7 +450,7 @@ fn wait_ready(
                         at.as_secs_f64(),
                         at.checked_sub(last_phase_at).unwrap().as_secs_f64()
                     ));
-                    check_generation(base, run.api, l.profile_name)?;
+                    check_generation(base, run.api, l, started)?;
                     say(&format!(
                         "  [{:>7.1}s] ready: a real generation returned {READY_TOKENS} tokens",
                         started.elapsed().as_secs_f64()
@@ -479,14 +479,17 @@ fn describe(status: std::process::ExitStatus) -> String {
     }
 }
 
-/// The readiness generation: health alone can pass on a server that cannot generate.
-fn check_generation(base: &str, api: Api, profile: &str) -> Result<()> {
+/// The readiness generation: health alone can pass on a server that cannot generate. It gets
+/// what is left of the profile's readiness timeout (`serve --timeout`), not a deadline of its own.
+fn check_generation(base: &str, api: Api, l: &Launch, started: Instant) -> Result<()> {
+    let profile = l.profile_name;
+    let deadline = l.timeout.saturating_sub(started.elapsed());
     let req = Request {
         prompt: "Hello",
         max_tokens: READY_TOKENS,
         greedy: true,
         ignore_eos: true,
-        timeout: Duration::from_secs(600),
+        timeout: deadline.max(Duration::from_secs(1)),
     };
     let g = client::generate(base, api, &req)?;
     if g.tokens != u64::from(READY_TOKENS) {

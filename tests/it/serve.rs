@@ -268,3 +268,41 @@ fn triage_port_in_use_from_real_llama_server_output() {
         "{err}"
     );
 }
+
+/// A server whose health check answers but whose generation never does: the readiness
+/// generation gets what is left of `serve --timeout`, so kiln gives up near that timeout instead
+/// of the request's own ten minutes (issue 20: every wait bounded).
+#[test]
+fn the_readiness_generation_ends_with_the_serve_timeout() {
+    let ws = Workspace::new();
+    let port = free_port();
+    ws.write(
+        "hang.py",
+        "import http.server, sys, time\n\
+         class H(http.server.BaseHTTPRequestHandler):\n\
+         \x20   def do_GET(self):\n\
+         \x20       self.send_response(200); self.end_headers(); self.wfile.write(b'{}')\n\
+         \x20   def do_POST(self):\n\
+         \x20       time.sleep(300)\n\
+         http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n",
+    );
+    ws.write(
+        "r.toml",
+        &format!(
+            "[recipe]\nname = \"hang\"\n[profile.p]\ncmd = [\"python3\", {:?}, \"{port}\"]\nport = \"{port}\"\napi = \"openai\"\n",
+            ws.path().join("hang.py").display().to_string()
+        ),
+    );
+    // A hang detector, not a speed test: without the fix the request waits ten minutes, and
+    // assert_cmd kills kiln at 120 s (no exit code then).
+    let out = ws
+        .kiln()
+        .args(["serve", "r.toml", "--timeout", "5"])
+        .timeout(std::time::Duration::from_secs(120))
+        .output()
+        .unwrap();
+    let status = out.status;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("/health answered 200"), "{err}");
+}
