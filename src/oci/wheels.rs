@@ -327,14 +327,14 @@ impl RemoteWheel {
             .and_then(|k| serde_json::from_str(k).ok())
             .ok_or_else(|| bad("no cache key"))?;
         // The cache names an entry by the sha256 of its typed key in field order
-        // (`WheelKey::id`); a parsed `Value` re-serializes with sorted keys, so a kiln key is
-        // hashed as the typed key, anything else as the JSON it is.
-        let key_id = serde_json::from_value::<crate::cache::wheels::WheelKey>(key.clone())
-            .map_or_else(
-                |_| crate::hash::sha256_bytes(&serde_json::to_vec(&key).expect("json")),
-                |k| k.id(),
-            );
-        if key_id != id {
+        // (`WheelKey::id`); a parsed `Value` re-serializes with sorted keys. Either canonical
+        // form of this key is its id; any other id is forged.
+        let plain_id = crate::hash::sha256_bytes(&serde_json::to_vec(&key).expect("json"));
+        let typed_id = serde_json::from_value::<crate::cache::wheels::WheelKey>(key.clone())
+            .ok()
+            .map(|k| k.id());
+        if id != plain_id && typed_id.as_deref() != Some(id) {
+            let key_id = typed_id.unwrap_or(plain_id);
             return Err(bad(&format!(
                 "entry {id} is not the sha256 of its key (that is {key_id})"
             )));
