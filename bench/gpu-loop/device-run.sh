@@ -9,6 +9,10 @@
 #               and CUDA (stack=system, JIT), twice: a fresh state, then another fresh state that
 #               shares the cache (the second must compile nothing)
 #   tune        `kiln tune llama-cuda --profile spec` over draft_max x ubatch, by grid then by race
+#               (TUNE_METHODS="race" or "grid race race" picks the methods and their order)
+#   noise       `spec` (draft_max 8) served once and benchmarked 10 times in a row with the race's
+#               screening rung (1 warm-up, 3 x 256 tokens): the spread between measurements of one
+#               launch against the spread inside each
 #   prebuilt    a llama-server built earlier (CARRY/llama-server.gz) instead of the build
 # Everything lands in $OUT: summary.txt and results.tar.gz (reports, logs, tune tables, figures).
 set -uo pipefail
@@ -133,8 +137,46 @@ if [[ $modes == *" evidence "* ]]; then
   collect
 fi
 
+if [[ $modes == *" noise "* ]]; then
+  say "noise: spec (draft_max=8) served once, 10 screening measurements in a row"
+  "$kiln" serve llama-cuda --profile spec --set draft_max=8 --detach >"$res/noise-serve.out" 2>"$res/noise-serve.err"
+  for i in $(seq 1 10); do
+    "$kiln" bench --url http://127.0.0.1:30090 --api openai --warmup 1 --runs 3 --max-tokens 256 --json \
+      >"$res/noise-$i.json" 2>/dev/null
+  done
+  stop_server
+  python3 - "$res" <<'PY' | tee -a "$summary"
+import json, statistics as st, sys, glob
+def runs(path):
+    text = open(path).read()
+    docs = []
+    try:
+        docs = [json.loads(text)]
+    except ValueError:
+        docs = [json.loads(l) for l in text.splitlines() if l.strip()]
+    for d in docs:
+        stack = [d]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, dict):
+                if isinstance(x.get("runs"), list) and x["runs"] and "decode_tok_s" in x["runs"][0]:
+                    return [r["decode_tok_s"] for r in x["runs"]]
+                stack.extend(x.values())
+    return []
+meds = []
+for i in range(1, 11):
+    r = runs(f"{sys.argv[1]}/noise-{i}.json")
+    if r:
+        meds.append(st.median(r))
+        print(f"measurement {i}: " + ", ".join(f"{x:.1f}" for x in r) + f" (CV {st.pstdev(r)/st.mean(r)*100:.2f} %)")
+if len(meds) > 1:
+    print(f"between measurements: mean {st.mean(meds):.1f}, CV {st.stdev(meds)/st.mean(meds)*100:.2f} %, range {min(meds):.1f}-{max(meds):.1f}")
+PY
+  collect
+fi
+
 if [[ $modes == *" tune "* ]]; then
-  for method in grid race; do
+  for method in ${TUNE_METHODS:-grid race}; do
     say "kiln tune llama-cuda --profile spec --method $method"
     "$kiln" tune llama-cuda --profile spec --method "$method" --vary draft_max=2,4,8,16 \
       --vary ubatch=256,1024 --dry-run 2>&1 | tail -1 | tee -a "$summary"
@@ -144,7 +186,9 @@ if [[ $modes == *" tune "* ]]; then
     cat "$res/tune-$method.out" | tee -a "$summary"
     grep "tune \`spec\`" "$res/tune-$method.err" | tee -a "$summary"
     stop_server
-    cp "$KILN_HOME/tune/llama-cuda/spec.json" "$res/tune-$method.json" 2>/dev/null
+    n=$(ls "$res"/tune-"$method"*.json 2>/dev/null | wc -l)
+    cp "$KILN_HOME/tune/llama-cuda/spec.json" "$res/tune-$method-$((n + 1)).json" 2>/dev/null
+    cp "$res/tune-$method.out" "$res/tune-$method-$((n + 1)).out"; cp "$res/tune-$method.err" "$res/tune-$method-$((n + 1)).err"
     collect
   done
 fi

@@ -7,17 +7,17 @@ use std::time::Instant;
 use super::{show, Settings};
 use crate::cli::TuneArgs;
 use crate::error::{Error, Result};
-use crate::fs::write_atomic;
 use crate::pipeline;
 use crate::tune::estimate::{Budget, Estimate, History};
 use crate::tune::evaluate::Evaluator;
+use crate::tune::results::Results;
 use crate::tune::{self, knobs, race, render, Axis, Method, Rung};
 
 pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
     crate::process::catch_interrupts();
     let axes = args.vary.iter().map(|s| Axis::parse(s));
     let axes = axes.collect::<Result<Vec<_>>>()?;
-    let budget = parse_budget(args.budget.as_deref())?;
+    let budget = Budget::from_flag(args.budget.as_deref())?;
     let recipe = settings.load_recipe(&args.recipe)?;
     let chosen = pipeline::Variant::pick(&recipe, Some(&args.profile))?;
     let (name, profile) = (chosen.name.to_string(), chosen.profile);
@@ -37,18 +37,17 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
         &settings.paths.reports(&recipe.name).join("report.json"),
     );
     let estimate = Estimate::plan(method, variants.len(), keys, full, args.ab_tokens, &history);
-    announce(
-        &format!("`{name}` of {} ({method:?})", recipe.name),
-        &estimate,
-        budget,
-        api,
-        &request,
-    );
+    let what = format!("`{name}` of {} ({method:?})", recipe.name);
+    for line in estimate.announcement(&what, budget, api, &request) {
+        show::say(&line);
+    }
     if args.dry_run {
-        for v in &variants {
-            println!("{}", v.name());
-        }
-        println!("{}", estimate.line());
+        let names = variants.iter().map(tune::Variant::name);
+        println!(
+            "{}\n{}",
+            names.collect::<Vec<_>>().join("\n"),
+            estimate.line()
+        );
         return Ok(0);
     }
     // Before any launch (a dry run launches nothing).
@@ -85,31 +84,62 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
     let launches = eval.launches();
     let records = std::mem::take(&mut eval.records);
     drop(eval);
+    // Launches cut short are not results: nothing is written, no winner is named.
     if crate::process::interrupted() {
-        // Launches cut short are not results: nothing is written, no winner is named.
         return Err(Error::other(
             format!("`kiln tune` interrupted after {launches} launch(es)"),
             Some("run it again to search from the start".to_string()),
         ));
     }
     let wall = started.elapsed();
-    print!("{}", render::table(&ranked));
+    let results = Results {
+        recipe: &recipe.name,
+        profile: &name,
+        method,
+        rungs: tune::rungs(method, ranked.len(), full),
+        launches,
+        launch_records: &records,
+        wall_s: wall.as_secs_f64(),
+        estimated_wall_s: estimate.wall().map(|d| d.as_secs_f64()),
+        per_request: &request,
+        entries: &ranked,
+    };
+    conclude(
+        &results,
+        &recipe,
+        against.as_deref(),
+        &load,
+        &dir,
+        &estimate,
+    )
+}
+
+/// The ranked table, the results files and the winner's profile file.
+fn conclude(
+    results: &Results,
+    recipe: &crate::recipe::Recipe,
+    against: Option<&str>,
+    load: &tune::evaluate::Loader,
+    dir: &std::path::Path,
+    estimate: &Estimate,
+) -> Result<u8> {
+    let (ranked, name, method) = (results.entries, results.profile, results.method);
+    print!("{}", render::table(ranked));
     println!(
-        "{launches} launches in {:.1} s ({method:?}; estimated {})",
-        wall.as_secs_f64(),
+        "{} launches in {:.1} s ({method:?}; estimated {})",
+        results.launches,
+        results.wall_s,
         estimate
             .wall()
             .map_or("-".into(), tune::estimate::human_duration)
     );
-    let json = serde_json::json!({
-        "recipe": recipe.name, "profile": name, "method": method,
-        "rungs": tune::rungs(method, ranked.len(), full), "launches": launches,
-        "launch_records": records, "wall_s": wall.as_secs_f64(),
-        "estimated_wall_s": estimate.wall().map(|d| d.as_secs_f64()),
-        "per_request": request, "entries": ranked,
-    });
     let title = format!("kiln tune {} `{name}`: tok/s per variant", recipe.name);
-    let json_path = write_results(&dir, &name, &json, &render::svg(&title, &ranked))?;
+    let (json_path, svg_path) = results.write(dir, &render::svg(&title, ranked))?;
+    show::say(&format!(
+        "results {} and {}",
+        json_path.display(),
+        svg_path.display()
+    ));
     let Some(best) = ranked
         .first()
         .filter(|e| e.disqualified.is_none() && e.last().is_some())
@@ -119,15 +149,22 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
             Some(format!("the reasons are in the table above and in {}", json_path.display())),
         ));
     };
+    for line in best
+        .evidence
+        .iter()
+        .filter(|l| l.starts_with("overlap check"))
+    {
+        show::say(line);
+    }
     let winner = render::Winner {
-        recipe: &recipe,
-        name: &name,
+        recipe,
+        name,
         best,
-        against: against.as_deref(),
+        against,
         method,
-        request: &request,
+        request: results.per_request,
     };
-    let (path, m) = winner.write(&load, &dir)?;
+    let (path, m) = winner.write(load, dir)?;
     println!(
         "winner: {} ({:.1} tok/s): {}",
         best.variant.name(),
@@ -135,68 +172,6 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
         path.display()
     );
     Ok(0)
-}
-
-fn parse_budget(b: Option<&str>) -> Result<Option<Budget>> {
-    b.map(|b| {
-        Budget::parse(b).map_err(|e| {
-            Error::usage(
-                format!("`--budget {b}`: {e}"),
-                Some("write a count (`--budget 4`) or a time (`--budget 30m`)".into()),
-            )
-        })
-    })
-    .transpose()
-}
-
-/// The plan's first lines: the priced estimate, a budget it exceeds, the per-request knobs.
-fn announce(
-    what: &str,
-    estimate: &Estimate,
-    budget: Option<Budget>,
-    api: crate::recipe::Api,
-    request: &std::collections::BTreeSet<String>,
-) {
-    show::say(&format!("tune {what}: {}", estimate.line()));
-    if let (Some(Budget::Time(b)), Some(w)) = (budget, estimate.wall()) {
-        if w > b {
-            show::say(&format!(
-                "the estimate is over --budget {}: no launch starts after it",
-                tune::estimate::human_duration(b)
-            ));
-        }
-    }
-    if !request.is_empty() {
-        let keys: Vec<String> = request
-            .iter()
-            .filter_map(|k| knobs::find(api, k))
-            .map(|k| format!("{} ({})", k.key, k.what))
-            .collect();
-        show::say(&format!(
-            "per request, inside one launch: {}",
-            keys.join(", ")
-        ));
-    }
-}
-
-/// `<profile>.json` and `<profile>.svg` in `dir`; the JSON's path comes back.
-fn write_results(
-    dir: &std::path::Path,
-    name: &str,
-    json: &serde_json::Value,
-    svg: &str,
-) -> Result<std::path::PathBuf> {
-    let json_path = dir.join(format!("{name}.json"));
-    let text = serde_json::to_string_pretty(json).expect("tune results serialize");
-    write_atomic(&json_path, text.as_bytes())?;
-    let svg_path = dir.join(format!("{name}.svg"));
-    write_atomic(&svg_path, svg.as_bytes())?;
-    show::say(&format!(
-        "results {} and {}",
-        json_path.display(),
-        svg_path.display()
-    ));
-    Ok(json_path)
 }
 
 /// The reference profile's greedy outputs, served once (none without a baseline).

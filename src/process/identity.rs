@@ -82,6 +82,34 @@ pub(crate) fn boot_id() -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
+/// Whether process group `pgid` has a member that still runs: one that is not a zombie (an
+/// exited child kiln has not reaped yet is still a member, and `killpg(pgid, 0)` still finds
+/// it). `None` where `/proc` cannot be read.
+pub(crate) fn group_running(pgid: u32) -> Option<bool> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue; // it exited while we looked
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        // rest starts at field 3 (state); field 5 is the process group.
+        let mut f = rest.split_whitespace();
+        let (state, group) = (f.next(), f.nth(1).and_then(|g| g.parse::<u32>().ok()));
+        if group == Some(pgid) && state != Some("Z") && state != Some("X") {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
 /// `/proc/PID/stat` field 22 (the start time); fields are counted after the `(comm)`, which
 /// may itself hold spaces and parentheses.
 pub(crate) fn start_ticks(pid: u32) -> Option<u64> {
@@ -194,6 +222,29 @@ mod tests {
         assert!(!signallable_group(0) && !signallable_group(1));
         assert!(!signallable_group(own_group()));
         assert!(!signallable_group(u32::MAX));
+    }
+
+    #[test]
+    fn an_exited_unreaped_group_is_not_running_though_killpg_still_finds_it() {
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "read line"])
+            .stdin(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = child.id();
+        assert_eq!(group_running(pgid), Some(true), "sh waits on its stdin");
+        drop(child.stdin.take()); // EOF: sh exits and stays a zombie until waited for
+        let zombie = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            group_running(pgid) == Some(false)
+        });
+        // SAFETY: signal 0 only probes; the group is this test's child.
+        let probed = unsafe { libc::killpg(pgid as libc::pid_t, 0) };
+        assert!(zombie, "the exited group still reads as running");
+        assert_eq!(probed, 0, "killpg still finds the unreaped zombie");
+        child.wait().unwrap();
     }
 
     #[test]

@@ -26,6 +26,19 @@ impl Budget {
         }
     }
 
+    /// `--budget`'s value, if given, as a usage error that says what to write.
+    pub(crate) fn from_flag(b: Option<&str>) -> crate::error::Result<Option<Budget>> {
+        b.map(|b| {
+            Budget::parse(b).map_err(|e| {
+                crate::error::Error::usage(
+                    format!("`--budget {b}`: {e}"),
+                    Some("write a count (`--budget 4`) or a time (`--budget 30m`)".into()),
+                )
+            })
+        })
+        .transpose()
+    }
+
     pub(crate) fn parse(s: &str) -> std::result::Result<Budget, String> {
         if let Ok(n) = s.trim().parse::<usize>() {
             return if n == 0 {
@@ -117,6 +130,38 @@ pub(crate) struct Estimate {
 }
 
 impl Estimate {
+    /// The search's first lines: the priced estimate, a time budget it exceeds, the per-request
+    /// knobs varied inside one launch.
+    pub(crate) fn announcement(
+        &self,
+        what: &str,
+        budget: Option<Budget>,
+        api: crate::recipe::Api,
+        request: &std::collections::BTreeSet<String>,
+    ) -> Vec<String> {
+        let mut lines = vec![format!("tune {what}: {}", self.line())];
+        if let (Some(Budget::Time(b)), Some(w)) = (budget, self.wall()) {
+            if w > b {
+                lines.push(format!(
+                    "the estimate is over --budget {}: no launch starts after it",
+                    human_duration(b)
+                ));
+            }
+        }
+        if !request.is_empty() {
+            let keys: Vec<String> = request
+                .iter()
+                .filter_map(|k| super::knobs::find(api, k))
+                .map(|k| format!("{} ({})", k.key, k.what))
+                .collect();
+            lines.push(format!(
+                "per request, inside one launch: {}",
+                keys.join(", ")
+            ));
+        }
+        lines
+    }
+
     /// `keys` launch keys over `variants` variants (per-request knobs share a launch).
     pub(crate) fn plan(
         method: Method,

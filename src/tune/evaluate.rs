@@ -30,6 +30,10 @@ pub(crate) struct LaunchRecord {
     pub ready_s: f64,
     /// Start to stop, seconds.
     pub held_s: f64,
+    /// Of that: judging it (verdicts, greedy A/B), benchmarking it, and stopping it.
+    pub qualify_s: f64,
+    pub measure_s: f64,
+    pub stop_s: f64,
     pub log: std::path::PathBuf,
 }
 
@@ -83,6 +87,11 @@ impl<'a> Evaluator<'a> {
         self.records.len()
     }
 
+    /// The launch's record, to add the time a phase took.
+    fn record(&mut self, launch: LaunchId) -> Option<&mut LaunchRecord> {
+        self.records.iter_mut().find(|r| r.launch == launch)
+    }
+
     pub(crate) fn resolve(&self, v: &Variant, port: Option<u16>) -> Result<(Recipe, Profile)> {
         resolve(self.load, self.profile, &self.request, v, port)
     }
@@ -128,6 +137,9 @@ impl<'a> Evaluator<'a> {
             variant: key.name(),
             ready_s: launched.running.ready_after.as_secs_f64(),
             held_s: 0.0,
+            qualify_s: 0.0,
+            measure_s: 0.0,
+            stop_s: 0.0,
             log: launched.running.record.log.clone(),
         });
         self.launched.insert(id, (launched, recipe, started));
@@ -236,15 +248,18 @@ impl Evaluate for Evaluator<'_> {
     }
 
     fn qualify(&mut self, launch: LaunchId, v: &Variant, served: bool, e: &mut Entry) {
+        let t0 = Instant::now();
         self.verdicts(launch, served, e);
-        if served || e.disqualified.is_some() {
-            return;
+        if !served && e.disqualified.is_none() {
+            if let Err(err) = self.greedy_ab(launch, v, e) {
+                e.disqualified = Some(format!(
+                    "failed: {}",
+                    err.to_string().lines().next().unwrap_or("")
+                ));
+            }
         }
-        if let Err(err) = self.greedy_ab(launch, v, e) {
-            e.disqualified = Some(format!(
-                "failed: {}",
-                err.to_string().lines().next().unwrap_or("")
-            ));
+        if let Some(r) = self.record(launch) {
+            r.qualify_s += t0.elapsed().as_secs_f64();
         }
     }
 
@@ -254,7 +269,12 @@ impl Evaluate for Evaluator<'_> {
         v: &Variant,
         rung: Rung,
     ) -> std::result::Result<Measurement, String> {
-        self.try_measure(launch, v, rung).map_err(|e| {
+        let t0 = Instant::now();
+        let got = self.try_measure(launch, v, rung);
+        if let Some(r) = self.record(launch) {
+            r.measure_s += t0.elapsed().as_secs_f64();
+        }
+        got.map_err(|e| {
             let msg = e.to_string();
             (self.say)(&format!("tune: `{}` failed: {msg}", v.name()));
             msg.lines().next().unwrap_or("").to_string()
@@ -268,9 +288,11 @@ impl Evaluate for Evaluator<'_> {
                 paths: self.paths,
                 facts: self.facts,
             };
+            let t0 = Instant::now();
             l.stop(s);
-            if let Some(r) = self.records.iter_mut().find(|r| r.launch == launch) {
+            if let Some(r) = self.record(launch) {
                 r.held_s = started.elapsed().as_secs_f64();
+                r.stop_s = t0.elapsed().as_secs_f64();
             }
             std::thread::sleep(Duration::from_millis(200));
         }

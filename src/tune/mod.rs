@@ -12,6 +12,7 @@ pub(crate) mod evaluate;
 pub(crate) mod knobs;
 pub(crate) mod race;
 pub(crate) mod render;
+pub(crate) mod results;
 mod sweep;
 
 use std::collections::BTreeSet;

@@ -1,14 +1,16 @@
 //! The race, `kiln tune`'s default: every launch key is launched at most once, and each launch's
 //! measurements are kept. A variant is screened with short runs; it then duels the leader on
-//! confidence bounds of decode tok/s (mean ± t·s/√n, with the spread its runs show and a floor
-//! for timing noise): one whose upper bound is below the other's lower bound cannot win and is
-//! no longer measured; while the bounds overlap they get more runs (the time the losers saved):
-//! the challenger each round, the leader while it has no more runs than the challenger, up to
-//! [`MAX_ROUNDS`] rounds, and then the lower mean is out. The leader stays up,
-//! idle, while the next variant is launched and measured (two servers at once, never two
-//! measurements at once); the last one standing gets the full benchmark in its own launch.
-//! Without room for two servers ([`Evaluate::can_hold_two`]) a new leader gets its full benchmark
-//! at once, before its launch ends.
+//! the 95 % confidence interval of how much faster it is (Welch's interval of the difference of
+//! mean decode tok/s, with the spread the runs show and a floor for timing noise). A challenger
+//! that cannot beat the leader by [`WITHIN`] is out (so the winner is within that of the best);
+//! one that is faster beyond doubt takes the lead; in between both get more runs, one
+//! measurement after the other (the challenger each round, the leader while it has no more runs
+//! than the challenger), up to [`MAX_ROUNDS`] rounds, and then the lower mean is out. The leader
+//! stays up, idle, while the next variant is launched and measured (two servers at once, never
+//! two measurements at once); the last one standing gets the full benchmark in its own, already
+//! warm, launch (so without the rung's warm-up requests). Without room for two servers
+//! ([`Evaluate::can_hold_two`]) a new leader gets its full benchmark at once, before its launch
+//! ends.
 
 use std::collections::BTreeSet;
 
@@ -18,6 +20,9 @@ use super::{rank, Entry, Evaluate, LaunchId, Rung, Variant};
 pub(crate) const MAX_ROUNDS: usize = 3;
 /// The least relative spread a bound assumes: request timing on a quiet machine varies ~1 %.
 pub(crate) const NOISE_FLOOR: f64 = 0.01;
+/// How close is a tie: a challenger that cannot beat the leader by this much (relative) is not
+/// measured further, so the winner is within this of the best variant (at 95 % per duel).
+pub(crate) const WITHIN: f64 = 0.02;
 
 /// The screening rung: one warm-up (none if the full rung has none), three runs of an eighth of
 /// the full request (at least 64 tokens, at most the full request).
@@ -53,30 +58,41 @@ pub(crate) fn launch_keys(variants: &[Variant], request: &BTreeSet<String>) -> u
 }
 
 /// Two-sided 95 % Student t quantiles for 1..=10 degrees of freedom; 2.0 beyond.
-fn t95(df: usize) -> f64 {
+fn t95(df: f64) -> f64 {
     const T: [f64; 10] = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23];
-    T.get(df.wrapping_sub(1)).copied().unwrap_or(2.0)
-}
-
-/// The 95 % confidence interval of the mean of `runs` (spread at least [`NOISE_FLOOR`]).
-pub(crate) fn bounds(runs: &[f64]) -> (f64, f64) {
-    let n = runs.len();
-    if n == 0 {
-        return (0.0, f64::INFINITY);
-    }
-    let mean = runs.iter().sum::<f64>() / n as f64;
-    let var = if n > 1 {
-        runs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64
-    } else {
-        0.0
-    };
-    let sd = var.sqrt().max(NOISE_FLOOR * mean.abs());
-    let half = t95(n.max(2) - 1) * sd / (n as f64).sqrt();
-    (mean - half, mean + half)
+    // Welch's degrees of freedom are fractional: round down, the wider bound.
+    let i = (df.floor().max(1.0) as usize).min(T.len() + 1);
+    T.get(i - 1).copied().unwrap_or(2.0)
 }
 
 fn mean(runs: &[f64]) -> f64 {
     runs.iter().sum::<f64>() / runs.len().max(1) as f64
+}
+
+/// The sample variance of `runs`, at least that of a [`NOISE_FLOOR`] relative spread.
+fn variance(runs: &[f64]) -> f64 {
+    let (n, m) = (runs.len(), mean(runs));
+    let var = if n > 1 {
+        runs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1) as f64
+    } else {
+        0.0
+    };
+    var.max((NOISE_FLOOR * m).powi(2))
+}
+
+/// The 95 % confidence interval of how much faster `a` is than `b`, relative to `b`'s mean
+/// (`0.03`: 3 % faster): Welch's interval of the difference of means, each spread at least
+/// [`NOISE_FLOOR`]. Unbounded while either side has no runs.
+pub(crate) fn advantage(a: &[f64], b: &[f64]) -> (f64, f64) {
+    if a.is_empty() || b.is_empty() || mean(b) <= 0.0 {
+        return (f64::NEG_INFINITY, f64::INFINITY);
+    }
+    let (va, vb) = (variance(a) / a.len() as f64, variance(b) / b.len() as f64);
+    let df = (va + vb).powi(2)
+        / (va.powi(2) / (a.len().max(2) - 1) as f64 + vb.powi(2) / (b.len().max(2) - 1) as f64);
+    let half = t95(df) * (va + vb).sqrt();
+    let d = mean(a) - mean(b);
+    ((d - half) / mean(b), (d + half) / mean(b))
 }
 
 /// Launch each key once, screen, duel the leader, give the last one standing the full rung.
@@ -143,6 +159,7 @@ pub(crate) fn race(
     }
     if let Some((l, launch)) = leader {
         if hold_two && !eval.interrupted() {
+            overlap_check(&mut entries[l], launch, screen, eval);
             finish(&mut entries[l], launch, full, eval);
         }
         eval.stop(launch);
@@ -172,10 +189,44 @@ fn screened(e: &mut Entry, launch: LaunchId, screen: Rung, eval: &mut dyn Evalua
     e.disqualified.is_none()
 }
 
-/// The full benchmark, in the entry's own (still running) launch.
+/// The paired check of holding two servers: the leader, now alone, gets one more screening
+/// measurement, compared with its screening runs measured while another server was up (idle).
+/// The result is evidence on the entry: whether the overlap changed the figures.
+fn overlap_check(e: &mut Entry, launch: LaunchId, screen: Rung, eval: &mut dyn Evaluate) {
+    let beside: Vec<f64> = e
+        .measurements
+        .iter()
+        .filter(|m| m.rung == screen && m.others_up > 0)
+        .flat_map(|m| m.runs.iter().copied())
+        .collect();
+    if beside.is_empty() {
+        return;
+    }
+    let v = e.variant.clone();
+    let Ok(alone) = eval.measure(launch, &v, screen) else {
+        return;
+    };
+    let (lo, hi) = advantage(&alone.runs, &beside);
+    let verdict = if lo > WITHIN || hi < -WITHIN {
+        "the overlap changed the figures"
+    } else {
+        "no change beyond 2 %"
+    };
+    e.evidence.push(format!(
+        "overlap check: alone vs beside another server {:+.1} % to {:+.1} % (95 %, {} and {} runs): {verdict}",
+        lo * 100.0,
+        hi * 100.0,
+        alone.runs.len(),
+        beside.len()
+    ));
+    e.measurements.push(alone);
+}
+
+/// The full benchmark, in the entry's own (still running) launch. The launch has served the
+/// screening runs, so the rung's warm-up requests would warm nothing.
 fn finish(e: &mut Entry, launch: LaunchId, full: Rung, eval: &mut dyn Evaluate) {
     let v = e.variant.clone();
-    match eval.measure(launch, &v, full) {
+    match eval.measure(launch, &v, Rung { warmup: 0, ..full }) {
         Ok(m) => e.measurements.push(m),
         Err(why) => e.disqualified = Some(format!("failed: {why}")),
     }
@@ -199,19 +250,27 @@ impl Duel {
                 entries[c].runs_at(self.screen),
                 entries[l].runs_at(self.screen),
             );
-            let ((c_lo, c_hi), (l_lo, l_hi)) = (bounds(&c_runs), bounds(&l_runs));
+            let (lo, hi) = advantage(&c_runs, &l_runs);
             let tokens = self.screen.max_tokens;
-            if c_hi < l_lo {
+            let pct = |x: f64| x * 100.0;
+            if hi < WITHIN {
                 entries[c].out = Some(format!(
-                    "cannot win: at most {c_hi:.1} tok/s against `{}`'s at least {l_lo:.1} ({tokens}-token runs)",
-                    name(&entries[l])
+                    "cannot beat `{}` by {:.0} %: at most {:+.1} % ({tokens}-token runs, {} and {})",
+                    name(&entries[l]),
+                    pct(WITHIN),
+                    pct(hi),
+                    c_runs.len(),
+                    l_runs.len()
                 ));
                 return l;
             }
-            if l_hi < c_lo {
+            if lo > 0.0 {
                 entries[l].out = Some(format!(
-                    "beaten by `{}`: at most {l_hi:.1} tok/s against at least {c_lo:.1} ({tokens}-token runs)",
-                    name(&entries[c])
+                    "beaten by `{}`: it is at least {:+.1} % faster ({tokens}-token runs, {} and {})",
+                    name(&entries[c]),
+                    pct(lo),
+                    c_runs.len(),
+                    l_runs.len()
                 ));
                 return c;
             }
@@ -387,13 +446,42 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn bounds_widen_with_few_runs_and_keep_a_noise_floor() {
-        let (lo, hi) = bounds(&[100.0, 100.0, 100.0]);
-        // sd floored at 1 %: 4.30 * 1.0 / sqrt(3) = 2.48
-        assert!((hi - lo - 2.0 * 2.482_6).abs() < 1e-3, "{lo} {hi}");
-        let (lo2, hi2) = bounds(&[100.0; 9]);
-        assert!(hi2 - lo2 < hi - lo);
-        assert!(bounds(&[]).1.is_infinite());
+    fn the_advantage_interval_is_welchs_with_a_noise_floor() {
+        // Equal runs: the 1 % floor on each spread; df 4, t 2.78: ±2.78 * sqrt(2/3) %.
+        let (lo, hi) = advantage(&[100.0; 3], &[100.0; 3]);
+        assert!(
+            (hi - 0.022_698).abs() < 1e-5 && (lo + hi).abs() < 1e-12,
+            "{lo} {hi}"
+        );
+        // More runs narrow it; a faster side moves it; no runs leave it unbounded.
+        let (lo6, hi6) = advantage(&[100.0; 6], &[100.0; 6]);
+        assert!(hi6 < WITHIN && hi6 - lo6 < hi - lo, "{lo6} {hi6}");
+        let (flo, fhi) = advantage(&[105.0, 106.0, 104.0], &[100.0, 101.0, 99.0]);
+        assert!(flo > 0.0 && fhi < 0.1, "{flo} {fhi}");
+        assert!(advantage(&[], &[1.0]).1.is_infinite());
+        assert!(advantage(&[1.0], &[]).0.is_infinite());
+    }
+
+    #[test]
+    fn a_tie_within_two_percent_is_settled_after_one_more_round() {
+        let axes = vec![Axis::parse("a=1,1.0").unwrap()];
+        let mut r = Model::new(0.0);
+        let ranked = search(Method::Race, grid(&axes), &BTreeSet::new(), full(), &mut r);
+        let screen = screen_rung(full());
+        // The challenger: its screen and one more round (3 + 3 runs), never the full rung.
+        let loser = &ranked[1];
+        assert_eq!(loser.runs_at(screen).len(), 6, "{ranked:#?}");
+        assert!(
+            loser
+                .out
+                .as_deref()
+                .is_some_and(|o| o.starts_with("cannot beat `a=1` by 2 %")),
+            "{:?}",
+            loser.out
+        );
+        assert_eq!(ranked[0].variant.name(), "a=1");
+        // The winner: its screen, the round, and the overlap check's runs alone.
+        assert_eq!(ranked[0].runs_at(screen).len(), 9);
     }
 
     #[test]
@@ -409,13 +497,27 @@ pub(crate) mod tests {
         keys.dedup();
         assert_eq!(keys.len(), 8, "never relaunched");
         assert!(r.max_up <= 2, "{} servers at once", r.max_up);
+        // The winner's paired check: alone (after the others stopped) vs beside another server.
+        let check = by_race[0]
+            .evidence
+            .iter()
+            .find(|l| l.starts_with("overlap check"));
+        assert!(
+            check.is_some_and(|l| l.ends_with("no change beyond 2 %")),
+            "{:?}",
+            by_race[0].evidence
+        );
+        assert!(by_race[0].measurements.iter().any(|m| m.others_up == 0));
         let best = Model::truth(&by_grid[0].variant);
         let chosen = &by_race[0];
         assert!(Model::truth(&chosen.variant) >= 0.98 * best);
         assert_eq!(
             chosen.last().unwrap().rung,
-            full(),
-            "the winner's figure is a full run"
+            Rung {
+                warmup: 0,
+                ..full()
+            },
+            "the winner's figure is a full run, in its warm launch"
         );
         // In this worst case (every new variant beats the leader) the race generates 36 % of
         // the grid's tokens; the launches, which both pay, are the rest of the cost.
@@ -458,7 +560,7 @@ pub(crate) mod tests {
         );
         assert_eq!(r.launches, 8);
         assert_eq!(r.max_up, 1);
-        assert_eq!(ranked[0].last().unwrap().rung, full());
+        assert_eq!(ranked[0].last().unwrap().rung.max_tokens, full().max_tokens);
     }
 
     #[test]
