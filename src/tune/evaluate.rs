@@ -5,7 +5,8 @@
 //!
 //! Each launch gets its own server log (`serve/<recipe>-<profile>.tuneN.log`) and, when the
 //! recipe has a `port` variable and two servers are allowed, its own free port: the race keeps
-//! its leader up while it measures the next variant.
+//! its leader up while it measures the next variant, where the GPUs' memory holds two (what the
+//! first server took, measured by `nvidia-smi` before and after it came up).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 use super::{knobs, Entry, Evaluate, LaunchId, Measurement, Rung, Variant};
 use crate::bench::{self, ab};
 use crate::error::{Error, Result};
+use crate::host::gpu::Gpu;
 use crate::host::Facts;
 use crate::paths::StatePaths;
 use crate::pipeline::{self, Launched, Session};
@@ -53,6 +55,9 @@ pub(crate) struct Evaluator<'a> {
     pub say: &'a mut dyn FnMut(&str),
     launched: BTreeMap<LaunchId, (Launched<'static>, &'static Recipe, Instant)>,
     pub records: Vec<LaunchRecord>,
+    /// GPU memory (MiB) the first server took and what it left free, from `nvidia-smi` before
+    /// and after it came up; none without GPUs.
+    room: Option<Room>,
 }
 
 impl<'a> Evaluator<'a> {
@@ -80,6 +85,7 @@ impl<'a> Evaluator<'a> {
             say,
             launched: BTreeMap::new(),
             records: Vec::new(),
+            room: None,
         }
     }
 
@@ -129,9 +135,15 @@ impl<'a> Evaluator<'a> {
             facts: self.facts,
         };
         (self.say)(&format!("tune: launch {id}: `{}`", key.name()));
+        let before = (id == 1 && self.allow_two)
+            .then(crate::host::gpu::query_gpus)
+            .flatten();
         let started = Instant::now();
         let variant = pipeline::Variant { name, profile };
         let launched = pipeline::launch(s, variant, false, None, &mut |_| {})?;
+        if let Some(before) = before {
+            self.measure_room(&before);
+        }
         self.records.push(LaunchRecord {
             launch: id,
             variant: key.name(),
@@ -144,6 +156,28 @@ impl<'a> Evaluator<'a> {
         });
         self.launched.insert(id, (launched, recipe, started));
         Ok(id)
+    }
+
+    /// What the first server took of the GPUs' memory and whether a second one fits: said once,
+    /// and read by [`Evaluate::can_hold_two`].
+    fn measure_room(&mut self, before: &[Gpu]) {
+        let Some(after) = crate::host::gpu::query_gpus() else {
+            return;
+        };
+        let Some(room) = Room::between(before, &after) else {
+            return;
+        };
+        self.room = Some(room);
+        (self.say)(&format!(
+            "tune: one server takes {} MiB of GPU memory and {} MiB are free: {}",
+            room.one_mib,
+            room.free_mib,
+            if room.fits_another() {
+                "the leader stays up while the next variant is measured"
+            } else {
+                "one server at a time"
+            }
+        ));
     }
 
     fn verdicts(&self, launch: LaunchId, served: bool, e: &mut Entry) {
@@ -299,7 +333,7 @@ impl Evaluate for Evaluator<'_> {
     }
 
     fn can_hold_two(&self) -> bool {
-        self.allow_two
+        self.allow_two && self.room.is_none_or(Room::fits_another)
     }
 
     fn interrupted(&self) -> bool {
@@ -348,6 +382,53 @@ pub(crate) fn resolve(
     Ok((recipe, p))
 }
 
+/// The GPU memory one server took (used after it came up minus before, on each GPU) and whether
+/// each GPU it used has that much again free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Room {
+    /// Over all GPUs.
+    one_mib: u64,
+    /// Free on the tightest GPU the server used.
+    free_mib: u64,
+    fits: bool,
+}
+
+impl Room {
+    /// `None` where the driver does not report used memory or the GPUs changed.
+    fn between(before: &[Gpu], after: &[Gpu]) -> Option<Room> {
+        if before.len() != after.len() {
+            return None;
+        }
+        let mut room = Room {
+            one_mib: 0,
+            free_mib: u64::MAX,
+            fits: true,
+        };
+        for (b, a) in before.iter().zip(after) {
+            let (u0, u1) = (b.memory_used_mib?, a.memory_used_mib?);
+            let (one, free) = (u1.saturating_sub(u0), a.memory_mib.saturating_sub(u1));
+            room.one_mib += one;
+            if one > 0 {
+                room.free_mib = room.free_mib.min(free);
+                room.fits &= free >= one + one / 10;
+            }
+        }
+        if room.free_mib == u64::MAX {
+            room.free_mib = after
+                .iter()
+                .map(|g| g.memory_mib.saturating_sub(g.memory_used_mib.unwrap_or(0)))
+                .min()
+                .unwrap_or(0);
+        }
+        Some(room)
+    }
+
+    /// A second server fits, with a tenth to spare.
+    fn fits_another(self) -> bool {
+        self.fits
+    }
+}
+
 /// A port nothing listens on now (the OS picks it).
 fn free_port() -> Option<u16> {
     std::net::TcpListener::bind(("127.0.0.1", 0))
@@ -378,7 +459,30 @@ pub(crate) fn set_flag(args: &mut Vec<String>, flag: &str, value: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::set_flag;
+    use super::{set_flag, Room};
+    use crate::host::gpu::parse_csv;
+
+    #[test]
+    fn a_second_server_fits_where_the_first_left_room_for_it() {
+        // The real 2x H200 capture (after its `$ nvidia-smi ...` line), before any server...
+        let capture = include_str!("../../tests/fixtures/gpu/h200x2/nvidia-smi-query.txt");
+        let before = parse_csv(capture.split_once('\n').unwrap().1);
+        assert!(!before.is_empty() && before[0].memory_used_mib.is_some());
+        let with = |used: u64| {
+            let mut g = before.clone();
+            g[0].memory_used_mib = Some(before[0].memory_used_mib.unwrap() + used);
+            g
+        };
+        // ...and after a 2.3 GiB server (the 1B llama-cuda model) or a 100 GiB one.
+        let small = Room::between(&before, &with(2_303)).unwrap();
+        assert_eq!(small.one_mib, 2_303);
+        assert!(small.fits_another());
+        let big = Room::between(&before, &with(100_000)).unwrap();
+        assert!(!big.fits_another(), "{big:?}");
+        let mut unknown = before.clone();
+        unknown[0].memory_used_mib = None;
+        assert_eq!(Room::between(&before, &unknown), None);
+    }
 
     #[test]
     fn flags_are_replaced_not_repeated() {

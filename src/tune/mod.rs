@@ -247,6 +247,7 @@ pub(crate) trait Evaluate {
 
     /// Whether two servers may be up at once (the race keeps its leader up while it measures the
     /// next variant; without it the leader gets its full benchmark in its own launch at once).
+    /// The race asks once its first server is up, so the answer may rest on what that one takes.
     fn can_hold_two(&self) -> bool {
         true
     }

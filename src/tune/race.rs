@@ -103,7 +103,8 @@ pub(crate) fn race(
     eval: &mut dyn Evaluate,
 ) -> Vec<Entry> {
     let screen = screen_rung(full);
-    let hold_two = eval.can_hold_two();
+    // Asked once the first server is up: the evaluator may measure what one server takes.
+    let mut hold_two = None;
     let mut entries: Vec<Entry> = variants.into_iter().map(Entry::new).collect();
     let all: Vec<usize> = (0..entries.len()).collect();
     let mut leader: Option<(usize, LaunchId)> = None;
@@ -123,6 +124,7 @@ pub(crate) fn race(
                 continue;
             }
         };
+        let hold_two = *hold_two.get_or_insert_with(|| eval.can_hold_two());
         for &i in &group {
             if eval.interrupted() {
                 break;
@@ -158,7 +160,7 @@ pub(crate) fn race(
         }
     }
     if let Some((l, launch)) = leader {
-        if hold_two && !eval.interrupted() {
+        if hold_two == Some(true) && !eval.interrupted() {
             overlap_check(&mut entries[l], launch, screen, eval);
             finish(&mut entries[l], launch, full, eval);
         }
