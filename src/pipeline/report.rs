@@ -371,6 +371,89 @@ mod tests {
         assert!(!report.to_json().contains('\u{1b}'));
     }
 
+    #[test]
+    fn each_figure_names_its_launch_and_the_ceiling_its_ratio() {
+        let v = |status| Verdict {
+            feature: "cuda-graphs".into(),
+            status,
+            reason: "r".into(),
+            evidence: None,
+        };
+        let launch = |launch, pid, diff: &[&str], figures, verdicts| LaunchSummary {
+            launch,
+            pid,
+            log: "/s/serve/r-tuned.log".into(),
+            log_offset: 10,
+            launch_id: "ab".into(),
+            ready_after_s: 1.0,
+            args_difference: diff.iter().map(|d| (*d).to_string()).collect(),
+            figures,
+            verdicts,
+        };
+        let mut ceiling = Ceiling {
+            source: "llama-bench",
+            path: "/p/llama-bench.json".into(),
+            figure: Some(super::super::Figure {
+                test: "tg2048".into(),
+                n_gen: 2048,
+                tok_s: 893.6,
+                stddev_tok_s: 0.6,
+            }),
+            served_decode_tok_s: None,
+            ratio: None,
+        };
+        ceiling.compare(Some(779.5));
+        let mut r = report(true);
+        r.served = Some(Served {
+            profile: "tuned".into(),
+            url: None,
+            pid: 8,
+            ready_after_s: 1.0,
+            verdicts: vec![v(Status::Active)],
+            baseline: None,
+            ab: None,
+            bench: None,
+            launches: vec![
+                launch(
+                    Role::Judged,
+                    7,
+                    &["-lv 5 (was -lv 4)"],
+                    vec!["verdicts"],
+                    vec![v(Status::Active)],
+                ),
+                launch(
+                    Role::Bench,
+                    8,
+                    &[],
+                    vec!["bench_launch_verdicts", "bench", "ceiling_ratio"],
+                    vec![v(Status::Unknown)],
+                ),
+            ],
+            ceiling: Some(ceiling),
+        });
+        let md = r.to_markdown();
+        for want in [
+            "| judged launch | 7 | /s/serve/r-tuned.log (10) | + -lv 5 (was -lv 4) | verdicts |",
+            "| bench launch | 8 | /s/serve/r-tuned.log (10) | the profile's args only (no evidence-only args) | bench_launch_verdicts, bench, ceiling_ratio |",
+            "## Tuning verdicts (judged launch, pid 7)",
+            "## Verdicts of the bench launch (pid 8)\n\n| feature | verdict | reason | evidence |\n|---|---|---|---|\n| cuda-graphs | unknown |",
+            "served 779.5 tok/s (bench launch, pid 8) · ceiling llama-bench tg2048 893.6 tok/s (sd 0.6) · 0.872×",
+        ] {
+            assert!(md.contains(want), "{want}\n{md}");
+        }
+        let html = r.to_html();
+        assert!(
+            html.contains("<h2>Tuning verdicts (judged launch, pid 7)</h2>"),
+            "{html}"
+        );
+        assert!(html.contains("· 0.872×</p>"), "{html}");
+        let json = r.to_json();
+        assert!(
+            json.contains("\"launch\": \"judged\"") && json.contains("\"ratio\": 0.87"),
+            "{json}"
+        );
+    }
+
     fn report(ok: bool) -> Report {
         let mut r = Report::failed("r", "serve", &Error::other("it failed", None), false);
         if ok {
