@@ -2,7 +2,8 @@
 //! nothing fetched), readable offline and attachable to a ticket. A header says when, with
 //! which kiln, on which host and GPUs, from which recipe file and profile; then the outcome, a
 //! step summary linking each step's log, the verdicts (Markdown code spans as `<code>`), the
-//! greedy A/B and the bench as tables, and the bench plot.
+//! greedy A/B and the bench as tables, and the bench plot; then the ceiling, the bench launch's
+//! verdicts and the launches (which launch each figure came from; each heading names it too).
 
 use std::fmt::Write;
 
@@ -313,7 +314,6 @@ fn launches(h: &mut String, r: &Served) {
 
 /// Verdicts, greedy A/B and bench of the served profile.
 fn served(h: &mut String, r: &Served) {
-    launches(h, r);
     let _ = writeln!(
         h,
         "<h2>Tuning verdicts{}</h2>",
@@ -369,6 +369,13 @@ fn served(h: &mut String, r: &Served) {
     if let Some(b) = &r.bench {
         bench(h, b, &from(r, "bench"));
     }
+    if let Some(c) = &r.ceiling {
+        let _ = writeln!(
+            h,
+            "<h2>Ceiling</h2>\n<p class=\"summary\">{}</p>",
+            escape(&r.ceiling_line(c))
+        );
+    }
     if let Some(l) = r
         .launches
         .iter()
@@ -377,13 +384,7 @@ fn served(h: &mut String, r: &Served) {
         let _ = writeln!(h, "<h2>Verdicts of the bench launch (pid {})</h2>", l.pid);
         verdict_table(h, &l.verdicts);
     }
-    if let Some(c) = &r.ceiling {
-        let _ = writeln!(
-            h,
-            "<h2>Ceiling</h2>\n<p class=\"summary\">{}</p>",
-            escape(&r.ceiling_line(c))
-        );
-    }
+    launches(h, r);
 }
 
 fn bench(h: &mut String, b: &crate::bench::Report, from: &str) {

@@ -188,21 +188,6 @@ impl Report {
         for w in &self.outcome.warnings {
             let _ = write!(md, "\n- warning: {}", escape_controls(w));
         }
-        if !served.launches.is_empty() {
-            md.push_str("\n\n## Launches\n\n| launch | pid | log (from byte) | args difference | figures |\n|---|---|---|---|---|\n");
-            for l in &served.launches {
-                let _ = writeln!(
-                    md,
-                    "| {} | {} | {} ({}) | {} | {} |",
-                    l.launch.label(),
-                    l.pid,
-                    md_cell(&l.log.display().to_string()),
-                    l.log_offset,
-                    md_cell(&args_difference(l)),
-                    l.figures.join(", ")
-                );
-            }
-        }
         let from = |figure: &str| {
             served.from_launch(figure).map_or(String::new(), |l| {
                 format!(" ({}, pid {})", l.launch.label(), l.pid)
@@ -226,16 +211,31 @@ impl Report {
                 b.render()
             );
         }
-        if let Some(l) = served.launches.iter().find(|l| l.launch == Role::Bench) {
-            let _ = write!(md, "\n## Verdicts of the bench launch (pid {})\n\n", l.pid);
-            verdict_table(&mut md, &l.verdicts);
-        }
         if let Some(c) = &served.ceiling {
             let _ = write!(
                 md,
                 "\n## Ceiling\n\n{}\n",
                 escape_controls(&served.ceiling_line(c))
             );
+        }
+        if let Some(l) = served.launches.iter().find(|l| l.launch == Role::Bench) {
+            let _ = write!(md, "\n## Verdicts of the bench launch (pid {})\n\n", l.pid);
+            verdict_table(&mut md, &l.verdicts);
+        }
+        if !served.launches.is_empty() {
+            md.push_str("\n## Launches\n\n| launch | pid | log (from byte) | args difference | figures |\n|---|---|---|---|---|\n");
+            for l in &served.launches {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} ({}) | {} | {} |",
+                    l.launch.label(),
+                    l.pid,
+                    md_cell(&l.log.display().to_string()),
+                    l.log_offset,
+                    md_cell(&args_difference(l)),
+                    l.figures.join(", ")
+                );
+            }
         }
         md
     }
