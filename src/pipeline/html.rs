@@ -2,7 +2,8 @@
 //! nothing fetched), readable offline and attachable to a ticket. A header says when, with
 //! which kiln, on which host and GPUs, from which recipe file and profile; then the outcome, a
 //! step summary linking each step's log, the verdicts (Markdown code spans as `<code>`), the
-//! greedy A/B and the bench as tables, and the bench plot.
+//! greedy A/B and the bench as tables, and the bench plot; then the ceiling, the bench launch's
+//! verdicts and the launches (which launch each figure came from; each heading names it too).
 
 use std::fmt::Write;
 
@@ -257,36 +258,73 @@ fn steps(h: &mut String, head: &Header) {
     h.push_str("</table>\n");
 }
 
+/// Which launch a figure came from: ` (judged launch, pid 42)`.
+fn from(r: &Served, figure: &str) -> String {
+    r.from_launch(figure).map_or(String::new(), |l| {
+        format!(" ({}, pid {})", l.launch.label(), l.pid)
+    })
+}
+
+fn verdict_table(h: &mut String, verdicts: &[crate::serve::verdict::Verdict]) {
+    if verdicts.is_empty() {
+        h.push_str("<p>no tunings to judge (no flag of the profile has a signature)</p>\n");
+        return;
+    }
+    h.push_str(
+        "<table>\n<tr><th>feature</th><th>verdict</th><th>reason</th><th>evidence</th></tr>\n",
+    );
+    for v in verdicts {
+        let class = match v.status {
+            Status::Active => "ok",
+            Status::FellBack | Status::Unknown | Status::Configured => "warn",
+            Status::Crashed | Status::Conflicting => "bad",
+        };
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td class=\"{class}\">{}</td><td>{}</td><td><code>{}</code></td></tr>",
+            prose(&v.feature),
+            escape(v.status.label()),
+            prose(&v.reason),
+            escape(v.evidence.as_deref().unwrap_or(""))
+        );
+    }
+    h.push_str("</table>\n");
+}
+
+/// The launches the figures came from.
+fn launches(h: &mut String, r: &Served) {
+    if r.launches.is_empty() {
+        return;
+    }
+    h.push_str("<h2>Launches</h2>\n<table>\n<tr><th>launch</th><th>pid</th><th>log (from byte)</th><th>args difference</th><th>figures</th></tr>\n");
+    for l in &r.launches {
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td class=\"num\">{}</td><td><code>{}</code> ({})</td><td><code>{}</code></td><td>{}</td></tr>",
+            escape(l.launch.label()),
+            l.pid,
+            escape(&l.log.display().to_string()),
+            l.log_offset,
+            escape(&super::report::args_difference(l)),
+            escape(&l.figures.join(", "))
+        );
+    }
+    h.push_str("</table>\n");
+}
+
 /// Verdicts, greedy A/B and bench of the served profile.
 fn served(h: &mut String, r: &Served) {
-    h.push_str("<h2>Tuning verdicts</h2>\n");
-    if r.verdicts.is_empty() {
-        h.push_str("<p>no tunings to judge (no flag of the profile has a signature)</p>\n");
-    } else {
-        h.push_str(
-            "<table>\n<tr><th>feature</th><th>verdict</th><th>reason</th><th>evidence</th></tr>\n",
-        );
-        for v in &r.verdicts {
-            let class = match v.status {
-                Status::Active => "ok",
-                Status::FellBack | Status::Unknown | Status::Configured => "warn",
-                Status::Crashed | Status::Conflicting => "bad",
-            };
-            let _ = writeln!(
-                h,
-                "<tr><td>{}</td><td class=\"{class}\">{}</td><td>{}</td><td><code>{}</code></td></tr>",
-                prose(&v.feature),
-                escape(v.status.label()),
-                prose(&v.reason),
-                escape(v.evidence.as_deref().unwrap_or(""))
-            );
-        }
-        h.push_str("</table>\n");
-    }
+    let _ = writeln!(
+        h,
+        "<h2>Tuning verdicts{}</h2>",
+        escape(&from(r, "verdicts"))
+    );
+    verdict_table(h, &r.verdicts);
     if let (Some(c), Some(base)) = (&r.ab, &r.baseline) {
         let _ = writeln!(
             h,
-            "<h2>Greedy A/B</h2>\n<p><code>{}</code> against <code>{}</code>: token agreement {:.1}%, verdict <span class=\"{}\">{}</span></p>",
+            "<h2>Greedy A/B{}</h2>\n<p><code>{}</code> against <code>{}</code>: token agreement {:.1}%, verdict <span class=\"{}\">{}</span></p>",
+            escape(&from(r, "greedy_ab")),
             escape(&r.profile),
             escape(base),
             c.agreement * 100.0,
@@ -329,15 +367,32 @@ fn served(h: &mut String, r: &Served) {
         h.push_str("</table>\n");
     }
     if let Some(b) = &r.bench {
-        bench(h, b);
+        bench(h, b, &from(r, "bench"));
     }
+    if let Some(c) = &r.ceiling {
+        let _ = writeln!(
+            h,
+            "<h2>Ceiling</h2>\n<p class=\"summary\">{}</p>",
+            escape(&r.ceiling_line(c))
+        );
+    }
+    if let Some(l) = r
+        .launches
+        .iter()
+        .find(|l| l.launch == super::launches::Role::Bench)
+    {
+        let _ = writeln!(h, "<h2>Verdicts of the bench launch (pid {})</h2>", l.pid);
+        verdict_table(h, &l.verdicts);
+    }
+    launches(h, r);
 }
 
-fn bench(h: &mut String, b: &crate::bench::Report) {
+fn bench(h: &mut String, b: &crate::bench::Report, from: &str) {
     let svg = crate::bench::plot::of_report(b);
     let _ = writeln!(
         h,
-        "<h2>Benchmark</h2>\n<p><code>{}</code>, {} tokens per run, {} runs</p>\n<figure>{svg}</figure>",
+        "<h2>Benchmark{}</h2>\n<p><code>{}</code>, {} tokens per run, {} runs</p>\n<figure>{svg}</figure>",
+        escape(from),
         escape(&b.url),
         b.max_tokens,
         b.runs.len()

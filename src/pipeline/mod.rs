@@ -30,18 +30,24 @@
 //! # }
 //! ```
 
+mod ceiling;
 mod html;
 mod judge;
+mod launches;
 mod report;
 mod stages;
+mod up;
 
+pub use ceiling::{read_llama_bench, Ceiling, Figure};
 pub use html::{Header, StepLine};
 pub use judge::{judge, verdict_problems, Judgement, Outcome};
-pub use report::{verdict_code, Report, ReportFiles, Served};
+pub use launches::{cross_check, LaunchSummary, Role};
+pub use report::{verdict_code, Findings, Report, ReportFiles, Served};
 pub use stages::{
-    bench_fingerprint, greedy_ab, greedy_outputs, launch, launch_of, measure, verdicts,
-    verdicts_from_capture, AbOptions, BenchOptions, Launched, Variant,
+    bench_fingerprint, greedy_ab, greedy_outputs, launch, launch_bench, launch_of, measure,
+    verdicts, verdicts_from_capture, AbOptions, BenchOptions, Launched, Variant,
 };
+pub use up::up;
 
 use crate::host::Facts;
 use crate::paths::StatePaths;
@@ -72,97 +78,6 @@ pub struct UpOptions<'a> {
     pub bench: BenchOptions,
     /// Advisories (warnings) fail the run too.
     pub strict: bool,
-}
-
-/// `kiln up` after its steps: serve the profile and leave it running, judge its tunings, compare
-/// its greedy output with its baseline's (when it names one), smoke-bench it, and the report.
-/// `show` receives each result block as it is known (the A/B table, the verdicts, the bench);
-/// the report's `outcome` says whether the run failed (warnings are narrated as they are judged).
-pub fn up(
-    s: Session,
-    opts: &UpOptions,
-    narrate: &mut Narrator,
-    show: &mut dyn FnMut(Shown),
-) -> crate::error::Result<Report> {
-    let v = Variant::pick(s.recipe, opts.profile)?;
-    (narrate.say)(&format!(
-        "serving profile `{}` of {}",
-        v.name, s.recipe.name
-    ));
-    // The baseline's greedy outputs first (its server stopped again), then the candidate's
-    // from the server that stays up: the profile is loaded once, not once for the A/B and
-    // again to serve.
-    let baseline = match &v.profile.baseline {
-        Some(base) => {
-            let base = Variant::pick(s.recipe, Some(base))?;
-            let outputs = greedy_outputs(s, base, opts.ab.max_tokens, narrate.say)?;
-            Some((base.name, outputs))
-        }
-        None => None,
-    };
-    let launched = launch(s, v, true, None, narrate.say)?;
-    let verdicts = verdicts(&launched, false);
-    show(Shown::Verdicts(&launched, &verdicts));
-    let ab = match (baseline, launched.running.record.url.clone()) {
-        (Some((base, outputs)), Some(url)) => {
-            let got = crate::bench::ab::collect(&url, launched.running.api, opts.ab.max_tokens)?;
-            let c = crate::bench::ab::compare(&outputs, &got, opts.ab.min_prefix);
-            show(Shown::Ab(&c, base, v.name));
-            Some((base.to_string(), c))
-        }
-        (Some(_), None) => {
-            return Err(crate::error::Error::usage(
-                format!("profile `{}` has no port or url to query", v.name),
-                Some(
-                    "give it a `port` or `url` to compare its greedy output with the baseline's"
-                        .into(),
-                ),
-            ));
-        }
-        (None, _) => None,
-    };
-    let bench = match launched.running.record.url.clone() {
-        Some(url) => {
-            let api = launched.running.api;
-            let (b, history) = measure(s.paths, s.facts, &url, api, &opts.bench, narrate)?;
-            show(Shown::Bench(&b, &history));
-            Some(b)
-        }
-        None => None,
-    };
-    // Judged again once the benchmark has driven the server: counters such as draft acceptance
-    // cover every request by now.
-    let verdicts = if bench.is_some() {
-        let after = stages::verdicts(&launched, true);
-        for (b, a) in verdicts.iter().zip(&after) {
-            if (b.status, &b.reason) != (a.status, &a.reason) {
-                (narrate.say)(&format!("after the benchmark: {}", a.line()));
-            }
-        }
-        after
-    } else {
-        verdicts
-    };
-    let mut report = Report::new(s.recipe, &launched, verdicts, ab, bench, opts.strict);
-    // Steps whose checks could not run (with --strict they failed before serving).
-    let state = crate::engine::state::StateDir::new(s.paths, &s.recipe.name);
-    report.outcome.warnings.extend(
-        s.recipe
-            .steps
-            .iter()
-            .filter_map(|st| state.receipt(&st.id))
-            .flat_map(|r| {
-                let step = r.step;
-                r.unproven
-                    .into_iter()
-                    .map(move |w| format!("step `{step}` is unproven: {w}"))
-            }),
-    );
-    for w in &report.outcome.warnings {
-        (narrate.say)(&format!("warning: {w}"));
-    }
-    launched.leave_running();
-    Ok(report)
 }
 
 /// Write the report of a `kiln up` that failed at `stage` (`preflight`, `steps`, `serve`) before

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use super::ceiling::Ceiling;
 use super::judge::{judge, Outcome};
+use super::launches::{LaunchSummary, Role};
 use super::Launched;
 use crate::bench::wire::escape_controls;
 use crate::bench::{self, ab::Comparison};
@@ -50,6 +52,25 @@ pub struct Served {
     pub baseline: Option<String>,
     pub ab: Option<Comparison>,
     pub bench: Option<bench::Report>,
+    /// The launches the figures came from (one, or judged then bench): see
+    /// [`super::launches`]. `pid`, `url` and `ready_after_s` above are the last one's, the
+    /// server left running; `verdicts` are the judged launch's.
+    pub launches: Vec<LaunchSummary>,
+    /// The served decode figure against the build's own llama-bench (the profile's `ceiling`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ceiling: Option<Ceiling>,
+}
+
+/// What [`Report::new`] judges: the verdicts (of the judged launch), the A/B against the named
+/// baseline, the bench, every launch, and failures found across launches.
+pub struct Findings {
+    pub verdicts: Vec<Verdict>,
+    pub ab: Option<(String, Comparison)>,
+    pub bench: Option<bench::Report>,
+    pub launches: Vec<LaunchSummary>,
+    /// A tuning active in the judged launch that the bench launch shows fell back (or crashed).
+    pub conflicts: Vec<String>,
+    pub ceiling: Option<Ceiling>,
 }
 
 /// Where [`Report::write`] put the report.
@@ -83,22 +104,25 @@ fn md_cell(s: &str) -> String {
 }
 
 impl Report {
-    /// The report of a served profile, judged (see [`super::judge`]).
-    pub fn new(
-        recipe: &Recipe,
-        launched: &Launched,
-        verdicts: Vec<Verdict>,
-        ab: Option<(String, Comparison)>,
-        bench: Option<bench::Report>,
-        strict: bool,
-    ) -> Report {
+    /// The report of a served profile, judged (see [`super::judge`]); `launched` is the launch
+    /// left running.
+    pub fn new(recipe: &Recipe, launched: &Launched, found: Findings, strict: bool) -> Report {
         let profile = launched.variant.name;
-        let j = judge(
+        let Findings {
+            verdicts,
+            ab,
+            bench,
+            launches,
+            conflicts,
+            ceiling,
+        } = found;
+        let mut j = judge(
             profile,
             &verdicts,
             ab.as_ref().map(|(base, c)| (c, base.as_str())),
             bench.as_ref(),
         );
+        j.failures.extend(conflicts);
         let outcome = Outcome::of(j, strict);
         let record = &launched.running.record;
         let (baseline, ab) = ab.unzip();
@@ -114,6 +138,8 @@ impl Report {
                 baseline,
                 ab,
                 bench,
+                launches,
+                ceiling,
             }),
             strict,
             exit_code: u8::from(!outcome.ok),
@@ -162,28 +188,54 @@ impl Report {
         for w in &self.outcome.warnings {
             let _ = write!(md, "\n- warning: {}", escape_controls(w));
         }
-        md.push_str(
-            "\n\n## Tuning verdicts\n\n| feature | verdict | reason | evidence |\n|---|---|---|---|\n",
-        );
-        for v in &served.verdicts {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} |",
-                v.feature,
-                v.status.label(),
-                md_cell(&v.reason),
-                md_cell(v.evidence.as_deref().unwrap_or(""))
-            );
-        }
+        let from = |figure: &str| {
+            served.from_launch(figure).map_or(String::new(), |l| {
+                format!(" ({}, pid {})", l.launch.label(), l.pid)
+            })
+        };
+        let _ = write!(md, "\n\n## Tuning verdicts{}\n\n", from("verdicts"));
+        verdict_table(&mut md, &served.verdicts);
         if let (Some(c), Some(base)) = (&served.ab, &served.baseline) {
             let _ = write!(
                 md,
-                "\n## Greedy A/B\n\n```\n{}```\n",
+                "\n## Greedy A/B{}\n\n```\n{}```\n",
+                from("greedy_ab"),
                 c.render(base, &served.profile)
             );
         }
         if let Some(b) = &served.bench {
-            let _ = write!(md, "\n## Benchmark\n\n```\n{}```\n", b.render());
+            let _ = write!(
+                md,
+                "\n## Benchmark{}\n\n```\n{}```\n",
+                from("bench"),
+                b.render()
+            );
+        }
+        if let Some(c) = &served.ceiling {
+            let _ = write!(
+                md,
+                "\n## Ceiling\n\n{}\n",
+                escape_controls(&served.ceiling_line(c))
+            );
+        }
+        if let Some(l) = served.launches.iter().find(|l| l.launch == Role::Bench) {
+            let _ = write!(md, "\n## Verdicts of the bench launch (pid {})\n\n", l.pid);
+            verdict_table(&mut md, &l.verdicts);
+        }
+        if !served.launches.is_empty() {
+            md.push_str("\n## Launches\n\n| launch | pid | log (from byte) | args difference | figures |\n|---|---|---|---|---|\n");
+            for l in &served.launches {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} ({}) | {} | {} |",
+                    l.launch.label(),
+                    l.pid,
+                    md_cell(&l.log.display().to_string()),
+                    l.log_offset,
+                    md_cell(&args_difference(l)),
+                    l.figures.join(", ")
+                );
+            }
         }
         md
     }
@@ -222,6 +274,45 @@ impl Report {
     }
 }
 
+/// A Markdown table of verdicts.
+fn verdict_table(md: &mut String, verdicts: &[Verdict]) {
+    md.push_str("| feature | verdict | reason | evidence |\n|---|---|---|---|\n");
+    for v in verdicts {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} |",
+            v.feature,
+            v.status.label(),
+            md_cell(&v.reason),
+            md_cell(v.evidence.as_deref().unwrap_or(""))
+        );
+    }
+}
+
+/// A launch's args difference in words: `-lv 5 (was -lv 4)`, or what it left off.
+pub(super) fn args_difference(l: &LaunchSummary) -> String {
+    match (l.launch, l.args_difference.is_empty()) {
+        (Role::Bench, _) => "the profile's args only (no evidence-only args)".to_string(),
+        (_, true) => "the profile's args".to_string(),
+        (_, false) => format!("+ {}", l.args_difference.join(", ")),
+    }
+}
+
+impl Served {
+    /// The launch a figure (`verdicts`, `greedy_ab`, `bench`, `ceiling_ratio`) came from.
+    pub fn from_launch(&self, figure: &str) -> Option<&LaunchSummary> {
+        self.launches.iter().find(|l| l.figures.contains(&figure))
+    }
+
+    /// The ceiling line, saying which launch the served figure came from.
+    pub fn ceiling_line(&self, c: &Ceiling) -> String {
+        let from = self.from_launch("bench").map_or("served".to_string(), |l| {
+            format!("{}, pid {}", l.launch.label(), l.pid)
+        });
+        c.line(&from)
+    }
+}
+
 /// Whether the report at `path` says its run was ok.
 fn was_ok(path: &std::path::Path) -> bool {
     std::fs::read(path)
@@ -254,6 +345,8 @@ mod tests {
                 baseline: None,
                 ab: None,
                 bench: None,
+                launches: Vec::new(),
+                ceiling: None,
             }),
             strict: false,
             outcome: Outcome {
@@ -276,6 +369,89 @@ mod tests {
         // Verdicts escape their evidence when they are made (serve::verdict), so report.json's
         // strings hold the escaped text too; serde escapes whatever else as \u001b.
         assert!(!report.to_json().contains('\u{1b}'));
+    }
+
+    #[test]
+    fn each_figure_names_its_launch_and_the_ceiling_its_ratio() {
+        let v = |status| Verdict {
+            feature: "cuda-graphs".into(),
+            status,
+            reason: "r".into(),
+            evidence: None,
+        };
+        let launch = |launch, pid, diff: &[&str], figures, verdicts| LaunchSummary {
+            launch,
+            pid,
+            log: "/s/serve/r-tuned.log".into(),
+            log_offset: 10,
+            launch_id: "ab".into(),
+            ready_after_s: 1.0,
+            args_difference: diff.iter().map(|d| (*d).to_string()).collect(),
+            figures,
+            verdicts,
+        };
+        let mut ceiling = Ceiling {
+            source: "llama-bench",
+            path: "/p/llama-bench.json".into(),
+            figure: Some(super::super::Figure {
+                test: "tg2048".into(),
+                n_gen: 2048,
+                tok_s: 893.6,
+                stddev_tok_s: 0.6,
+            }),
+            served_decode_tok_s: None,
+            ratio: None,
+        };
+        ceiling.compare(Some(779.5));
+        let mut r = report(true);
+        r.served = Some(Served {
+            profile: "tuned".into(),
+            url: None,
+            pid: 8,
+            ready_after_s: 1.0,
+            verdicts: vec![v(Status::Active)],
+            baseline: None,
+            ab: None,
+            bench: None,
+            launches: vec![
+                launch(
+                    Role::Judged,
+                    7,
+                    &["-lv 5 (was -lv 4)"],
+                    vec!["verdicts"],
+                    vec![v(Status::Active)],
+                ),
+                launch(
+                    Role::Bench,
+                    8,
+                    &[],
+                    vec!["bench_launch_verdicts", "bench", "ceiling_ratio"],
+                    vec![v(Status::Unknown)],
+                ),
+            ],
+            ceiling: Some(ceiling),
+        });
+        let md = r.to_markdown();
+        for want in [
+            "| judged launch | 7 | /s/serve/r-tuned.log (10) | + -lv 5 (was -lv 4) | verdicts |",
+            "| bench launch | 8 | /s/serve/r-tuned.log (10) | the profile's args only (no evidence-only args) | bench_launch_verdicts, bench, ceiling_ratio |",
+            "## Tuning verdicts (judged launch, pid 7)",
+            "## Verdicts of the bench launch (pid 8)\n\n| feature | verdict | reason | evidence |\n|---|---|---|---|\n| cuda-graphs | unknown |",
+            "served 779.5 tok/s (bench launch, pid 8) · ceiling llama-bench tg2048 893.6 tok/s (sd 0.6) · 0.872×",
+        ] {
+            assert!(md.contains(want), "{want}\n{md}");
+        }
+        let html = r.to_html();
+        assert!(
+            html.contains("<h2>Tuning verdicts (judged launch, pid 7)</h2>"),
+            "{html}"
+        );
+        assert!(html.contains("· 0.872×</p>"), "{html}");
+        let json = r.to_json();
+        assert!(
+            json.contains("\"launch\": \"judged\"") && json.contains("\"ratio\": 0.87"),
+            "{json}"
+        );
     }
 
     fn report(ok: bool) -> Report {

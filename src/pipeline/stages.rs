@@ -86,6 +86,8 @@ pub struct Launched<'p> {
     pub variant: Variant<'p>,
     pub sigs: Signatures,
     pub running: Running,
+    /// Launched with the profile's `evidence_args` (a judged launch); `false`: a bench launch.
+    pub evidence: bool,
 }
 
 impl Launched<'_> {
@@ -107,10 +109,34 @@ impl Launched<'_> {
     }
 }
 
-/// Start `v` and wait until it is ready. `detach`: it outlives kiln.
+/// Start `v` with its evidence-only args (a judged launch: what proves its tunings) and wait
+/// until it is ready. `detach`: it outlives kiln.
 pub fn launch<'p>(
     s: Session,
     v: Variant<'p>,
+    detach: bool,
+    timeout: Option<Duration>,
+    say: &mut dyn FnMut(&str),
+) -> Result<Launched<'p>> {
+    start(s, v, true, detach, timeout, say)
+}
+
+/// Start `v` without its evidence-only args (a bench launch: what is measured) and wait until
+/// it is ready. The same as [`launch`] for a profile without `evidence_args`.
+pub fn launch_bench<'p>(
+    s: Session,
+    v: Variant<'p>,
+    detach: bool,
+    timeout: Option<Duration>,
+    say: &mut dyn FnMut(&str),
+) -> Result<Launched<'p>> {
+    start(s, v, false, detach, timeout, say)
+}
+
+fn start<'p>(
+    s: Session,
+    v: Variant<'p>,
+    evidence: bool,
     detach: bool,
     timeout: Option<Duration>,
     say: &mut dyn FnMut(&str),
@@ -124,13 +150,33 @@ pub fn launch<'p>(
         paths: s.paths,
         detach,
         timeout: v.timeout(timeout),
+        evidence,
     };
     let running = serve::start(&launch, say)?;
     Ok(Launched {
         variant: v,
         sigs,
         running,
+        evidence,
     })
+}
+
+/// Wait (up to 10 s) until nothing accepts connections on 127.0.0.1:`port` any more: a stopped
+/// server's socket can outlive its process group by a moment, and the next launch on the port
+/// would take it for a stranger's.
+pub(super) fn wait_port_free(port: Option<u16>) {
+    let Some(port) = port else { return };
+    let taken = || {
+        std::net::TcpStream::connect_timeout(
+            &([127, 0, 0, 1], port).into(),
+            Duration::from_millis(300),
+        )
+        .is_ok()
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while taken() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// The launch description of a running variant (for triaging a later exit).
@@ -143,6 +189,7 @@ pub fn launch_of<'a>(s: Session<'a>, l: &'a Launched, timeout: Option<Duration>)
         paths: s.paths,
         detach: false,
         timeout: l.variant.timeout(timeout),
+        evidence: l.evidence,
     }
 }
 

@@ -2,6 +2,7 @@
 //! engine runs.
 
 pub mod api;
+pub mod args;
 mod cache;
 pub mod cuda_arch;
 pub mod graph;
@@ -227,6 +228,13 @@ pub struct Profile {
     pub description: Option<String>,
     pub cmd: Vec<String>,
     pub args: Vec<String>,
+    /// Arguments only a judged launch adds to `args` (set-flag semantics, see
+    /// [`args::with_evidence`]): evidence-only settings that cost throughput (`-lv 5`).
+    #[serde(default)]
+    pub evidence_args: Vec<String>,
+    /// The decode ceiling the served figure is compared with (llama-bench's JSON).
+    #[serde(default)]
+    pub ceiling: Option<Ceiling>,
     pub env: BTreeMap<String, String>,
     pub expect: Vec<String>,
     pub url: Option<String>,
@@ -241,4 +249,19 @@ pub struct Profile {
     pub timeout: Option<Duration>,
     /// The recipe's directory (where relative signature paths are looked up).
     pub dir: PathBuf,
+}
+
+/// Where a profile's decode ceiling comes from.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ceiling {
+    /// llama.cpp's `llama-bench -o json` output (an absolute path).
+    LlamaBench(PathBuf),
+}
+
+impl Profile {
+    /// The arguments of a judged launch: `args` with `evidence_args` applied.
+    pub fn judged_args(&self) -> Vec<String> {
+        args::with_evidence(&self.args, &self.evidence_args)
+    }
 }

@@ -189,6 +189,13 @@ pub(super) struct Sass {
     pub arch: Spanned<String>,
 }
 
+/// `ceiling = { llama_bench = "PATH" }`: llama-bench's `-o json` output for this build.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Ceiling {
+    pub llama_bench: Spanned<String>,
+}
+
 /// A server launch profile (used by `serve`; parsed strictly here so typos fail early).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -198,6 +205,11 @@ pub(super) struct Profile {
     pub cmd: Option<Vec<Spanned<String>>>,
     #[serde(default)]
     pub args: Vec<Spanned<String>>,
+    /// Arguments only the judged launch gets (`-lv 5`): evidence that costs throughput.
+    #[serde(default)]
+    pub evidence_args: Vec<Spanned<String>>,
+    /// Where the decode ceiling of this build comes from (`{ llama_bench = "PATH" }`).
+    pub ceiling: Option<Spanned<Ceiling>>,
     #[serde(default)]
     pub env: BTreeMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]

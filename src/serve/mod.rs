@@ -38,6 +38,20 @@ pub struct Launch<'a> {
     /// Keep running after kiln exits (no parent-death signal).
     pub detach: bool,
     pub timeout: Duration,
+    /// A judged launch: the profile's `evidence_args` are applied to its `args` (a bench
+    /// launch leaves them off).
+    pub evidence: bool,
+}
+
+impl Launch<'_> {
+    /// The arguments this launch passes after `cmd`.
+    pub fn args(&self) -> Vec<String> {
+        if self.evidence {
+            self.profile.judged_args()
+        } else {
+            self.profile.args.clone()
+        }
+    }
 }
 
 /// What `kiln serve --stop` needs to end a server it started.
@@ -154,7 +168,8 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
     };
     let url = base_url(p);
     let api = profile_api(p);
-    let mut spec = CommandSpec::new(program.clone(), rest.iter().chain(&p.args).cloned());
+    let args = l.args();
+    let mut spec = CommandSpec::new(program.clone(), rest.iter().chain(&args).cloned());
     spec.env = p.env.clone();
     let cmd: Vec<String> = std::iter::once(&spec.program)
         .chain(&spec.args)
@@ -172,7 +187,7 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
     let argv: Vec<String> = p
         .cmd
         .iter()
-        .chain(&p.args)
+        .chain(&args)
         .map(|a| redactor.redact(a))
         .collect();
     {

@@ -191,6 +191,8 @@ fn the_html_report_renders_in_headless_chromium_without_errors() {
             baseline: Some("baseline".into()),
             ab: Some(kiln::bench::ab::compare(&baseline, &candidate, 2)),
             bench: Some(bench),
+            launches: Vec::new(),
+            ceiling: None,
         }),
         strict: false,
         outcome: kiln::pipeline::Outcome {

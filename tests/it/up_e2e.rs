@@ -48,6 +48,10 @@ fn kiln_up_serves_proves_benches_and_reports_on_the_cpu_demo() {
     let _stop = OnDrop(&|| {
         let _ = kiln(&["serve", "--stop"]).output();
     });
+    // The optional llama-bench step's output (shared build cache): absent for the first run, so
+    // that its report says the ceiling is missing; the second run (llama_bench=on) writes it.
+    let ceiling_file = prefix.join("llama-bench.json");
+    let _ = std::fs::remove_file(&ceiling_file);
     let out = kiln(&["up"]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -59,14 +63,21 @@ fn kiln_up_serves_proves_benches_and_reports_on_the_cpu_demo() {
         out.status.code()
     );
     assert!(
-        stderr.contains("0 of 5 steps to run"),
-        "the built steps are fresh: {stderr}"
+        stderr.contains("0 of 6 steps to run"),
+        "the built steps are fresh (llama-bench is off): {stderr}"
     );
     assert!(stderr.contains("serving profile `tuned`"), "{stderr}");
-    // The A/B reads the served server's outputs: `tuned` is loaded once, `baseline` once.
+    // `tuned` has evidence-only args (`-lv 5`): a judged launch (verdicts, and the A/B reads its
+    // outputs), stopped, then a bench launch without them; `baseline` once.
     assert_eq!(
         stderr.matches("started profile `tuned`").count(),
-        1,
+        2,
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "judged launch stopped; bench launch: profile `tuned` without its evidence-only args"
+        ),
         "{stderr}"
     );
     assert_eq!(
@@ -114,11 +125,23 @@ fn kiln_up_serves_proves_benches_and_reports_on_the_cpu_demo() {
         bench["fingerprint"]["model"], "tiny-random-llama",
         "{bench}"
     );
+    assert_two_launches(&report);
+    // No llama-bench output yet: the ceiling is said to be missing, not an error.
+    assert!(report["ceiling"]["figure"].is_null(), "{report}");
     let md = std::fs::read_to_string(state.join("reports/tiny-cpu/report.md")).unwrap();
+    let (judged_pid, bench_pid) = (&report["launches"][0]["pid"], &report["launches"][1]["pid"]);
     assert!(
-        md.contains("## Tuning verdicts")
-            && md.contains("## Greedy A/B")
-            && md.contains("## Benchmark"),
+        md.contains(&format!(
+            "## Tuning verdicts (judged launch, pid {judged_pid})"
+        )) && md.contains(&format!("## Greedy A/B (judged launch, pid {judged_pid})"))
+            && md.contains(&format!("## Benchmark (bench launch, pid {bench_pid})"))
+            && md.contains(&format!(
+                "## Verdicts of the bench launch (pid {bench_pid})"
+            ))
+            && md.contains("| judged launch |")
+            && md.contains("-lv 5 (was -lv 4)")
+            && md.contains("no ceiling: ")
+            && md.contains("is not there (the step that writes it did not run)"),
         "{md}"
     );
     crate::report_html::assert_renders_in_chromium(&state.join("reports/tiny-cpu/report.html"));
@@ -126,10 +149,46 @@ fn kiln_up_serves_proves_benches_and_reports_on_the_cpu_demo() {
     // Run twice (README): the second `kiln up`, with the first one's server still running on the
     // port, rebuilds nothing, restarts that server cleanly and proves again; --json: stdout is one
     // JSON event per line, the result blocks included, the last one saying how the run ended.
-    let out = kiln(&["up", "--json"]).output().unwrap();
+    // With llama_bench=on the optional step builds llama-bench from the same tree and runs it;
+    // the report puts its decode figure beside the bench launch's.
+    let out = kiln(&["up", "--json"])
+        .args(["--set", "llama_bench=on"])
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}\n{stdout}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.join("reports/tiny-cpu/report.json")).unwrap())
+            .unwrap();
+    assert_two_launches(&report);
+    let ceiling = &report["ceiling"];
+    // llama-bench ran `-n 128,2048`: the test closest to the bench's 2048 tokens.
+    assert_eq!(ceiling["figure"]["test"], "tg2048", "{ceiling}");
+    let (served, top) = (
+        ceiling["served_decode_tok_s"].as_f64().unwrap(),
+        ceiling["figure"]["tok_s"].as_f64().unwrap(),
+    );
+    assert_eq!(
+        ceiling["served_decode_tok_s"], report["bench"]["decode_tok_s"]["median"],
+        "the served figure is the bench launch's decode median"
+    );
+    assert!(top > 0.0, "{ceiling}");
+    let ratio = ceiling["ratio"].as_f64().unwrap();
+    assert!((ratio - served / top).abs() < 1e-9, "{ceiling}");
+    let md = std::fs::read_to_string(state.join("reports/tiny-cpu/report.md")).unwrap();
+    assert!(
+        md.contains(&format!(
+            "served {served:.1} tok/s (bench launch, pid {}) · ceiling llama-bench tg2048 {top:.1} tok/s",
+            report["pid"]
+        )),
+        "{md}"
+    );
+    let html = std::fs::read_to_string(state.join("reports/tiny-cpu/report.html")).unwrap();
+    assert!(
+        html.contains("<h2>Ceiling</h2>") && html.contains("<h2>Launches</h2>"),
+        "{html}"
+    );
     // With --json the milestones are `note` events on stdout.
     assert!(
         stdout.contains(&format!("port {port} is held by profile `tuned` of tiny-cpu, which an earlier kiln run left running"))
@@ -236,4 +295,73 @@ fn kiln_up_serves_proves_benches_and_reports_on_the_cpu_demo() {
     let prev: serde_json::Value =
         serde_json::from_slice(&std::fs::read(reports.join("report.prev.json")).unwrap()).unwrap();
     assert_eq!(prev["outcome"]["ok"], true, "{prev}");
+}
+
+/// report.json of a `tuned` run: a judged launch with `-lv 5`, then the bench launch at the
+/// profile's own `-lv 4`, the one left running; each figure names its launch, and each launch's
+/// own lines in the log (from its recorded offset) show its command and the verbosity the
+/// server itself reports.
+fn assert_two_launches(report: &serde_json::Value) {
+    let launches = report["launches"].as_array().unwrap();
+    assert_eq!(launches.len(), 2, "{report}");
+    let (judged, bench) = (&launches[0], &launches[1]);
+    assert_eq!(judged["launch"], "judged", "{report}");
+    assert_eq!(bench["launch"], "bench", "{report}");
+    assert_ne!(judged["pid"], bench["pid"], "{report}");
+    assert_eq!(
+        report["pid"], bench["pid"],
+        "the bench launch is left running"
+    );
+    assert_eq!(
+        judged["args_difference"],
+        serde_json::json!(["-lv 5 (was -lv 4)"])
+    );
+    assert_eq!(bench["args_difference"], serde_json::json!([]));
+    assert_eq!(
+        judged["figures"],
+        serde_json::json!(["verdicts", "greedy_ab"])
+    );
+    assert_eq!(
+        bench["figures"],
+        serde_json::json!(["bench_launch_verdicts", "bench", "ceiling_ratio"])
+    );
+    // Both launches prove flash attention and threads: their start-up lines show at -lv 4.
+    for l in launches {
+        let verdicts = l["verdicts"].as_array().unwrap();
+        assert_eq!(verdicts.len(), 2, "{l}");
+        for v in verdicts {
+            assert_eq!(v["status"], "active", "{v}");
+        }
+    }
+    let lines = |l: &serde_json::Value| -> Vec<String> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut f = std::fs::File::open(l["log"].as_str().unwrap()).unwrap();
+        f.seek(SeekFrom::Start(l["log_offset"].as_u64().unwrap()))
+            .unwrap();
+        let mut text = String::new();
+        f.read_to_string(&mut text).unwrap();
+        let header = text.lines().next().unwrap_or_default().to_string();
+        assert!(
+            header.contains(&format!("[launch {}]", l["launch_id"].as_str().unwrap())),
+            "{header}"
+        );
+        // Up to the next launch's header.
+        text.lines()
+            .take_while(|x| *x == header || !x.starts_with("=== kiln serve"))
+            .map(String::from)
+            .collect()
+    };
+    let (j, b) = (lines(judged), lines(bench));
+    assert!(
+        j[0].contains(" -lv 5 ") && !j[0].contains(" -lv 4 "),
+        "{}",
+        j[0]
+    );
+    assert!(
+        b[0].contains(" -lv 4 ") && !b[0].contains(" -lv 5"),
+        "{}",
+        b[0]
+    );
+    assert!(j.iter().any(|l| l.contains("verbosity = 5")), "{j:?}");
+    assert!(b.iter().any(|l| l.contains("verbosity = 4")), "{b:?}");
 }

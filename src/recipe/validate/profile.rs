@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use toml::Spanned;
 
-use super::super::{wire, Api, Profile};
+use super::super::{wire, Api, Ceiling, Profile};
 use super::vars::Resolver;
 use crate::diagnostic::did_you_mean;
 use crate::error::Result;
@@ -43,6 +43,23 @@ pub(super) fn profile(
     }
     for a in &p.args {
         out.args.push(r.expand(file, a)?);
+    }
+    evidence_args(r, file, p, &mut out.evidence_args)?;
+    if let Some(c) = &p.ceiling {
+        let path = r.expand(file, &c.get_ref().llama_bench)?;
+        if !path.starts_with('/') {
+            return Err(r
+                .diag(
+                    file,
+                    c.get_ref().llama_bench.span(),
+                    format!("`ceiling.llama_bench` must be an absolute path, got `{path}`"),
+                )
+                .with_hint(
+                    "write e.g. `ceiling = { llama_bench = \"${prefix}/llama-bench.json\" }`",
+                )
+                .into());
+        }
+        out.ceiling = Some(Ceiling::LlamaBench(PathBuf::from(path)));
     }
     for (k, v) in &p.env {
         out.env.insert(r.env_name(file, k)?, r.expand(file, v)?);
@@ -129,4 +146,115 @@ fn known_profile(
         )
         .with_hint(hint)
         .into())
+}
+
+/// `evidence_args` (appended to an extended profile's): flags, each with at most one value.
+fn evidence_args(
+    r: &mut Resolver,
+    file: usize,
+    p: &wire::Profile,
+    out: &mut Vec<String>,
+) -> Result<()> {
+    let own: Vec<String> = p
+        .evidence_args
+        .iter()
+        .map(|a| r.expand(file, a))
+        .collect::<Result<_>>()?;
+    if let Err(i) = super::super::args::flag_pairs(&own) {
+        return Err(r
+            .diag(
+                file,
+                p.evidence_args[i].span(),
+                format!(
+                    "`evidence_args` word `{}` is not a flag, nor the one value of the flag before it",
+                    own[i]
+                ),
+            )
+            .with_hint("write flags, each with at most one value: `evidence_args = [\"-lv\", \"5\"]`")
+            .into());
+    }
+    out.extend(own);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::host::Facts;
+    use crate::paths::StatePaths;
+    use crate::recipe::{load, Ceiling, LoadOptions, Recipe};
+
+    fn load_text(text: &str) -> crate::error::Result<Recipe> {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("r.toml");
+        std::fs::write(&file, text).unwrap();
+        let paths = StatePaths::new(dir.path().join("state"), None);
+        let facts = Facts::new();
+        let opts = LoadOptions {
+            overrides: &[],
+            facts: &facts,
+            paths: &paths,
+        };
+        load(Some(file.to_str().unwrap()), &opts)
+    }
+
+    const BASE: &str = r#"
+[recipe]
+name = "r"
+[vars]
+prefix = "/opt/r"
+[profile.base]
+cmd = ["server"]
+args = ["-lv", "4", "-t", "2"]
+evidence_args = ["-lv", "5"]
+ceiling = { llama_bench = "${prefix}/llama-bench.json" }
+"#;
+
+    #[test]
+    fn evidence_args_and_the_ceiling_are_inherited_through_extends() {
+        let r = load_text(&format!(
+            "{BASE}[profile.spec]\nextends = \"base\"\nargs = [\"-md\", \"d.gguf\"]\nevidence_args = [\"--log-timestamps\"]\n"
+        ))
+        .unwrap();
+        let spec = &r.profiles["spec"];
+        assert_eq!(spec.args, ["-lv", "4", "-t", "2", "-md", "d.gguf"]);
+        assert_eq!(spec.evidence_args, ["-lv", "5", "--log-timestamps"]);
+        assert_eq!(
+            spec.judged_args(),
+            ["-lv", "5", "-t", "2", "-md", "d.gguf", "--log-timestamps"]
+        );
+        assert_eq!(
+            spec.ceiling,
+            Some(Ceiling::LlamaBench("/opt/r/llama-bench.json".into()))
+        );
+        assert_eq!(r.profiles["base"].evidence_args, ["-lv", "5"]);
+    }
+
+    #[test]
+    fn evidence_args_and_the_ceiling_are_parsed_strictly_with_locations() {
+        let typo = load_text(&BASE.replace("evidence_args", "evidence_arg"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            typo.contains("evidence_arg") && typo.contains("r.toml:9:"),
+            "{typo}"
+        );
+        let stray = load_text(&BASE.replace(r#"["-lv", "5"]"#, r#"["5", "-lv"]"#))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            stray.contains("word `5` is not a flag") && stray.contains("r.toml:9:"),
+            "{stray}"
+        );
+        let key = load_text(&BASE.replace("llama_bench =", "llama_bnech ="))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            key.contains("llama_bnech") && key.contains("r.toml:10:"),
+            "{key}"
+        );
+        let relative = load_text(&BASE.replace("${prefix}/llama-bench.json", "lb.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(relative.contains("must be an absolute path"), "{relative}");
+    }
 }

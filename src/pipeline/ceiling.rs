@@ -1,0 +1,185 @@
+//! The decode ceiling of a build: llama.cpp's `llama-bench -o json` output (a profile's
+//! `ceiling = { llama_bench = "PATH" }`), side by side with the served decode figure. A missing
+//! file (the step that writes it did not run) is said plainly; a malformed one is an error that
+//! names the file, line and column.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// The figure llama-bench measured for one test.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Figure {
+    /// `tg2048`: generation of `n_gen` tokens after no prompt.
+    pub test: String,
+    pub n_gen: u64,
+    pub tok_s: f64,
+    pub stddev_tok_s: f64,
+}
+
+/// The ceiling part of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Ceiling {
+    pub source: &'static str,
+    pub path: PathBuf,
+    /// `None`: the file is not there.
+    pub figure: Option<Figure>,
+    /// The served decode tok/s (median) it is compared with, from the bench launch.
+    pub served_decode_tok_s: Option<f64>,
+    /// served / ceiling.
+    pub ratio: Option<f64>,
+}
+
+impl Ceiling {
+    /// The ceiling named by `c`, its test the one closest to `max_tokens` generated tokens.
+    pub fn read(c: &crate::recipe::Ceiling, max_tokens: u32) -> Result<Ceiling> {
+        let crate::recipe::Ceiling::LlamaBench(path) = c;
+        Ok(Ceiling {
+            source: "llama-bench",
+            path: path.clone(),
+            figure: read_llama_bench(path, max_tokens)?,
+            served_decode_tok_s: None,
+            ratio: None,
+        })
+    }
+
+    /// Compare with the served decode figure.
+    pub fn compare(&mut self, served: Option<f64>) {
+        self.served_decode_tok_s = served;
+        self.ratio = served
+            .zip(self.figure.as_ref())
+            .filter(|(_, f)| f.tok_s > 0.0)
+            .map(|(s, f)| s / f.tok_s);
+    }
+
+    /// `served 779.5 tok/s (bench launch) · ceiling llama-bench tg2048 893.6 tok/s · 0.87×`.
+    pub fn line(&self, served_from: &str) -> String {
+        let Some(f) = &self.figure else {
+            return format!(
+                "no ceiling: {} is not there (the step that writes it did not run)",
+                self.path.display()
+            );
+        };
+        let ceiling = format!(
+            "ceiling {} {} {:.1} tok/s (sd {:.1})",
+            self.source, f.test, f.tok_s, f.stddev_tok_s
+        );
+        match (self.served_decode_tok_s, self.ratio) {
+            (Some(s), Some(r)) => {
+                format!("served {s:.1} tok/s ({served_from}) · {ceiling} · {r:.3}×")
+            }
+            _ => format!("no served decode figure to compare · {ceiling}"),
+        }
+    }
+}
+
+/// One entry of llama-bench's JSON array (other fields ignored).
+#[derive(Deserialize)]
+struct Entry {
+    n_prompt: u64,
+    n_gen: u64,
+    #[serde(default)]
+    n_depth: u64,
+    avg_ts: f64,
+    stddev_ts: f64,
+}
+
+/// The generation test (no prompt, no depth) whose `n_gen` is closest to `max_tokens`; `None`
+/// when the file does not exist.
+pub fn read_llama_bench(path: &Path, max_tokens: u32) -> Result<Option<Figure>> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let text = crate::bounded::read_text(path, "llama-bench's JSON", crate::bounded::METRICS_CAP)?;
+    parse(&text, max_tokens).map(Some).map_err(|(what, hint)| {
+        Error::other(format!("{}{what}", path.display()), Some(hint.into()))
+    })
+}
+
+/// The figure from llama-bench's JSON text; `Err((": …", hint))` located by `:LINE:COL`.
+fn parse(text: &str, max_tokens: u32) -> std::result::Result<Figure, (String, &'static str)> {
+    let entries: Vec<Entry> = serde_json::from_str(text).map_err(|e| {
+        (
+            format!(":{}:{}: not llama-bench's JSON: {e}", e.line(), e.column()),
+            "the ceiling file is llama-bench's `-o json` output: an array of tests with n_prompt, n_gen, avg_ts, stddev_ts",
+        )
+    })?;
+    let best = entries
+        .iter()
+        .filter(|e| e.n_prompt == 0 && e.n_depth == 0 && e.n_gen > 0)
+        .min_by_key(|e| e.n_gen.abs_diff(u64::from(max_tokens)))
+        .ok_or((
+            ": no generation test (n_prompt 0, n_gen > 0) among its entries".to_string(),
+            "run llama-bench with `-p 0 -n N` (N near the bench's max_tokens)",
+        ))?;
+    if !best.avg_ts.is_finite() || best.avg_ts <= 0.0 {
+        return Err((
+            format!(
+                ": test tg{} has avg_ts {}, not a rate",
+                best.n_gen, best.avg_ts
+            ),
+            "re-run the llama-bench step",
+        ));
+    }
+    Ok(Figure {
+        test: format!("tg{}", best.n_gen),
+        n_gen: best.n_gen,
+        tok_s: best.avg_ts,
+        stddev_tok_s: best.stddev_ts,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H200: &str = include_str!("../../tests/fixtures/gpu-h200-tune/llama-bench.json");
+
+    #[test]
+    fn the_h200_file_gives_the_test_closest_to_max_tokens() {
+        let f = parse(H200, 2048).unwrap();
+        assert_eq!(
+            (f.test.as_str(), f.n_gen, f.tok_s, f.stddev_tok_s),
+            ("tg2048", 2048, 893.574_581, 0.598_99)
+        );
+        assert_eq!(parse(H200, 100).unwrap().test, "tg128");
+        let mut c = Ceiling {
+            source: "llama-bench",
+            path: "/x/llama-bench.json".into(),
+            figure: Some(f),
+            served_decode_tok_s: None,
+            ratio: None,
+        };
+        c.compare(Some(752.2));
+        assert_eq!(
+            c.line("bench launch"),
+            "served 752.2 tok/s (bench launch) · ceiling llama-bench tg2048 893.6 tok/s (sd 0.6) · 0.842×"
+        );
+    }
+
+    #[test]
+    fn a_malformed_file_is_located_and_a_missing_one_is_none() {
+        let (what, _) = parse("[{\"n_prompt\": 0,\n \"n_gen\": x}]", 2048).unwrap_err();
+        assert!(what.starts_with(":2:"), "{what}");
+        let (what, _) = parse(
+            "[{\"n_prompt\": 512, \"n_gen\": 0, \"avg_ts\": 1.0, \"stddev_ts\": 0.0}]",
+            2048,
+        )
+        .unwrap_err();
+        assert!(what.contains("no generation test"), "{what}");
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            read_llama_bench(&dir.path().join("none.json"), 2048).unwrap(),
+            None
+        );
+        let bad = dir.path().join("bad.json");
+        std::fs::write(&bad, "[{\"n_prompt\": 0,").unwrap();
+        let e = read_llama_bench(&bad, 2048).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("{}:1:16: not llama-bench's JSON", bad.display())),
+            "{e}"
+        );
+    }
+}
