@@ -49,10 +49,8 @@ pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
         Ok(r) => Some(r),
         // The recipe `kiln up` would pick is a default, not a demand: without it every check runs.
         Err(e) if args.recipe.is_none() && args.set.is_empty() && args.profile.is_none() => {
-            let r = crate::report::current();
-            r.note(&format!(
-                "doctor runs every check: the default recipe does not load: {e}"
-            ));
+            let why = format!("doctor runs every check: the default recipe does not load: {e}");
+            super::show::say(&why);
             None
         }
         Err(e) => return Err(e),
