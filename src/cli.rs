@@ -181,7 +181,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", requires = "log")]
     pub metrics: Option<PathBuf>,
 
-    /// Print the result (verdicts) as JSON on stdout
+    /// JSON lines on stdout: the `verdicts` and `served` events (`stopped` with --stop); the
+    /// first event has `schema`, the last is `outcome`, a failure is an `error` event
     #[arg(long)]
     pub json: bool,
 }
@@ -212,11 +213,13 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE")]
     pub prompt_file: Option<PathBuf>,
 
-    /// Print the full result as JSON on stdout (usable later as --baseline)
+    /// JSON lines on stdout: a `bench_run` event per run, then the `bench` result (save the
+    /// stream to use it as --baseline); a failure is an `error` event, the last is `outcome`
     #[arg(long)]
     pub json: bool,
 
-    /// Fail (exit 2) below 0.9x this result's median (same fingerprint required)
+    /// Fail (exit 2) below 0.9x this result's median (same fingerprint required): a saved
+    /// `kiln bench --json` stream, an older single-document result, or bench/history.jsonl
     #[arg(long, value_name = "FILE")]
     pub baseline: Option<PathBuf>,
 
@@ -250,7 +253,8 @@ pub struct VerifyArgs {
     #[arg(long, default_value_t = 32)]
     pub min_prefix: usize,
 
-    /// Print the comparison as JSON on stdout
+    /// JSON lines on stdout: the comparison as a `greedy_ab` event; a failure is an `error`
+    /// event, the last is `outcome`
     #[arg(long)]
     pub json: bool,
 }
@@ -313,7 +317,8 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub recipe: RecipeArgs,
 
-    /// Print the plan as JSON
+    /// JSON lines on stdout: the plan as a `plan` event; a failure is an `error` event, the last
+    /// is `outcome`
     #[arg(long)]
     pub json: bool,
 }
@@ -404,7 +409,8 @@ pub struct DoctorArgs {
     #[arg(long)]
     pub deep: bool,
 
-    /// Print `{checks:[...], facts:{...}}` as JSON
+    /// JSON lines on stdout: a `doctor` event (`checks`, `facts`); a warning or failure is an
+    /// `error` event, the last is `outcome`
     #[arg(long)]
     pub json: bool,
 
@@ -450,7 +456,8 @@ pub struct PatchTarget {
     #[arg(long)]
     pub dry_run: bool,
 
-    /// Print the report as JSON
+    /// JSON lines on stdout: the report as a `patch` event; a failure is an `error` event, the
+    /// last is `outcome`
     #[arg(long)]
     pub json: bool,
 
@@ -473,7 +480,7 @@ pub struct CacheArgs {
 pub enum CacheCommand {
     /// List compiled wheels in the cache with their keys
     Ls {
-        /// Print JSON
+        /// JSON lines on stdout: the entries as a `cache` event, then `outcome`
         #[arg(long)]
         json: bool,
     },

@@ -13,6 +13,7 @@ mod plain;
 pub(crate) mod style;
 mod tty;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -139,7 +140,10 @@ pub(crate) struct Output {
 }
 
 static OUTPUT: OnceLock<Output> = OnceLock::new();
+/// A command's own `--json` ([`json_lines`]), on top of [`configure`]'s choice.
+static JSON_LINES: AtomicBool = AtomicBool::new(false);
 static CURRENT: OnceLock<Box<dyn Reporter>> = OnceLock::new();
+static CURRENT_JSON: OnceLock<Box<dyn Reporter>> = OnceLock::new();
 
 /// Set the output choices for this process (first call wins; `main` makes it once).
 pub(crate) fn configure(output: Output) {
@@ -147,14 +151,27 @@ pub(crate) fn configure(output: Output) {
     style::apply(output.color);
 }
 
-/// The choices [`configure`] set (defaults before it).
-pub(crate) fn output() -> Output {
-    OUTPUT.get().copied().unwrap_or_default()
+/// A command's `--json` flag: with `on`, everything from here on (results, milestones, the
+/// `error` and `outcome` that end the command) is JSON lines on stdout.
+pub(crate) fn json_lines(on: bool) {
+    if on {
+        JSON_LINES.store(true, Ordering::SeqCst);
+    }
 }
 
-/// The reporter of this process, built from [`output`] on first use.
+/// The choices [`configure`] set (defaults before it), with a command's [`json_lines`].
+pub(crate) fn output() -> Output {
+    let mut output = OUTPUT.get().copied().unwrap_or_default();
+    output.json |= JSON_LINES.load(Ordering::SeqCst);
+    output
+}
+
+/// The reporter of this process, built from [`output`] on first use (JSON lines once a
+/// command asked for them, even if something was said before).
 pub(crate) fn current() -> &'static dyn Reporter {
-    CURRENT.get_or_init(|| build(output())).as_ref()
+    let output = output();
+    let cell = if output.json { &CURRENT_JSON } else { &CURRENT };
+    cell.get_or_init(|| build(output)).as_ref()
 }
 
 /// A reporter for `output`: JSON lines, bars on a terminal, or plain lines.

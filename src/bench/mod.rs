@@ -2,6 +2,7 @@
 //! what was measured, a history in the state dir, and a baseline gate.
 
 pub mod ab;
+mod baseline;
 pub mod client;
 pub mod plot;
 mod protocol;
@@ -19,6 +20,8 @@ use crate::hash::sha256_bytes;
 use crate::paths::StatePaths;
 use client::{Api, Generation, Request};
 use stats::Summary;
+
+pub use baseline::read_baseline;
 
 /// Below this fraction of the baseline median, the gate fails.
 pub const GATE: f64 = 0.9;
@@ -475,38 +478,4 @@ pub fn append_history(paths: &StatePaths, report: &Report) -> Result<std::path::
     crate::fs::append_line(&path, line.as_bytes())
         .map_err(|e| Error::io(format!("cannot append to {}", path.display()), e))?;
     Ok(path)
-}
-
-/// Read a baseline: a `kiln bench --json` report, or the last whole record of a history file.
-/// A history line that is not a record (torn by a crash or a full disk) is skipped and told to
-/// `warn` with its line number.
-pub fn read_baseline(path: &Path, warn: &mut dyn FnMut(&str)) -> Result<Report> {
-    let text = crate::bounded::read_text(path, "the baseline", crate::bounded::BASELINE_CAP)?;
-    let one = serde_json::from_str::<Report>(&text);
-    let parsed = one.or_else(|e| last_record(&text, path, warn).ok_or(e));
-    parsed.map_err(|e| {
-        Error::usage(
-            format!("{} is not a kiln bench result: {e}", path.display()),
-            Some("record one with `kiln bench --json > FILE`, or pass the state dir's bench/history.jsonl".into()),
-        )
-    })
-}
-
-/// The last line of a history that is a whole report; the torn ones after it are reported.
-fn last_record(text: &str, path: &Path, warn: &mut dyn FnMut(&str)) -> Option<Report> {
-    let lines: Vec<&str> = text.lines().collect();
-    for (i, line) in lines.iter().enumerate().rev() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str::<Report>(line) {
-            Ok(r) => return Some(r),
-            Err(e) => warn(&format!(
-                "{}:{}: skipped a line that is not a whole bench record (torn by a crash or a full disk?): {e}",
-                path.display(),
-                i + 1
-            )),
-        }
-    }
-    None
 }

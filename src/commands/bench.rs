@@ -6,9 +6,10 @@ use super::{show, Settings};
 use crate::bench::{self, client::Api};
 use crate::cli::BenchArgs;
 use crate::error::{Error, Result};
-use crate::pipeline::{self, BenchOptions, Narrator};
+use crate::pipeline::{self, BenchOptions};
 
 pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
+    crate::report::json_lines(args.json);
     let api = Api::parse(&args.api)?;
     if let Some(plot) = &args.plot {
         crate::output::check(plot, "the plot", true)?; // refused before minutes of benchmarking
@@ -19,7 +20,7 @@ pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
     };
     let baseline = match &args.baseline {
         Some(p) => Some((
-            bench::read_baseline(p, &mut |w| eprintln!("kiln: warning: {w}"))?,
+            bench::read_baseline(p, &mut |w| crate::report::current().warning(w))?,
             p.clone(),
         )),
         None => None,
@@ -35,29 +36,20 @@ pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
         ),
         baseline,
     };
-    let json = args.json;
-    let mut narrate = Narrator {
-        say: &mut show::say,
-        progress: &mut |s: &str| eprintln!("{}", crate::redact::scrub(s)),
-        line: &mut |s: &str| {
-            if !json {
-                println!("{}", crate::redact::scrub(s));
-            }
-        },
-    };
+    let mut narration = show::narrator();
     let (report, history) = pipeline::measure(
         &settings.paths,
         &settings.facts,
         &args.url,
         api,
         &opts,
-        &mut narrate,
+        &mut narration.narrator(),
     )?;
-    show::bench(&report, &history, json);
+    show::bench(&report, &history);
     if let Some(plot) = &args.plot {
         let svg = bench::plot::of_report(&report);
         crate::output::write(plot, "the plot", svg.as_bytes())?;
-        eprintln!("kiln: plot written to {}", plot.display());
+        show::say(&format!("plot written to {}", plot.display()));
     }
     Error::finding(report.exit_code(), || match &report.gate {
         Some(g) if !g.passed => (

@@ -1,45 +1,27 @@
 //! `kiln cache ls|gc|export|import`: the compiled-wheel cache.
 
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
 use super::Settings;
-use crate::cache::{archive, wheels::WheelCache};
+use crate::cache::{
+    archive,
+    wheels::{Entry, WheelCache},
+};
 use crate::cli::{CacheArgs, CacheCommand};
 use crate::error::{Error, Result};
 use crate::oci::{self, reference::Reference};
+use crate::report::Block;
 use crate::units::{format_size, parse_duration};
 
 pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
     let cache = WheelCache::new(&settings.paths.wheels());
     match &args.command {
         CacheCommand::Ls { json } => {
-            let entries = cache.list();
-            if *json {
-                let list: Vec<_> = entries
-                    .iter()
-                    .map(|(id, e)| serde_json::json!({ "id": id, "entry": e, "path": cache.wheel_path(id, e) }))
-                    .collect();
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&list).expect("entries serialize")
-                );
-                return Ok(0);
-            }
-            if entries.is_empty() {
-                println!("no compiled wheels in {}", cache.root.display());
-            }
-            for (id, e) in &entries {
-                let k = &e.key;
-                println!(
-                    "{}  {} {}  {}  torch {}  cuda {}  {}  {}",
-                    &id[..12],
-                    k.package,
-                    k.version,
-                    k.python_tag,
-                    k.torch.as_deref().unwrap_or("-"),
-                    k.cuda.as_deref().unwrap_or("-"),
-                    k.arch_list.as_deref().unwrap_or("-"),
-                    format_size(e.size),
-                );
-            }
+            crate::report::json_lines(*json);
+            list(&cache);
             Ok(0)
         }
         CacheCommand::Gc { older_than } => {
@@ -85,7 +67,7 @@ pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
         CacheCommand::Push { reference } => {
             let reference = Reference::parse(reference)?;
             let entries = oci::read_wheel_cache(&cache.root)?;
-            let s = oci::push_wheels(&entries, &reference, &|m| eprintln!("kiln: {m}"))?;
+            let s = oci::push_wheels(&entries, &reference, &super::show::say)?;
             println!(
                 "pushed {} wheel(s) to {reference} ({} already there, {} in the tag)",
                 s.uploaded, s.already_there, s.total
@@ -94,7 +76,7 @@ pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
         }
         CacheCommand::Pull { reference } => {
             let reference = Reference::parse(reference)?;
-            let s = oci::pull_wheels(&reference, &cache.root, &|m| eprintln!("kiln: {m}"))?;
+            let s = oci::pull_wheels(&reference, &cache.root, &super::show::say)?;
             println!(
                 "pulled {} wheel(s) from {reference} ({} already cached, {})",
                 s.fetched,
@@ -104,4 +86,51 @@ pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
             Ok(0)
         }
     }
+}
+
+/// The cached wheels: a line each for a human, one `cache` event (root and entries) in JSON lines.
+fn list(cache: &WheelCache) {
+    #[derive(Serialize)]
+    struct Listed<'a> {
+        id: &'a str,
+        entry: &'a Entry,
+        path: PathBuf,
+    }
+    #[derive(Serialize)]
+    struct CacheEvent<'a> {
+        root: &'a Path,
+        entries: Vec<Listed<'a>>,
+    }
+    let entries = cache.list();
+    let mut text = String::new();
+    if entries.is_empty() {
+        text = format!("no compiled wheels in {}\n", cache.root.display());
+    }
+    for (id, e) in &entries {
+        let k = &e.key;
+        let _ = writeln!(
+            text,
+            "{}  {} {}  {}  torch {}  cuda {}  {}  {}",
+            &id[..12],
+            k.package,
+            k.version,
+            k.python_tag,
+            k.torch.as_deref().unwrap_or("-"),
+            k.cuda.as_deref().unwrap_or("-"),
+            k.arch_list.as_deref().unwrap_or("-"),
+            format_size(e.size),
+        );
+    }
+    let event = CacheEvent {
+        root: &cache.root,
+        entries: entries
+            .iter()
+            .map(|(id, entry)| Listed {
+                id,
+                entry,
+                path: cache.wheel_path(id, entry),
+            })
+            .collect(),
+    };
+    crate::report::current().result(&Block::new("cache", text, &event));
 }

@@ -10,8 +10,10 @@ use crate::diagnostic::did_you_mean;
 use crate::doctor::{self, Inputs};
 use crate::error::{Error, Result};
 use crate::recipe::{Recipe, StepKind};
+use crate::report::{style, Block};
 
 pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
+    crate::report::json_lines(args.json);
     let mut known: Vec<&'static str> = doctor::all_checks().iter().map(|d| d.id).collect();
     known.extend(doctor::launch::IDS);
     for id in &args.checks {
@@ -47,7 +49,8 @@ pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
         Ok(r) => Some(r),
         // The recipe `kiln up` would pick is a default, not a demand: without it every check runs.
         Err(e) if args.recipe.is_none() && args.set.is_empty() && args.profile.is_none() => {
-            eprintln!("kiln: doctor runs every check: the default recipe does not load: {e}");
+            let why = format!("doctor runs every check: the default recipe does not load: {e}");
+            super::show::say(&why);
             None
         }
         Err(e) => return Err(e),
@@ -83,56 +86,42 @@ pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
             );
         }
     }
-    let json = serde_json::to_string_pretty(&report)
-        .map_err(|e| Error::other(format!("cannot encode the report: {e}"), None))?;
-    if args.json {
-        println!("{json}");
-    } else {
-        print!(
-            "{}",
-            crate::report::style::marks(&doctor::render::render(&report, args.verbose))
-        );
-    }
+    let text = doctor::render::render(&report, args.verbose);
+    let r = crate::report::current();
+    r.result(&Block::new("doctor", style::marks(&text), &report));
     if let Some(path) = &args.bundle {
+        // The bundle holds the report as one JSON document: a file, not the stream.
+        let json = serde_json::to_string_pretty(&report)
+            .map_err(|e| Error::other(format!("cannot encode the report: {e}"), None))?;
         let python = report.facts.python().map(|p| p.executable.as_str());
         doctor::bundle::write(path, &json, python)?;
-        eprintln!(
-            "kiln: wrote the support bundle {} (secrets and GPU UUIDs removed)",
+        r.note(&format!(
+            "wrote the support bundle {} (secrets and GPU UUIDs removed)",
             path.display()
-        );
+        ));
     }
-    Error::finding(report.exit_code(), || {
-        let ids = |st: doctor::Status| -> Vec<&str> {
-            report
-                .checks
-                .iter()
-                .filter(|c| c.status == st)
-                .map(|c| c.id)
-                .collect()
-        };
-        let (failed, warned) = (ids(doctor::Status::Fail), ids(doctor::Status::Warn));
-        let message = if failed.is_empty() {
-            format!(
-                "doctor: {} check(s) warn: {}",
-                warned.len(),
-                warned.join(", ")
-            )
-        } else {
-            format!(
-                "doctor: {} check(s) failed: {}",
-                failed.len(),
-                failed.join(", ")
-            )
-        };
-        (
-            message,
-            Some(if args.json {
-                "each check's `fix` in the JSON above says what to do".into()
-            } else {
-                "each check above says what to do; `kiln doctor ID -v` shows the evidence".into()
-            }),
-        )
-    })
+    Error::finding(report.exit_code(), || finding(&report, args.json))
+}
+
+/// Why doctor exits non-zero: the checks that failed, else those that warn.
+fn finding(report: &doctor::Report, json: bool) -> (String, Option<String>) {
+    let ids = |st: doctor::Status| -> Vec<&str> {
+        let of = report.checks.iter().filter(|c| c.status == st);
+        of.map(|c| c.id).collect()
+    };
+    let (failed, warned) = (ids(doctor::Status::Fail), ids(doctor::Status::Warn));
+    let (n, what, ids) = if failed.is_empty() {
+        (warned.len(), "warn", warned)
+    } else {
+        (failed.len(), "failed", failed)
+    };
+    let hint = if json {
+        "each check's `fix` in the `doctor` event says what to do"
+    } else {
+        "each check above says what to do; `kiln doctor ID -v` shows the evidence"
+    };
+    let message = format!("doctor: {n} check(s) {what}: {}", ids.join(", "));
+    (message, Some(hint.into()))
 }
 
 /// What a recipe tells the doctor: its venv's python, toolkit and driver floor, prefix, server

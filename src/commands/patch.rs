@@ -6,6 +6,7 @@ use super::Settings;
 use crate::cli::{PatchAction, PatchArgs, PatchTarget};
 use crate::error::{Error, Result};
 use crate::patch::{self, Options};
+use crate::report::Block;
 
 pub(super) fn run(settings: &Settings, args: &PatchArgs) -> Result<u8> {
     let (action, target) = match &args.action {
@@ -13,6 +14,7 @@ pub(super) fn run(settings: &Settings, args: &PatchArgs) -> Result<u8> {
         PatchAction::Check(t) => ("check", t),
         PatchAction::Revert(t) => ("revert", t),
     };
+    crate::report::json_lines(target.json);
     let set = patch::load(&target.patchset)?;
     let site = site_packages(target)?;
     let opts = Options {
@@ -31,14 +33,7 @@ pub(super) fn run(settings: &Settings, args: &PatchArgs) -> Result<u8> {
         "check" => patch::check(&set, &site, &settings.paths, &opts)?,
         _ => patch::revert(&set, &site, &settings.paths, &opts)?,
     };
-    if target.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).expect("a report serializes")
-        );
-    } else {
-        print!("{}", patch::render(&report));
-    }
+    crate::report::current().result(&Block::new("patch", patch::render(&report), &report));
     Error::finding(u8::from(!report.effective), || {
         (
             format!(
@@ -46,7 +41,7 @@ pub(super) fn run(settings: &Settings, args: &PatchArgs) -> Result<u8> {
                 report.set, report.package, report.version
             ),
             Some(if target.json {
-                "the JSON above says which patches are not applied and why".into()
+                "the `patch` event says which patches are not applied and why".into()
             } else {
                 "the table above says which patches are not applied and why".into()
             }),

@@ -3,32 +3,20 @@
 
 use std::time::Duration;
 
+use serde::Serialize;
+
 use super::{show, Settings};
 use crate::cli::ServeArgs;
 use crate::error::{Error, Result};
 use crate::pipeline::{self, Variant};
+use crate::report::Block;
 use crate::serve;
 use crate::serve::verdict::Verdict;
 
 pub(super) fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
+    crate::report::json_lines(args.json);
     if args.stop {
-        // Only the recipe's name: stopping must not ask for its required `--set` values.
-        let spec = settings.recipe_spec(&args.recipe)?;
-        let name = crate::recipe::name_of(Some(&spec.name), &settings.paths)?;
-        match serve::stop_recorded(&settings.paths, &name)? {
-            serve::Stopped::Ended(r) => eprintln!(
-                "kiln: stopped profile `{}` of {name} (process group {})",
-                r.profile, r.pid
-            ),
-            serve::Stopped::Nothing => {
-                eprintln!("kiln: no running server recorded for {name}");
-            }
-            serve::Stopped::Stale(r, why) => eprintln!(
-                "kiln: the record of profile `{}` of {name} is stale: {why}; nothing was signalled and the record was removed",
-                r.profile
-            ),
-        }
-        return Ok(0);
+        return stop(settings, args);
     }
     let recipe = settings.load_recipe(&args.recipe)?;
     if args.log.is_none() {
@@ -38,30 +26,27 @@ pub(super) fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
     let v = Variant::pick(&recipe, args.profile.as_deref())?;
     if let Some(log) = &args.log {
         let verdicts = pipeline::verdicts_from_capture(v, log, args.metrics.as_deref())?;
-        show::captured_verdicts(v.name, log, &verdicts, args.json);
+        show::captured_verdicts(v.name, log, &verdicts);
         return verdict_finding(v.name, &verdicts);
     }
     crate::process::catch_interrupts();
     let timeout = args.timeout.map(Duration::from_secs);
     let mut launched = pipeline::launch(s, v, args.detach, timeout, &mut show::say)?;
     let verdicts = pipeline::verdicts(&launched, false);
-    show::verdicts(&launched, &verdicts, args.json);
+    show::verdicts(&launched, &verdicts);
     let Some(url) = launched.running.record.url.clone() else {
         return verdict_finding(v.name, &verdicts);
     };
     let pid = launched.running.record.pid;
+    show::served(v.name, &url, pid, args.detach);
     if args.detach {
-        eprintln!(
-            "kiln: left running at {url} (process group {pid}); stop it with `kiln serve --stop`"
-        );
         launched.leave_running();
         return verdict_finding(v.name, &verdicts);
     }
-    eprintln!("kiln: serving at {url} (process group {pid}); Ctrl-C stops it");
     loop {
         if crate::process::interrupted() {
             launched.stop(s);
-            eprintln!("kiln: stopped");
+            show::say("stopped");
             return verdict_finding(v.name, &verdicts);
         }
         if !launched.running.alive() {
@@ -79,6 +64,44 @@ pub(super) fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// `kiln serve --stop`: end the recorded server of the recipe (a `stopped` event).
+fn stop(settings: &Settings, args: &ServeArgs) -> Result<u8> {
+    #[derive(Serialize)]
+    struct StoppedEvent<'a> {
+        recipe: &'a str,
+        /// `ended`, `nothing` (no server recorded) or `stale` (the record was removed).
+        stopped: &'a str,
+        profile: Option<&'a str>,
+        pid: Option<u32>,
+        why: Option<&'a str>,
+    }
+    // Only the recipe's name: stopping must not ask for its required `--set` values.
+    let spec = settings.recipe_spec(&args.recipe)?;
+    let name = crate::recipe::name_of(Some(&spec.name), &settings.paths)?;
+    let stopped = serve::stop_recorded(&settings.paths, &name)?;
+    let (what, record, why, text) = match &stopped {
+        serve::Stopped::Ended(r) => ("ended", Some(r), None, format!(
+            "kiln: stopped profile `{}` of {name} (process group {})", r.profile, r.pid
+        )),
+        serve::Stopped::Nothing => ("nothing", None, None, format!(
+            "kiln: no running server recorded for {name}"
+        )),
+        serve::Stopped::Stale(r, why) => ("stale", Some(r), Some(why.as_str()), format!(
+            "kiln: the record of profile `{}` of {name} is stale: {why}; nothing was signalled and the record was removed",
+            r.profile
+        )),
+    };
+    let event = StoppedEvent {
+        recipe: &name,
+        stopped: what,
+        profile: record.map(|r| r.profile.as_str()),
+        pid: record.map(|r| r.pid),
+        why,
+    };
+    crate::report::current().result(&Block::new("stopped", text, &event).milestone());
+    Ok(0)
 }
 
 /// The exit of `kiln serve`: 0 when every tuning is active, else an error that names those that

@@ -6,10 +6,10 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::pipeline::Launched;
-use crate::report::style::{paint, Stream, Tone};
 use crate::report::Block;
-use crate::serve::verdict::{Status, Verdict};
+
+mod verdicts;
+pub(super) use verdicts::{captured_verdicts, verdicts};
 
 /// A milestone (`kiln: ...` on stderr, a `note` event with `--json`); a stage's `warning: ...`
 /// is a warning (`warning:` on stderr even with `--quiet`, a `warning` event).
@@ -19,25 +19,6 @@ pub(super) fn say(s: &str) {
         Some(w) => crate::report::current().warning(w),
         None => crate::report::current().note(&s),
     }
-}
-
-/// The `verdicts` event: the launched server and its tunings' verdicts.
-#[derive(Serialize)]
-struct VerdictsEvent<'a> {
-    profile: &'a str,
-    pid: u32,
-    url: Option<&'a str>,
-    log: &'a Path,
-    ready_after_s: f64,
-    verdicts: &'a [Verdict],
-}
-
-/// The `verdicts` event of a captured log (`kiln serve --log`).
-#[derive(Serialize)]
-struct CapturedEvent<'a> {
-    profile: &'a str,
-    log: &'a Path,
-    verdicts: &'a [Verdict],
 }
 
 #[derive(Serialize)]
@@ -53,32 +34,13 @@ struct BenchEvent<'a> {
     history: &'a Path,
 }
 
-/// One verdict line, its status coloured on a terminal.
-fn verdict_line(v: &Verdict) -> String {
-    let tone = match v.status {
-        Status::Active => Tone::Good,
-        Status::FellBack | Status::Unknown | Status::Configured => Tone::Warn,
-        Status::Crashed | Status::Conflicting => Tone::Bad,
-    };
-    let label = v.status.label();
-    v.line().replacen(
-        &format!(" {label}: "),
-        &format!(" {}: ", paint(Stream::Stdout, tone, label)),
-        1,
-    )
-}
-
-fn verdict_lines(verdicts: &[Verdict]) -> String {
-    verdicts.iter().map(|v| verdict_line(v) + "\n").collect()
-}
-
 /// A result block of `kiln up`, as it is known.
 pub(super) fn shown(shown: &crate::pipeline::Shown) {
     use crate::pipeline::Shown;
     match shown {
         Shown::Ab(c, base, candidate) => ab(c, base, candidate),
-        Shown::Verdicts(l, v) => verdicts(l, v, false),
-        Shown::Bench(b, history) => bench(b, history, false),
+        Shown::Verdicts(l, v) => verdicts(l, v),
+        Shown::Bench(b, history) => bench(b, history),
     }
 }
 
@@ -96,71 +58,12 @@ pub(super) fn ab(c: &crate::bench::ab::Comparison, baseline: &str, candidate: &s
     crate::report::current().result(&block);
 }
 
-/// A command that has not moved to JSON lines yet prints its `--json` result as one document.
-fn document(value: &impl Serialize) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(value).expect("results serialize")
-    );
-}
-
-/// The verdicts of a launched profile; `json_doc`: as one JSON document (`kiln serve --json`).
-pub(super) fn verdicts(l: &Launched, verdicts: &[Verdict], json_doc: bool) {
-    let running = &l.running;
-    let name = l.variant.name;
-    let mut text = format!(
-        "profile `{name}` ready after {:.1} s\n",
-        running.ready_after.as_secs_f64()
-    );
-    if verdicts.is_empty() {
-        text.push_str("no tunings to judge (no flag of the profile has a signature)\n");
-    }
-    text.push_str(&verdict_lines(verdicts));
-    let event = VerdictsEvent {
-        profile: name,
-        pid: running.record.pid,
-        url: running.record.url.as_deref(),
-        log: &running.record.log,
-        ready_after_s: running.ready_after.as_secs_f64(),
-        verdicts,
-    };
-    if json_doc {
-        return document(&event);
-    }
-    crate::report::current().result(&Block::new("verdicts", text, &event));
-}
-
-/// Verdicts judged from a captured log (`kiln serve --log`).
-pub(super) fn captured_verdicts(name: &str, log: &Path, verdicts: &[Verdict], json_doc: bool) {
-    let text = format!(
-        "profile `{name}` judged from {}\n{}",
-        log.display(),
-        verdict_lines(verdicts)
-    );
-    let event = CapturedEvent {
-        profile: name,
-        log,
-        verdicts,
-    };
-    if json_doc {
-        return document(&event);
-    }
-    crate::report::current().result(&Block::new("verdicts", text, &event));
-}
-
-/// A bench report (its table) and where the history went; `json_doc`: the report as one JSON
-/// document (`kiln bench --json`, usable as `--baseline`).
-pub(super) fn bench(report: &crate::bench::Report, history: &Path, json_doc: bool) {
+/// A bench report (its table; a `bench` event, which `kiln bench --baseline` reads back) and
+/// where the history went.
+pub(super) fn bench(report: &crate::bench::Report, history: &Path) {
     let r = crate::report::current();
-    if json_doc {
-        document(report);
-    } else {
-        r.result(&Block::new(
-            "bench",
-            report.render(),
-            &BenchEvent { report, history },
-        ));
-    }
+    let event = BenchEvent { report, history };
+    r.result(&Block::new("bench", report.render(), &event));
     r.note(&format!("appended to {}", history.display()));
 }
 
@@ -187,21 +90,33 @@ pub(super) fn report_files(files: &crate::pipeline::ReportFiles) {
 
 /// The server `kiln up` left running (a `served` event).
 pub(super) fn left_running(s: &crate::pipeline::Served) {
+    if let Some(url) = &s.url {
+        served(&s.profile, url, s.pid, true);
+    }
+}
+
+/// A server up at `url` (a `served` event): `detached`, it outlives kiln; else kiln serves it in
+/// the foreground until Ctrl-C.
+pub(super) fn served(profile: &str, url: &str, pid: u32, detached: bool) {
     #[derive(Serialize)]
     struct ServedEvent<'a> {
         profile: &'a str,
         url: &'a str,
         pid: u32,
+        detached: bool,
     }
-    let Some(url) = &s.url else { return };
-    let text = format!(
-        "kiln: left running at {url} (process group {}); stop it with `kiln serve --stop`",
-        s.pid
-    );
+    let text = if detached {
+        format!(
+            "kiln: left running at {url} (process group {pid}); stop it with `kiln serve --stop`"
+        )
+    } else {
+        format!("kiln: serving at {url} (process group {pid}); Ctrl-C stops it")
+    };
     let event = ServedEvent {
-        profile: &s.profile,
+        profile,
         url,
-        pid: s.pid,
+        pid,
+        detached,
     };
     crate::report::current().result(&Block::new("served", text, &event).milestone());
 }

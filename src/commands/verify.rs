@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::pipeline::{self, AbOptions, Variant};
 
 pub(super) fn run(settings: &Settings, args: &VerifyArgs) -> Result<u8> {
+    crate::report::json_lines(args.json);
     let recipe = settings.load_recipe(&args.recipe)?;
     let s = settings.session(&recipe);
     crate::process::catch_interrupts();
@@ -34,14 +35,7 @@ pub(super) fn run(settings: &Settings, args: &VerifyArgs) -> Result<u8> {
         min_prefix: args.min_prefix,
     };
     let cmp = pipeline::greedy_ab(s, baseline, candidate, &opts, &mut super::show::say)?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&cmp).expect("comparisons serialize")
-        );
-    } else {
-        print!("{}", cmp.render(baseline.name, candidate.name));
-    }
+    super::show::ab(&cmp, baseline.name, candidate.name);
     Error::finding(cmp.exit_code(), || {
         (
             format!(
@@ -51,7 +45,7 @@ pub(super) fn run(settings: &Settings, args: &VerifyArgs) -> Result<u8> {
                 cmp.agreement * 100.0
             ),
             Some(if args.json {
-                "the JSON above shows where each prompt diverged".into()
+                "the `greedy_ab` event shows where each prompt diverged".into()
             } else {
                 "the table above shows where each prompt diverged".into()
             }),

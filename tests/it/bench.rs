@@ -93,7 +93,9 @@ fn tiny_cpu_serve_bench_parity_and_baseline_gate() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = crate::reporter::json_event(&String::from_utf8_lossy(&out.stdout), "bench")
+        ["report"]
+        .clone();
     let runs = report["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 3);
     let mut ratios = Vec::new();
@@ -124,7 +126,8 @@ fn tiny_cpu_serve_bench_parity_and_baseline_gate() {
     let history = std::fs::read_to_string(ws.state().join("bench/history.jsonl")).unwrap();
     assert_eq!(history.lines().count(), 1);
 
-    // The gate, both ways: against itself it passes; against a record twice as fast it fails.
+    // The gate, both ways: against itself (the JSON lines `bench --json` wrote) it passes;
+    // against a record twice as fast (the single document earlier kilns wrote) it fails.
     let base = ws.write("base.json", &String::from_utf8_lossy(&out.stdout));
     let out = bench(&["--baseline", base.to_str().unwrap(), "--plot", "runs.svg"]);
     let text = String::from_utf8_lossy(&out.stdout);

@@ -349,7 +349,14 @@ fn json_report() {
     let site = site(&ws, &["flashinfer-python==0.6.3"]);
     let (code, out, _) = patch(&ws, "check", "flashinfer-0.6.3-sm120", &site, &["--json"]);
     assert_eq!(code, 1);
-    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // JSON lines: the report as a `patch` event, then why the set is not in effect.
+    let kinds: Vec<_> = crate::reporter::events(&out)
+        .iter()
+        .map(|e| e["event"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(kinds, ["patch", "error", "outcome"], "{out}");
+    let report = crate::reporter::json_event(&out, "patch");
+    assert_eq!(report["schema"], 1);
     assert_eq!(report["action"], "check");
     assert_eq!(report["version"], "0.6.3");
     assert_eq!(report["effective"], false);

@@ -118,8 +118,9 @@ fn builds_once_then_installs_the_cached_wheel_without_a_compiler() {
             .output()
             .unwrap()
             .stdout;
-        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
-        v.as_array()
+        let v = crate::reporter::json_event(&String::from_utf8_lossy(&out), "cache");
+        v["entries"]
+            .as_array()
             .unwrap()
             .iter()
             .map(|e| e["id"].as_str().unwrap().to_string())

@@ -558,3 +558,147 @@ fn a_signature_file_is_diagnosed_like_a_recipe() {
         out.stderr
     );
 }
+
+/// `out`'s stdout is JSON lines of one command: `schema` on the first event only, `outcome`
+/// last with the process's status, and an `error` just before it exactly when it failed.
+fn assert_stream(out: &Out, what: &str) -> Vec<serde_json::Value> {
+    let events = events(&out.stdout);
+    let code = out.code.expect("kiln exits");
+    assert_eq!(events[0]["schema"], 1, "{what}:\n{}", out.stdout);
+    assert!(
+        events[1..].iter().all(|e| e.get("schema").is_none()),
+        "{what}: schema only on the first event:\n{}",
+        out.stdout
+    );
+    let n = events.len();
+    let last = &events[n - 1];
+    assert_eq!(
+        (&last["event"], &last["ok"], &last["exit_code"]),
+        (&"outcome".into(), &(code == 0).into(), &code.into()),
+        "{what}:\n{}",
+        out.stdout
+    );
+    let errors = events.iter().filter(|e| e["event"] == "error").count();
+    if code == 0 {
+        assert_eq!(errors, 0, "{what}:\n{}", out.stdout);
+    } else {
+        assert!(
+            n >= 2 && events[n - 2]["event"] == "error",
+            "{what}:\n{}",
+            out.stdout
+        );
+        assert_eq!(events[n - 2]["exit_code"], code, "{what}");
+        assert_eq!(errors, 1, "{what}:\n{}", out.stdout);
+    }
+    events
+}
+
+/// Every command's `--json`, on success and on failure: JSON lines only on stdout (a CI job
+/// never parses stderr), the result as a typed event.
+#[test]
+fn every_json_flag_prints_json_lines_ending_with_error_then_outcome() {
+    let ws = Workspace::new();
+    recipe(&ws, &run_step("one", "true"));
+    ws.write("bad.toml", "[recipe]\nname = \"voice\"\nbogus = 1\n");
+    ws.write(
+        "served.toml",
+        "[recipe]\nname = \"served\"\n\n[profile.p]\ncmd = [\"true\"]\nsignatures = \"llama-server\"\n",
+    );
+    ws.write(
+        "server.log",
+        "0.00.100.000 I srv  llama_server: listening on http://127.0.0.1\n",
+    );
+    ws.write("garbage.json", "{\n  \"url\": [\n");
+    let bench = [
+        "bench",
+        "--url",
+        "http://127.0.0.1:9",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+    ];
+    let bad_baseline = [&bench[..], &["--baseline", "garbage.json"]].concat();
+    // (arguments, the result event it shows, its exit status)
+    let cases: Vec<(&[&str], Option<&str>, i32)> = vec![
+        (&["doctor", "driver.flor"], None, 2),
+        (&["doctor", "--recipe", "bad.toml"], None, 2),
+        (
+            &["patch", "check", "no-such-set", "--site-packages", "."],
+            None,
+            2,
+        ),
+        (&["cache", "ls"], Some("cache"), 0),
+        (&["serve", "bad.toml"], None, 2),
+        (
+            &["serve", "served.toml", "--log", "server.log"],
+            Some("verdicts"),
+            0,
+        ),
+        (&["serve", "served.toml", "--stop"], Some("stopped"), 0),
+        (&bench, None, 1),
+        (&bad_baseline, None, 2),
+        (&["verify", "r.toml"], None, 2),
+        (&["plan", "bad.toml"], None, 2),
+        (&["up", "r.toml", "--dry-run"], Some("plan"), 0),
+        (&["up", "bad.toml", "--dry-run"], None, 2),
+    ];
+    for (args, result, code) in cases {
+        let args = [args, &["--json"]].concat();
+        let what = args.join(" ");
+        let out = kiln(&ws, &args, &[]);
+        let events = assert_stream(&out, &what);
+        assert_eq!(
+            out.code,
+            Some(code),
+            "{what}:\n{}{}",
+            out.stdout,
+            out.stderr
+        );
+        if let Some(result) = result {
+            json_event(&out.stdout, result);
+        }
+        let error = events.iter().find(|e| e["event"] == "error");
+        if let Some(e) = error {
+            assert!(
+                e["message"].as_str().is_some_and(|m| !m.is_empty()),
+                "{what}: {e}"
+            );
+        }
+    }
+}
+
+/// The streams of commands whose output does not depend on the host, as a CI job reads them.
+#[test]
+fn json_lines_of_cache_ls_serve_stop_patch_doctor_and_a_bad_baseline() {
+    let ws = Workspace::new();
+    ws.write("r.toml", "[recipe]\nname = \"voice\"\n");
+    ws.write("base.json", "{\"event\":\"note\",\"schema\":1,\"text\":\"x\"}\n{\"event\":\"bench\",\"report\":{\"url\":7}}\n");
+    let mut shown = String::new();
+    for args in [
+        &["cache", "ls", "--json"][..],
+        &["serve", "r.toml", "--stop", "--json"],
+        &[
+            "patch",
+            "check",
+            "no-such-set",
+            "--site-packages",
+            ".",
+            "--json",
+        ],
+        &["doctor", "driver.flor", "--json"],
+        &[
+            "bench",
+            "--url",
+            "http://127.0.0.1:9",
+            "--baseline",
+            "base.json",
+            "--json",
+        ],
+    ] {
+        let out = kiln(&ws, args, &[]);
+        assert_stream(&out, &args.join(" "));
+        shown.push_str(&format!("$ kiln {}\n{}", args.join(" "), out.stdout));
+    }
+    insta::assert_snapshot!("json_lines_of_commands", stable(&shown, &ws));
+}

@@ -181,7 +181,7 @@ fn verdict_symm_mem_crashed_on_keyerror() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = crate::reporter::json_event(&String::from_utf8_lossy(&out.stdout), "verdicts");
     assert_eq!(v["verdicts"][0]["feature"], "torch-symm-mem");
     assert_eq!(v["verdicts"][0]["status"], "crashed");
     assert_eq!(v["verdicts"][0]["evidence"], "KeyError: 12");

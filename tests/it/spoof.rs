@@ -39,8 +39,7 @@ fn judge(ws: &Workspace, log: &str, metrics: Option<&str>) -> (i32, serde_json::
     }
     let out = cmd.output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let v: serde_json::Value =
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let v = crate::reporter::json_event(&text, "verdicts");
     let mut by = serde_json::Map::new();
     for verdict in v["verdicts"].as_array().unwrap() {
         by.insert(
@@ -483,7 +482,9 @@ fn the_bench_counts_what_it_received() {
     let (port, _) = http(|_, _, _| stream(1, 1, Some(30)));
     let out = bench(&ws, port, &["--json"]);
     assert_eq!(out.status.code(), Some(1));
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = crate::reporter::json_event(&String::from_utf8_lossy(&out.stdout), "bench")
+        ["report"]
+        .clone();
     assert_eq!(report["runs"][0]["tokens"], 1);
     assert!(
         report["warnings"][0].as_str().unwrap().starts_with(
@@ -593,7 +594,7 @@ fn live_the_launch_boundary_is_the_recorded_offset_and_echoed_text_proves_nothin
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let v = crate::reporter::json_event(&text, "verdicts");
     let by = |id: &str| {
         v["verdicts"]
             .as_array()
@@ -664,18 +665,25 @@ fn a_baseline_from_other_server_arguments_is_refused_naming_them() {
     serve("one");
     let out = bench(&ws, port, &["--json"]);
     stop();
-    let base = ws.write("base.json", &String::from_utf8_lossy(&out.stdout));
+    // The JSON lines `bench --json` writes, and the one document earlier kilns wrote: both are
+    // read as the same baseline.
+    let stream = String::from_utf8_lossy(&out.stdout).into_owned();
+    let base = ws.write("base.json", &stream);
+    let report = crate::reporter::json_event(&stream, "bench")["report"].clone();
+    let document = ws.write("doc.json", &serde_json::to_string_pretty(&report).unwrap());
     serve("two");
-    let out = bench(&ws, port, &["--baseline", base.to_str().unwrap()]);
+    let outs = [base, document].map(|b| bench(&ws, port, &["--baseline", b.to_str().unwrap()]));
     stop();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains(
-            "was measured on a different setup: server arguments: -fa (not set) → on, -t 1 → 2"
-        ),
-        "{err}"
-    );
+    for out in outs {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(
+                "was measured on a different setup: server arguments: -fa (not set) → on, -t 1 → 2"
+            ),
+            "{err}"
+        );
+    }
 }
 
 /// The rule for signature-set writers, on every shipped set: its `[logger]` reads the real

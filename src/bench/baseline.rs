@@ -1,0 +1,183 @@
+//! `kiln bench --baseline FILE`: the result to gate against, from what `kiln bench --json`
+//! wrote (JSON lines: its `bench` event), from the single JSON document that earlier kilns
+//! wrote, or from the last whole record of a history file (`bench/history.jsonl`).
+
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::Report;
+use crate::error::{Error, Result};
+
+const HINT: &str = "record one with `kiln bench --json > FILE` (its `bench` event is read), or pass the state dir's bench/history.jsonl";
+
+/// Read a baseline (see the module). A line that is not whole (torn by a crash or a full disk)
+/// is skipped and told to `warn` with its `file:line`; a file with no result is an error at
+/// `file:line:col`.
+pub fn read_baseline(path: &Path, warn: &mut dyn FnMut(&str)) -> Result<Report> {
+    let text = crate::bounded::read_text(path, "the baseline", crate::bounded::BASELINE_CAP)?;
+    let whole = match serde_json::from_str::<Report>(&text) {
+        Ok(report) => return Ok(report),
+        Err(e) => e,
+    };
+    // One object per line: a JSON-lines stream of events, or a history of records.
+    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    match serde_json::from_str::<Value>(first) {
+        Ok(Value::Object(o)) if o.contains_key("event") => from_stream(&text, path, warn),
+        Ok(Value::Object(_)) => last_record(&text, path, warn),
+        _ => Err(not_a_result(path, whole.line(), &whole)),
+    }
+}
+
+/// The last `bench` event of a `kiln bench --json` stream.
+fn from_stream(text: &str, path: &Path, warn: &mut dyn FnMut(&str)) -> Result<Report> {
+    #[derive(Deserialize)]
+    struct BenchEvent {
+        report: Report,
+    }
+    let (mut bench, mut failed) = (None, None);
+    for (n, line) in numbered(text) {
+        match serde_json::from_str::<Value>(line) {
+            Ok(v) => match v.get("event").and_then(Value::as_str) {
+                Some("bench") => bench = Some((n, line)),
+                Some("error") => failed = v["message"].as_str().map(str::to_string),
+                _ => {}
+            },
+            Err(e) => warn(&torn(path, n, &e)),
+        }
+    }
+    let Some((n, line)) = bench else {
+        let why = match failed {
+            Some(m) => format!(": the run that wrote it failed: {m}"),
+            None => String::new(),
+        };
+        return Err(Error::usage(
+            format!(
+                "{} is a kiln JSON-lines stream without a `bench` event{why}",
+                path.display()
+            ),
+            Some(HINT.into()),
+        ));
+    };
+    serde_json::from_str::<BenchEvent>(line)
+        .map(|b| b.report)
+        .map_err(|e| not_a_result(path, n, &e))
+}
+
+/// The last line of a history that is a whole record; the torn ones after it are reported.
+fn last_record(text: &str, path: &Path, warn: &mut dyn FnMut(&str)) -> Result<Report> {
+    let mut last_error = None;
+    for (n, line) in numbered(text).collect::<Vec<_>>().into_iter().rev() {
+        match serde_json::from_str::<Report>(line) {
+            Ok(r) => return Ok(r),
+            Err(e) => {
+                warn(&torn(path, n, &e));
+                last_error.get_or_insert((n, e));
+            }
+        }
+    }
+    let (n, e) = last_error.expect("a history has a line");
+    Err(not_a_result(path, n, &e))
+}
+
+/// The non-empty lines of `text`, numbered from 1.
+fn numbered(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    (1..)
+        .zip(text.lines())
+        .filter(|(_, l)| !l.trim().is_empty())
+}
+
+fn torn(path: &Path, n: usize, e: &serde_json::Error) -> String {
+    format!(
+        "{}:{n}: skipped a line that is not a whole JSON record (torn by a crash or a full disk?): {}",
+        path.display(),
+        message(e)
+    )
+}
+
+/// `e` (from a parse of the text at `line`, or of one line) at `file:line:col`.
+fn not_a_result(path: &Path, line: usize, e: &serde_json::Error) -> Error {
+    Error::usage(
+        format!(
+            "{}:{line}:{}: not a kiln bench result: {}",
+            path.display(),
+            e.column(),
+            message(e)
+        ),
+        Some(HINT.into()),
+    )
+}
+
+/// serde_json's message without its ` at line L column C` (the location is said before it).
+fn message(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" at line ") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str) -> (std::result::Result<Report, String>, Vec<String>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("base.json");
+        std::fs::write(&path, text).unwrap();
+        let mut warned = Vec::new();
+        let got = read_baseline(&path, &mut |w| warned.push(w.to_string()));
+        let shown = |s: String| s.replace(&path.display().to_string(), "FILE");
+        let got = got.map_err(|e| shown(format!("{e} / hint: {}", e.hint().unwrap_or_default())));
+        (got, warned.into_iter().map(shown).collect())
+    }
+
+    #[test]
+    fn a_bad_document_is_located_by_line_and_column() {
+        let (got, _) = read("{\n  \"url\": \"http://x\",\n  \"api\": 7\n}\n");
+        let e = got.unwrap_err();
+        assert!(e.starts_with("FILE:3:10: not a kiln bench result: "), "{e}");
+        assert!(
+            e.contains("hint: record one with `kiln bench --json > FILE`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_stream_without_a_bench_event_says_why_the_run_failed() {
+        let stream = concat!(
+            r#"{"schema":1,"event":"note","text":"Benchmarking"}"#,
+            "\n",
+            r#"{"event":"error","message":"cannot reach http://127.0.0.1:9","causes":[],"hint":null,"exit_code":1}"#,
+            "\n",
+            r#"{"event":"outcome","ok":false,"exit_code":1}"#,
+            "\n"
+        );
+        let e = read(stream).0.unwrap_err();
+        assert!(
+            e.starts_with("FILE is a kiln JSON-lines stream without a `bench` event: the run that wrote it failed: cannot reach http://127.0.0.1:9"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_bench_event_that_is_not_a_report_is_located_on_its_line() {
+        let stream = "{\"schema\":1,\"event\":\"note\",\"text\":\"x\"}\n{\"event\":\"bench\",\"report\":{\"url\":1}}\n{\"ev";
+        let (got, warned) = read(stream);
+        let e = got.unwrap_err();
+        assert!(e.starts_with("FILE:2:"), "{e}");
+        assert!(e.contains(": not a kiln bench result: invalid type"), "{e}");
+        assert_eq!(warned.len(), 1, "{warned:?}");
+        assert!(
+            warned[0].starts_with("FILE:3: skipped a line"),
+            "{warned:?}"
+        );
+    }
+
+    #[test]
+    fn a_history_without_a_whole_record_names_its_last_line() {
+        let e = read("{\"url\": 1}\n\n{\"url\": 2}\n").0.unwrap_err();
+        assert!(e.starts_with("FILE:3:"), "{e}");
+    }
+}
