@@ -18,6 +18,7 @@ use crate::host::gpu::Gpu;
 use crate::host::Facts;
 use crate::paths::StatePaths;
 use crate::pipeline::{self, Launched, Session};
+use crate::recipe::args::set_flag;
 use crate::recipe::{Profile, Recipe};
 
 /// Loads the recipe with extra `KEY=VALUE` overrides (the variant's variables).
@@ -437,29 +438,9 @@ fn free_port() -> Option<u16> {
         .ok()
 }
 
-/// Give `flag` the value `value`: replace the value of its last occurrence (`-b 1024` or
-/// `-b=1024`); a bare switch (the next word is another flag, as `verdict::flag_value` reads
-/// it) gets the value after it; else append both.
-pub(crate) fn set_flag(args: &mut Vec<String>, flag: &str, value: &str) {
-    let prefix = format!("{flag}=");
-    let takes_value = |next: &String| !next.starts_with('-') || next.parse::<f64>().is_ok();
-    match args
-        .iter()
-        .rposition(|a| a == flag || a.starts_with(&prefix))
-    {
-        Some(i) if args[i] != flag => args[i] = format!("{flag}={value}"),
-        Some(i) if args.get(i + 1).is_some_and(takes_value) => args[i + 1] = value.to_string(),
-        Some(i) => args.insert(i + 1, value.to_string()),
-        None => {
-            args.push(flag.to_string());
-            args.push(value.to_string());
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{set_flag, Room};
+    use super::Room;
     use crate::host::gpu::parse_csv;
 
     #[test]
@@ -482,23 +463,5 @@ mod tests {
         let mut unknown = before.clone();
         unknown[0].memory_used_mib = None;
         assert_eq!(Room::between(&before, &unknown), None);
-    }
-
-    #[test]
-    fn flags_are_replaced_not_repeated() {
-        let mut a: Vec<String> = ["-b", "1024", "-ub=512", "-t", "2"]
-            .map(String::from)
-            .to_vec();
-        set_flag(&mut a, "-b", "256");
-        set_flag(&mut a, "-ub", "64");
-        set_flag(&mut a, "-fa", "on");
-        assert_eq!(a, ["-b", "256", "-ub=64", "-t", "2", "-fa", "on"]);
-        // A bare switch followed by another flag gets its value; the next flag keeps its own.
-        let mut b: Vec<String> = ["--flash-attn", "-t", "2", "--neg", "-1"]
-            .map(String::from)
-            .to_vec();
-        set_flag(&mut b, "--flash-attn", "on");
-        set_flag(&mut b, "--neg", "-2");
-        assert_eq!(b, ["--flash-attn", "on", "-t", "2", "--neg", "-2"]);
     }
 }

@@ -242,6 +242,16 @@ fn profile_table(p: &Profile, baseline: Option<&str>) -> toml::Table {
     }
     t.insert("cmd".into(), strings(&p.cmd));
     t.insert("args".into(), strings(&p.args));
+    if !p.evidence_args.is_empty() {
+        t.insert("evidence_args".into(), strings(&p.evidence_args));
+    }
+    if let Some(crate::recipe::Ceiling::LlamaBench(path)) = &p.ceiling {
+        let ceiling = [("llama_bench".to_string(), path.display().to_string().into())];
+        t.insert(
+            "ceiling".into(),
+            toml::Value::Table(ceiling.into_iter().collect()),
+        );
+    }
     if !p.env.is_empty() {
         let env: BTreeMap<String, toml::Value> = p
             .env
@@ -286,7 +296,8 @@ mod tests {
     use crate::recipe::Profile;
 
     #[test]
-    fn a_winner_profile_keeps_its_timeout_and_finds_the_recipes_own_signatures() {
+    fn a_winner_profile_keeps_its_timeout_evidence_args_and_ceiling_and_finds_the_recipes_own_signatures(
+    ) {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("signatures")).unwrap();
         std::fs::write(dir.path().join("signatures/mine.toml"), "").unwrap();
@@ -294,10 +305,20 @@ mod tests {
             cmd: vec!["server".into()],
             signatures: Some("mine".into()),
             timeout: Some(std::time::Duration::from_secs(900)),
+            evidence_args: vec!["-lv".into(), "5".into()],
+            ceiling: Some(crate::recipe::Ceiling::LlamaBench(
+                "/x/llama-bench.json".into(),
+            )),
             dir: dir.path().to_path_buf(),
             ..Profile::default()
         };
         let t = profile_table(&p, None);
+        // The winner still proves what it proved (its evidence-only args) and keeps its ceiling.
+        assert_eq!(t["evidence_args"].as_array().map(Vec::len), Some(2));
+        assert_eq!(
+            t["ceiling"]["llama_bench"].as_str(),
+            Some("/x/llama-bench.json")
+        );
         let own = dir.path().join("signatures/mine.toml");
         assert_eq!(t["signatures"].as_str(), Some(own.to_str().unwrap()));
         assert_eq!(t["timeout"].as_str(), Some("900"));

@@ -65,8 +65,7 @@ fn checkpoint(ws: &Workspace, name: &str, gib: u64, quant: Option<&str>) -> Path
 fn json(cmd: &mut assert_cmd::Command) -> (i32, Value) {
     let out = cmd.arg("--json").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    let report: Value = serde_json::from_str(&text)
-        .unwrap_or_else(|e| panic!("{e}: {text}\n{}", String::from_utf8_lossy(&out.stderr)));
+    let report = crate::reporter::json_event(&text, "doctor");
     (out.status.code().unwrap(), report)
 }
 
