@@ -4,7 +4,7 @@ use super::Settings;
 use crate::cache::{archive, wheels::WheelCache};
 use crate::cli::{CacheArgs, CacheCommand};
 use crate::error::{Error, Result};
-use crate::oci::{self, reference::Reference};
+use crate::oci::reference::Reference;
 use crate::units::{format_size, parse_duration};
 
 pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
@@ -84,8 +84,7 @@ pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
         }
         CacheCommand::Push { reference } => {
             let reference = Reference::parse(reference)?;
-            let entries = oci::read_wheel_cache(&cache.root)?;
-            let s = oci::push_wheels(&entries, &reference, &|m| eprintln!("kiln: {m}"))?;
+            let s = cache.push(&reference, &|m| eprintln!("kiln: {m}"))?;
             println!(
                 "pushed {} wheel(s) to {reference} ({} already there, {} in the tag)",
                 s.uploaded, s.already_there, s.total
@@ -94,7 +93,7 @@ pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
         }
         CacheCommand::Pull { reference } => {
             let reference = Reference::parse(reference)?;
-            let s = oci::pull_wheels(&reference, &cache.root, &|m| eprintln!("kiln: {m}"))?;
+            let s = cache.pull(&reference, &|m| eprintln!("kiln: {m}"))?;
             println!(
                 "pulled {} wheel(s) from {reference} ({} already cached, {})",
                 s.fetched,
