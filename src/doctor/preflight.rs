@@ -178,3 +178,15 @@ pub(crate) fn host_tools(recipe: &Recipe, plan: &Plan) -> Result<Option<String>>
         hint,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    /// `BLOCKING` spells check ids a second time: each must be a doctor check's.
+    #[test]
+    fn every_blocking_id_is_a_doctor_check() {
+        let ids: Vec<&str> = super::super::all_checks().iter().map(|c| c.id).collect();
+        for id in super::BLOCKING {
+            assert!(ids.contains(id), "`{id}` is no doctor check: {ids:?}");
+        }
+    }
+}

@@ -314,4 +314,32 @@ mod tests {
         assert_eq!(required_vars(&messages), ["model", "draft"]);
         assert_eq!(placeholder("model"), "<unset:model>");
     }
+
+    /// `super::IDS` spells the launch checks' ids a second time (for `kiln doctor ID`): every id
+    /// the launch checks' code names is in it, and every id in it is named by that code.
+    #[test]
+    fn the_launch_id_table_matches_the_ids_the_checks_emit() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/doctor/launch");
+        let mut named = std::collections::BTreeSet::new();
+        for file in ["mod.rs", "flags.rs", "table.rs", "weights.rs"] {
+            let text = std::fs::read_to_string(dir.join(file)).unwrap();
+            // The table itself aside: from `pub(crate) const IDS` to its closing `];`.
+            let text = match text.split_once("pub(crate) const IDS") {
+                Some((head, tail)) => head.to_string() + tail.split_once("];").unwrap().1,
+                None => text,
+            };
+            for part in text.split("\"launch.").skip(1) {
+                let id: String = part
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || *c == '-')
+                    .collect();
+                if part[id.len()..].starts_with('"') {
+                    named.insert(format!("launch.{id}"));
+                }
+            }
+        }
+        let table: std::collections::BTreeSet<String> =
+            super::super::IDS.iter().map(|s| (*s).to_string()).collect();
+        assert_eq!(named, table);
+    }
 }
