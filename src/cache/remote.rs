@@ -521,4 +521,39 @@ mod tests {
             "{err}"
         );
     }
+
+    /// A layer holds four entry fields itself (`LAYER_FIELDS`, a second spelling of [`Entry`]'s)
+    /// and the rest in an annotation: an entry with every field set comes back whole.
+    #[test]
+    fn an_entry_survives_its_split_into_a_layer_and_back() {
+        let entry: Entry<Value> = Entry {
+            key: json!({"package": "demo", "version": "1.0"}),
+            wheel: "demo-1.0-py3-none-any.whl".into(),
+            sha256: "a".repeat(64),
+            size: 11,
+            created_unix: Some(1_700_000_000),
+            index: Some("default".into()),
+            extra: [("future".to_string(), json!(["kept"]))].into(),
+        };
+        let all = serde_json::to_value(&entry).unwrap();
+        for field in LAYER_FIELDS {
+            assert!(
+                all.get(field).is_some(),
+                "`{field}` is no entry field: {all}"
+            );
+        }
+        let rest: serde_json::Map<String, Value> = rest_of(&entry).into_iter().collect();
+        assert_eq!(
+            rest.keys().collect::<Vec<_>>(),
+            ["created_unix", "future", "index"]
+        );
+        let back = entry_of(
+            rest,
+            entry.key.clone(),
+            &entry.wheel,
+            &entry.sha256,
+            entry.size,
+        );
+        assert_eq!(back.unwrap(), entry);
+    }
 }
