@@ -4,14 +4,13 @@
 
 use super::Settings;
 use crate::cli::{RecipeArgs, UpArgs};
-use crate::doctor::launch::preflight::{self as launch_preflight, Here};
+use crate::doctor::launch::preflight::{self as launch_preflight, Here, Launched};
 use crate::doctor::{self, preflight, Inputs};
 use crate::engine::Plan;
 use crate::error::Result;
 use crate::recipe::Recipe;
 use crate::report::Reporter;
 
-pub(super) use crate::doctor::launch::preflight::Launched;
 pub(super) use crate::doctor::preflight::check_needed;
 
 /// `kiln up`'s doctor gate (a GPU stack's): the doctor over this host and the recipe.
