@@ -9,7 +9,7 @@
 mod architecture;
 pub mod bench;
 pub(crate) mod bounded;
-pub(crate) mod cache;
+pub mod cache;
 pub mod cli;
 pub mod commands;
 pub(crate) mod diagnostic;

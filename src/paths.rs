@@ -36,6 +36,27 @@ impl StatePaths {
         StatePaths { root, cache }
     }
 
+    /// The layout of the state directory `state_dir` (`--state-dir`; else `$KILN_HOME`,
+    /// `$XDG_STATE_HOME/kiln`, `~/.local/state/kiln`), relative to the current directory, with
+    /// its cache at `$KILN_CACHE_DIR` when set.
+    pub fn from_env(state_dir: Option<&Path>) -> Result<StatePaths> {
+        let root = match state_dir {
+            Some(d) => d.to_path_buf(),
+            None => default_root()?,
+        };
+        let root = if root.is_absolute() {
+            root
+        } else {
+            std::env::current_dir()
+                .map_err(|e| Error::io("cannot read the current directory", e))?
+                .join(root)
+        };
+        let cache = std::env::var_os("KILN_CACHE_DIR")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
+        Ok(StatePaths::new(root, cache))
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -275,6 +296,28 @@ fn create_private(dir: &Path) -> Result<()> {
             Err(Error::io(format!("cannot create {}", dir.display()), e))
         }
         _ => Ok(()),
+    }
+}
+
+/// The state directory when no `--state-dir` names one.
+fn default_root() -> Result<PathBuf> {
+    let var = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(home) = var("KILN_HOME") {
+        return Ok(home);
+    }
+    if let Some(xdg) = var("XDG_STATE_HOME") {
+        return Ok(xdg.join("kiln"));
+    }
+    match var("HOME") {
+        Some(home) => Ok(home.join(".local/state/kiln")),
+        None => Err(Error::usage(
+            "cannot pick a state directory: neither KILN_HOME, XDG_STATE_HOME nor HOME is set",
+            Some("pass --state-dir DIR".to_string()),
+        )),
     }
 }
 

@@ -75,8 +75,14 @@ import json, sys
 try:
     for r in json.load(open(sys.argv[1])):
         print(f"llama-bench tg{r['n_gen']}: {r['avg_ts']:.1f} tok/s (sd {r['stddev_ts']:.1f}), fa {r.get('flash_attn')}, ub {r.get('n_ubatch')}")
-    b = json.load(open(sys.argv[2]))["bench"]
+    rep = json.load(open(sys.argv[2]))
+    b = rep["bench"]
     print(f"served (kiln up, tuned): decode median {b['decode_tok_s']['median']:.1f} tok/s, TTFT ms {[round(x['ttft_s']*1000,1) for x in b['runs']]}")
+    for l in rep.get("launches", []):
+        print("launch:", json.dumps({k: l.get(k) for k in ("launch", "pid", "args_difference", "figures", "ready_after_s")}))
+        for v in l.get("verdicts", []):
+            print(f"   {v.get('feature')}: {v.get('status')}: {str(v.get('reason'))[:120]}")
+    print("ceiling:", json.dumps(rep.get("ceiling")))
 except Exception as e:
     print("no llama-bench figure:", e)
 PY

@@ -1,8 +1,10 @@
 //! The compiled-wheel cache: every wheel kiln builds from source, keyed by everything that shapes
 //! the binary (package, version, source sha256, python tag, torch, CUDA, arch list, build env).
 //!
-//! Layout: `<cache>/wheels/<id>/entry.json` + the `.whl`, where `<id>` is the sha256 of the
-//! canonical key. An entry directory appears by rename, so it is whole or absent.
+//! This module is the one owner of the entry format: the layout `<cache>/wheels/<id>/entry.json`
+//! and the `.whl`, where `<id>` is [`key_id`] of the key, and entry.json is an [`Entry`]. An entry
+//! directory appears by rename from a `.staging-*` directory, so it is whole or absent.
+//! `cache::remote` carries entries to and from a registry; `cache::archive` to a tar archive.
 //!
 //! A wheel built from a pinned `name==version` also records the package index its sdist came from:
 //! with that, [`WheelCache::lookup_pinned`] finds the wheel from name, version, index and the local
@@ -13,13 +15,14 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::fs::{create_dir, write_atomic};
 use crate::hash::{sha256_bytes, sha256_reader};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct WheelKey {
+pub struct WheelKey {
     pub package: String,
     pub version: String,
     pub source_sha256: String,
@@ -32,23 +35,59 @@ pub(crate) struct WheelKey {
 }
 
 impl WheelKey {
-    /// The entry id: sha256 of the canonical JSON of the key.
+    /// The entry id: [`key_id`] of this key.
     pub(crate) fn id(&self) -> String {
-        sha256_bytes(&serde_json::to_vec(self).expect("keys serialize"))
+        key_id(self)
     }
 }
 
+/// The entry id of a key: the sha256 of its canonical JSON (a typed [`WheelKey`] in field order;
+/// a key carried as a JSON value with its keys sorted).
+pub(crate) fn key_id(key: &impl Serialize) -> String {
+    sha256_bytes(&serde_json::to_vec(key).expect("keys serialize"))
+}
+
+/// Whether `id` names `key`: either canonical form of the key (typed, or as JSON) hashes to it.
+/// Entries pushed by earlier kilns, and keys this kiln cannot type, are named by the JSON form.
+pub(crate) fn names_key(id: &str, key: &Value) -> std::result::Result<(), String> {
+    let plain = key_id(key);
+    let typed = serde_json::from_value::<WheelKey>(key.clone())
+        .ok()
+        .map(|k| k.id());
+    if id == plain || typed.as_deref() == Some(id) {
+        Ok(())
+    } else {
+        Err(typed.unwrap_or(plain))
+    }
+}
+
+/// entry.json: one cached wheel. `K` is its key: the typed [`WheelKey`] where kiln builds and
+/// looks up wheels, a JSON value where it only carries entries (`kiln cache push|pull`), so that
+/// a key this kiln cannot type travels unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Entry {
-    pub key: WheelKey,
+pub struct Entry<K = WheelKey> {
+    pub key: K,
     /// File name of the wheel inside the entry directory.
     pub wheel: String,
     pub sha256: String,
     pub size: u64,
-    pub created_unix: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_unix: Option<u64>,
     /// Where the sdist came from (`pinned` builds): the index arguments, or `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index: Option<String>,
+    /// Fields this kiln does not interpret: carried through unchanged.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, Value>,
+}
+
+/// One cached wheel on disk as it is carried: its id (the directory name), its entry.json with
+/// the key as JSON, and the `.whl` file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredWheel {
+    pub id: String,
+    pub entry: Entry<Value>,
+    pub path: PathBuf,
 }
 
 /// How an entry records its source's index: without URL credentials (entry.json travels with
@@ -65,20 +104,33 @@ pub(crate) const PARALLELISM_VARS: &[&str] = &[
     "FLASHINFER_NVCC_THREADS",
 ];
 
-pub(crate) struct WheelCache {
-    pub root: PathBuf,
+/// The compiled-wheel cache under one directory (`StatePaths::wheels`).
+pub struct WheelCache {
+    pub(crate) root: PathBuf,
 }
 
 impl WheelCache {
     /// The cache rooted at `root` (`StatePaths::wheels`).
-    pub(crate) fn new(root: &Path) -> Self {
+    pub fn new(root: &Path) -> Self {
         WheelCache {
             root: root.to_path_buf(),
         }
     }
 
-    fn entry_dir(&self, id: &str) -> PathBuf {
+    pub(crate) fn entry_dir(&self, id: &str) -> PathBuf {
         self.root.join(id)
+    }
+
+    /// A fresh directory an entry `id` is written into before it is renamed into place (`kiln
+    /// cache gc` removes what an interrupted insert left).
+    pub(crate) fn staging_dir(&self, id: &str) -> Result<PathBuf> {
+        create_dir(&self.root)?;
+        let staging = self
+            .root
+            .join(format!(".staging-{id}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&staging);
+        create_dir(&staging)?;
+        Ok(staging)
     }
 
     /// The cached wheel for `key`, verified against its recorded sha256.
@@ -149,10 +201,7 @@ impl WheelCache {
         match read_entry(&dir) {
             Some(mut e) if e.index.is_none() => {
                 e.index = Some(stored_index(index));
-                write_atomic(
-                    &dir.join("entry.json"),
-                    &serde_json::to_vec_pretty(&e).expect("entries serialize"),
-                )
+                write_entry(&dir, &e)
             }
             _ => Ok(()),
         }
@@ -181,10 +230,13 @@ impl WheelCache {
             wheel: name.clone(),
             sha256,
             size,
-            created_unix: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
+            created_unix: Some(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+            ),
             index: index.map(stored_index),
+            extra: BTreeMap::new(),
         };
         self.insert_entry(&entry, wheel)
     }
@@ -196,18 +248,8 @@ impl WheelCache {
         if read_entry(&dir).is_some() {
             return Ok(dir.join(&entry.wheel));
         }
-        if entry.wheel.contains('/') || entry.wheel == ".." {
-            return Err(Error::other(
-                format!("refusing wheel name `{}`", entry.wheel),
-                None,
-            ));
-        }
-        create_dir(&self.root)?;
-        let staging = self
-            .root
-            .join(format!(".staging-{id}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&staging);
-        create_dir(&staging)?;
+        check_wheel_name(&entry.wheel, &wheel.display().to_string())?;
+        let staging = self.staging_dir(&id)?;
         let result = (|| {
             let target = staging.join(&entry.wheel);
             std::fs::copy(wheel, &target)
@@ -223,10 +265,7 @@ impl WheelCache {
                     actual: sha,
                 });
             }
-            write_atomic(
-                &staging.join("entry.json"),
-                &serde_json::to_vec_pretty(entry).expect("entries serialize"),
-            )?;
+            write_entry(&staging, entry)?;
             std::fs::rename(&staging, &dir)
                 .map_err(|e| Error::io(format!("cannot store {}", dir.display()), e))
         })();
@@ -291,9 +330,9 @@ impl WheelCache {
                             .map(|(s, _)| s);
                         if sha.as_deref() != Some(entry.sha256.as_str()) || entry.key.id() != name {
                             Some("wheel missing or corrupt".into())
-                        } else if max_age_secs
-                            .is_some_and(|max| now.saturating_sub(entry.created_unix) > max)
-                        {
+                        } else if max_age_secs.is_some_and(|max| {
+                            now.saturating_sub(entry.created_unix.unwrap_or(0)) > max
+                        }) {
                             Some("older than --older-than".into())
                         } else {
                             None
@@ -309,10 +348,76 @@ impl WheelCache {
         }
         Ok(removed)
     }
+
+    /// Every complete entry as it is carried (key as JSON; a missing cache: none), sorted by
+    /// id. An entry.json that does not parse is an error here (`list` skips it).
+    pub fn stored(&self) -> Result<Vec<StoredWheel>> {
+        let listing = match std::fs::read_dir(&self.root) {
+            Ok(l) => l,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(format!("cannot list {}", self.root.display()), e)),
+        };
+        let mut entries = Vec::new();
+        for item in listing.flatten() {
+            let id = item.file_name().to_string_lossy().into_owned();
+            if !is_hex64(&id) {
+                continue; // staging directories, locks
+            }
+            let json_path = item.path().join("entry.json");
+            let Ok(text) = std::fs::read_to_string(&json_path) else {
+                continue;
+            };
+            let entry: Entry<Value> = serde_json::from_str(&text).map_err(|e| {
+                Error::other(
+                    format!("cache entry {} is unreadable: {e}", json_path.display()),
+                    Some(format!(
+                        "remove {} and build the wheel again",
+                        item.path().display()
+                    )),
+                )
+            })?;
+            check_wheel_name(&entry.wheel, &json_path.display().to_string())?;
+            let path = item.path().join(&entry.wheel);
+            entries.push(StoredWheel { id, entry, path });
+        }
+        entries.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(entries)
+    }
 }
 
 fn read_entry(dir: &Path) -> Option<Entry> {
     serde_json::from_slice(&std::fs::read(dir.join("entry.json")).ok()?).ok()
+}
+
+/// Write an entry's entry.json into its directory (or its staging directory).
+pub(crate) fn write_entry<K: Serialize>(dir: &Path, entry: &Entry<K>) -> Result<()> {
+    write_atomic(
+        &dir.join("entry.json"),
+        &serde_json::to_vec_pretty(entry).expect("entries serialize"),
+    )
+}
+
+pub(crate) fn is_hex64(text: &str) -> bool {
+    text.len() == 64
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// A wheel file name is a plain `*.whl` name: never a path.
+pub(crate) fn check_wheel_name(name: &str, origin: &str) -> Result<()> {
+    let plain = !name.is_empty()
+        && !name.starts_with('.')
+        && !name.contains(['/', '\\', '\0'])
+        && name.ends_with(".whl");
+    if plain {
+        Ok(())
+    } else {
+        Err(Error::other(
+            format!("refusing wheel name `{name}` from {origin}: not a plain .whl file name"),
+            Some("the cache entry is corrupt or hostile; nothing was written".to_string()),
+        ))
+    }
 }
 
 #[cfg(test)]

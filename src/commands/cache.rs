@@ -12,7 +12,7 @@ use crate::cache::{
 };
 use crate::cli::{CacheArgs, CacheCommand};
 use crate::error::{Error, Result};
-use crate::oci::{self, reference::Reference};
+use crate::oci::reference::Reference;
 use crate::report::Block;
 use crate::units::{format_size, parse_duration};
 
@@ -66,8 +66,7 @@ pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
         }
         CacheCommand::Push { reference } => {
             let reference = Reference::parse(reference)?;
-            let entries = oci::read_wheel_cache(&cache.root)?;
-            let s = oci::push_wheels(&entries, &reference, &super::show::say)?;
+            let s = cache.push(&reference, &super::show::say)?;
             println!(
                 "pushed {} wheel(s) to {reference} ({} already there, {} in the tag)",
                 s.uploaded, s.already_there, s.total
@@ -76,7 +75,7 @@ pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
         }
         CacheCommand::Pull { reference } => {
             let reference = Reference::parse(reference)?;
-            let s = oci::pull_wheels(&reference, &cache.root, &super::show::say)?;
+            let s = cache.pull(&reference, &super::show::say)?;
             println!(
                 "pulled {} wheel(s) from {reference} ({} already cached, {})",
                 s.fetched,

@@ -95,3 +95,56 @@ Bench history; tune results and winner profiles.
 \\fI<cache>/\\fR
 Downloads, compiled wheels and tools, shared by every recipe.
 ";
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    /// Every `"KILN_…"` string literal in `text` (a full variable name, not a prefix).
+    fn kiln_literals(text: &str, out: &mut BTreeSet<String>) {
+        for part in text.split("\"KILN_").skip(1) {
+            let name: String = part
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            if part[name.len()..].starts_with('"') && !name.ends_with('_') {
+                out.insert(format!("KILN_{name}"));
+            }
+        }
+    }
+
+    fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// ENVIRONMENT spells kiln's variable names a second time: each `KILN_*` name the code
+    /// spells (read directly, through a constant, or as clap's `env = …`) is documented, and each
+    /// documented `KILN_*` name is one the code spells (a stale entry fails too).
+    #[test]
+    fn the_environment_section_and_the_code_name_the_same_kiln_variables() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        sources(&src, &mut files);
+        let mut in_code = BTreeSet::new();
+        for file in files.iter().filter(|f| !f.ends_with("man_sections.rs")) {
+            kiln_literals(&std::fs::read_to_string(file).unwrap(), &mut in_code);
+        }
+        let documented: BTreeSet<String> = super::ENVIRONMENT
+            .split("\\fB")
+            .skip(1)
+            .filter_map(|p| p.split_once("\\fR").map(|(name, _)| name))
+            .filter(|name| name.starts_with("KILN_"))
+            .map(str::to_string)
+            .collect();
+        assert!(in_code.contains("KILN_REMOTE_CACHE"), "{in_code:?}");
+        assert_eq!(in_code, documented);
+    }
+}

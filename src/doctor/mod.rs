@@ -6,6 +6,7 @@ mod checks;
 pub(crate) mod deep;
 pub(crate) mod facts;
 pub(crate) mod launch;
+pub(crate) mod preflight;
 pub(crate) mod render;
 pub(crate) mod sglang;
 

@@ -443,7 +443,7 @@ fn add_entry(wheels_dir: &Path, spec: &str) -> String {
 
 fn tree_digest(dir: &Path) -> Vec<(String, String)> {
     let mut files = Vec::new();
-    for entry in kiln::oci::read_wheel_cache(dir).unwrap() {
+    for entry in kiln::cache::WheelCache::new(dir).stored().unwrap() {
         files.push((
             format!("{}/{}", entry.id, entry.entry.wheel),
             sha256_file(&entry.path),
@@ -467,29 +467,20 @@ fn wheel_cache_round_trips_through_a_registry_and_pushes_merge() {
     add_entry(host_b.path(), "idna==3.10");
     let quiet = |_: &str| {};
 
-    let pushed = kiln::oci::push_wheels(
-        &kiln::oci::read_wheel_cache(host_a.path()).unwrap(),
-        &reference,
-        &quiet,
-    )
-    .unwrap();
+    let pushed = kiln::cache::WheelCache::new(host_a.path())
+        .push(&reference, &quiet)
+        .unwrap();
     assert_eq!((pushed.uploaded, pushed.total), (1, 1));
-    let again = kiln::oci::push_wheels(
-        &kiln::oci::read_wheel_cache(host_a.path()).unwrap(),
-        &reference,
-        &quiet,
-    )
-    .unwrap();
+    let again = kiln::cache::WheelCache::new(host_a.path())
+        .push(&reference, &quiet)
+        .unwrap();
     assert_eq!(
         (again.uploaded, again.already_there, again.total),
         (0, 1, 1)
     );
-    let merged = kiln::oci::push_wheels(
-        &kiln::oci::read_wheel_cache(host_b.path()).unwrap(),
-        &reference,
-        &quiet,
-    )
-    .unwrap();
+    let merged = kiln::cache::WheelCache::new(host_b.path())
+        .push(&reference, &quiet)
+        .unwrap();
     assert_eq!(
         (merged.uploaded, merged.total),
         (1, 2),
@@ -497,7 +488,9 @@ fn wheel_cache_round_trips_through_a_registry_and_pushes_merge() {
     );
 
     let fresh = tempfile::tempdir().unwrap();
-    let pulled = kiln::oci::pull_wheels(&reference, fresh.path(), &quiet).unwrap();
+    let pulled = kiln::cache::WheelCache::new(fresh.path())
+        .pull(&reference, &quiet)
+        .unwrap();
     assert_eq!(pulled.fetched, 2);
     let mut expected = tree_digest(host_a.path());
     expected.extend(tree_digest(host_b.path()));
@@ -508,7 +501,9 @@ fn wheel_cache_round_trips_through_a_registry_and_pushes_merge() {
         got, expected,
         "pulled entries are byte-identical to the pushed ones"
     );
-    let twice = kiln::oci::pull_wheels(&reference, fresh.path(), &quiet).unwrap();
+    let twice = kiln::cache::WheelCache::new(fresh.path())
+        .pull(&reference, &quiet)
+        .unwrap();
     assert_eq!((twice.fetched, twice.already_cached), (0, 2));
 }
 
@@ -518,8 +513,9 @@ fn a_tampered_blob_is_rejected_and_nothing_is_cached() {
     let reference = registry.reference("kiln/wheels");
     let local = tempfile::tempdir().unwrap();
     add_entry(local.path(), "six==1.17.0");
-    let entries = kiln::oci::read_wheel_cache(local.path()).unwrap();
-    kiln::oci::push_wheels(&entries, &reference, &|_| {}).unwrap();
+    let local = kiln::cache::WheelCache::new(local.path());
+    let entries = local.stored().unwrap();
+    local.push(&reference, &|_| {}).unwrap();
 
     let data = registry.blob_data(&entries[0].entry.sha256);
     let mut bytes = std::fs::read(&data).unwrap();
@@ -528,7 +524,9 @@ fn a_tampered_blob_is_rejected_and_nothing_is_cached() {
     std::fs::write(&data, bytes).unwrap();
 
     let fresh = tempfile::tempdir().unwrap();
-    let error = kiln::oci::pull_wheels(&reference, fresh.path(), &|_| {}).unwrap_err();
+    let error = kiln::cache::WheelCache::new(fresh.path())
+        .pull(&reference, &|_| {})
+        .unwrap_err();
     let rendered = error.render().replace(&registry.port.to_string(), "[PORT]");
     let rendered = regex_free_hashes(&rendered);
     insta::assert_snapshot!(rendered, @r"
@@ -566,12 +564,9 @@ fn regex_free_hashes(text: &str) -> String {
 #[test]
 fn pulling_a_tag_that_does_not_exist_says_so() {
     let registry = LocalRegistry::start();
-    let error = kiln::oci::pull_wheels(
-        &registry.reference("kiln/none:x"),
-        Path::new("/nonexistent-never-created"),
-        &|_| {},
-    )
-    .unwrap_err();
+    let error = kiln::cache::WheelCache::new(Path::new("/nonexistent-never-created"))
+        .pull(&registry.reference("kiln/none:x"), &|_| {})
+        .unwrap_err();
     let rendered = error.render().replace(&registry.port.to_string(), "[PORT]");
     insta::assert_snapshot!(rendered, @r"
     error: registry has no wheel cache at 127.0.0.1:[PORT]/kiln/none:x

@@ -6,6 +6,7 @@
 //! built llama-server; nothing imports torch.
 
 pub(crate) mod flags;
+pub(crate) mod preflight;
 pub(crate) mod table;
 pub(crate) mod weights;
 

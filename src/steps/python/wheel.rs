@@ -179,39 +179,18 @@ impl WheelBuild<'_> {
         }
     }
 
-    /// On a miss, `KILN_REMOTE_CACHE` (an OCI reference) is pulled into the local cache, and
-    /// the key looked up again; an unreachable remote is logged and the wheel built instead.
+    /// On a miss, the cache asks the remote cache (`KILN_REMOTE_CACHE`, an OCI reference) and
+    /// looks the key up again; an unreachable remote is logged and the wheel built instead.
     fn pull_from_remote(
         &self,
         b: &Build,
         key: &WheelKey,
         log: &mut dyn Write,
     ) -> Result<Option<PathBuf>> {
-        let Some(remote) = std::env::var("KILN_REMOTE_CACHE")
-            .ok()
-            .filter(|r| !r.is_empty())
-        else {
+        let Some(remote) = crate::cache::remote::configured() else {
             return Ok(None);
         };
-        let _ = writeln!(log, "wheel cache miss: asking the remote cache {remote}");
-        let reference = crate::oci::reference::Reference::parse(&remote)?;
-        match crate::oci::pull_wheels(&reference, &self.cache.root, &|_| {}) {
-            Ok(s) => {
-                let _ = writeln!(
-                    log,
-                    "remote cache: {} wheel(s) pulled, {} already here",
-                    s.fetched, s.already_cached
-                );
-            }
-            Err(e) => {
-                let _ = writeln!(
-                    log,
-                    "remote cache unavailable ({}); building instead",
-                    e.render().replace('\n', " ")
-                );
-            }
-        }
-        let found = self.cache.lookup(key)?;
+        let found = self.cache.lookup_remote(&remote, key, log)?;
         if found.is_some() {
             let _ = writeln!(
                 log,

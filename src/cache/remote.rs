@@ -1,27 +1,31 @@
-//! The compiled-wheel cache in a registry. Local layout (shared with src/cache):
-//! `<state>/cache/wheels/<key>/entry.json` + the `.whl`, where `<key>` is the 64-hex sha256 of
-//! the canonical cache key and entry.json is `{"key": {…}, "wheel": NAME, "sha256": HEX, "size": N}`.
-//! Remote layout: one OCI artifact manifest per tag, one blob per wheel; each layer's annotations
-//! carry the wheel's file name, its cache id and the canonical key. Pushing merges with what the
-//! tag already holds (only remote entries that are well formed and whose blob the registry
-//! holds at the declared size are carried over); pulling refuses a tag that is not a kiln wheel
-//! cache, an entry whose id is not the sha256 of its key or whose size is over `WHEEL_CAP` or
-//! the free disk space, and verifies every blob's sha256 and size before anything is cached.
+//! The compiled-wheel cache in a registry, through oci's transport ([`Registry`]). One OCI
+//! artifact manifest per tag, one blob per wheel; each layer's annotations carry the wheel's file
+//! name, its cache id, the key and the rest of its entry.json (the entry format is
+//! [`super::wheels`]'s). Pushing merges with what the tag already holds (only remote entries that
+//! are well formed and whose blob the registry holds at the declared size are carried over);
+//! pulling refuses a tag that is not a kiln wheel cache, an entry whose id does not name its key
+//! or whose size is over `WHEEL_CAP` or the free disk space, and verifies every blob's sha256 and
+//! size before anything is cached.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::io::{BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::io::{BufReader, Read, Write};
+use std::path::Path;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::{Reference, Registry};
+use super::wheels::{
+    check_wheel_name, is_hex64, names_key, write_entry, Entry, StoredWheel, WheelCache, WheelKey,
+};
 use crate::error::{Error, Result};
 use crate::hash::HashingWriter;
+use crate::oci::{Reference, Registry};
 
-pub const ARTIFACT_TYPE: &str = "application/vnd.kiln.wheel-cache.v1";
-pub const MEDIA_WHEEL: &str = "application/vnd.kiln.wheel.v1+zip";
+/// The variable naming the remote cache a build asks on a miss (an OCI reference).
+pub(crate) const REMOTE_CACHE_VAR: &str = "KILN_REMOTE_CACHE";
+
+pub(crate) const ARTIFACT_TYPE: &str = "application/vnd.kiln.wheel-cache.v1";
+pub(crate) const MEDIA_WHEEL: &str = "application/vnd.kiln.wheel.v1+zip";
 const MEDIA_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 /// What a tag may hold: asking for every kind lets a pull say what the tag holds instead of
 /// "no wheel cache" when it is an image or an index.
@@ -32,29 +36,7 @@ const ANNOTATION_ID: &str = "dev.kiln.cache.id";
 const ANNOTATION_KEY: &str = "dev.kiln.cache.key";
 const ANNOTATION_EXTRA: &str = "dev.kiln.cache.entry-extra";
 /// The largest wheel a pull accepts (the biggest CUDA wheels are a few GiB).
-pub const WHEEL_CAP: u64 = 8 << 30;
-
-/// entry.json
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EntryFile {
-    pub key: Value,
-    pub wheel: String,
-    pub sha256: String,
-    pub size: u64,
-    /// Fields this reader does not interpret (e.g. `created_unix`): carried through unchanged.
-    #[serde(flatten)]
-    pub extra: BTreeMap<String, Value>,
-}
-
-/// One cached wheel on disk.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WheelEntry {
-    /// The directory name: sha256 of the canonical key.
-    pub id: String,
-    pub entry: EntryFile,
-    /// The .whl file.
-    pub path: PathBuf,
-}
+pub(crate) const WHEEL_CAP: u64 = 8 << 30;
 
 #[derive(Debug, Default)]
 pub struct PushSummary {
@@ -71,50 +53,62 @@ pub struct PullSummary {
     pub bytes: u64,
 }
 
-/// Every complete entry under `wheels_dir` (missing directory: none), sorted by id.
-pub fn read_wheel_cache(wheels_dir: &Path) -> Result<Vec<WheelEntry>> {
-    let listing = match fs::read_dir(wheels_dir) {
-        Ok(l) => l,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => {
-            return Err(Error::io(
-                format!("cannot list {}", wheels_dir.display()),
-                e,
-            ))
-        }
-    };
-    let mut entries = Vec::new();
-    for item in listing.flatten() {
-        let id = item.file_name().to_string_lossy().into_owned();
-        if !is_hex64(&id) {
-            continue; // temp directories, locks
-        }
-        let json_path = item.path().join("entry.json");
-        let Ok(text) = fs::read_to_string(&json_path) else {
-            continue;
-        };
-        let entry: EntryFile = serde_json::from_str(&text).map_err(|e| {
-            Error::other(
-                format!("cache entry {} is unreadable: {e}", json_path.display()),
-                Some(format!(
-                    "remove {} and build the wheel again",
-                    item.path().display()
-                )),
-            )
-        })?;
-        check_wheel_name(&entry.wheel, &json_path.display().to_string())?;
-        let path = item.path().join(&entry.wheel);
-        entries.push(WheelEntry { id, entry, path });
+impl WheelCache {
+    /// Upload every entry of this cache to `reference` ([`push_entries`]).
+    pub fn push(&self, reference: &Reference, note: &dyn Fn(&str)) -> Result<PushSummary> {
+        push_entries(&self.stored()?, reference, note)
     }
-    entries.sort_by(|a, b| a.id.cmp(&b.id));
-    Ok(entries)
+
+    /// Fetch every entry `reference` holds into this cache. Each blob streams into a staging
+    /// directory while it is hashed; only a blob whose sha256 and size match its manifest entry
+    /// is moved into place (with its entry.json). A mismatch fails the pull and leaves nothing
+    /// behind.
+    pub fn pull(&self, reference: &Reference, note: &dyn Fn(&str)) -> Result<PullSummary> {
+        pull_into(self, reference, note)
+    }
+
+    /// A build's miss: pull the remote cache `remote` (the value of [`REMOTE_CACHE_VAR`]) into
+    /// this one and look `key` up again. An unreachable remote is logged, and the miss stands.
+    pub(crate) fn lookup_remote(
+        &self,
+        remote: &str,
+        key: &WheelKey,
+        log: &mut dyn Write,
+    ) -> Result<Option<(Entry, std::path::PathBuf)>> {
+        let _ = writeln!(log, "wheel cache miss: asking the remote cache {remote}");
+        let reference = Reference::parse(remote)?;
+        match self.pull(&reference, &|_| {}) {
+            Ok(s) => {
+                let _ = writeln!(
+                    log,
+                    "remote cache: {} wheel(s) pulled, {} already here",
+                    s.fetched, s.already_cached
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(
+                    log,
+                    "remote cache unavailable ({}); building instead",
+                    e.render().replace('\n', " ")
+                );
+            }
+        }
+        self.lookup(key)
+    }
+}
+
+/// The remote cache a build asks on a miss: `$KILN_REMOTE_CACHE`, when set and not empty.
+pub(crate) fn configured() -> Option<String> {
+    std::env::var(REMOTE_CACHE_VAR)
+        .ok()
+        .filter(|r| !r.is_empty())
 }
 
 /// Upload `entries` to `reference`: blobs the registry lacks, then one manifest holding these
 /// entries and every entry the tag already had. Each wheel is hashed before it leaves: an entry
 /// whose file no longer matches its entry.json is refused.
-pub fn push_wheels(
-    entries: &[WheelEntry],
+fn push_entries(
+    entries: &[StoredWheel],
     reference: &Reference,
     note: &dyn Fn(&str),
 ) -> Result<PushSummary> {
@@ -171,7 +165,7 @@ pub fn push_wheels(
                 ANNOTATION_TITLE: e.entry.wheel,
                 ANNOTATION_ID: e.id,
                 ANNOTATION_KEY: serde_json::to_string(&e.entry.key).expect("json"),
-                ANNOTATION_EXTRA: serde_json::to_string(&e.entry.extra).expect("json"),
+                ANNOTATION_EXTRA: serde_json::to_string(&rest_of(&e.entry)).expect("json"),
             },
         }));
     }
@@ -201,14 +195,25 @@ pub fn push_wheels(
     Ok(summary)
 }
 
-/// Fetch every entry `reference` holds into `wheels_dir`. Each blob streams into a temp
-/// directory while it is hashed; only a blob whose sha256 and size match its manifest entry is
-/// moved into place (with its entry.json). A mismatch fails the pull and leaves nothing behind.
-pub fn pull_wheels(
+/// The fields of an entry besides the four a layer holds itself (key, wheel, sha256, size).
+fn rest_of(entry: &Entry<Value>) -> BTreeMap<String, Value> {
+    let Ok(Value::Object(all)) = serde_json::to_value(entry) else {
+        return BTreeMap::new();
+    };
+    all.into_iter()
+        .filter(|(k, _)| !LAYER_FIELDS.contains(&k.as_str()))
+        .collect()
+}
+
+/// The entry fields a layer carries as its own (digest, size, annotations).
+const LAYER_FIELDS: [&str; 4] = ["key", "wheel", "sha256", "size"];
+
+fn pull_into(
+    cache: &WheelCache,
     reference: &Reference,
-    wheels_dir: &Path,
     note: &dyn Fn(&str),
 ) -> Result<PullSummary> {
+    let wheels_dir = cache.root.as_path();
     let registry = Registry::new(reference);
     let Some(layers) = remote_layers(&registry)? else {
         return Err(Error::other(
@@ -226,18 +231,14 @@ pub fn pull_wheels(
         .map(|layer| RemoteWheel::from_layer(layer, reference))
         .collect::<Result<Vec<_>>>()?;
     for remote in &remotes {
-        let final_dir = wheels_dir.join(&remote.id);
-        let local = read_wheel_cache(wheels_dir)?
-            .into_iter()
-            .find(|e| e.id == remote.id);
+        let final_dir = cache.entry_dir(&remote.id);
+        let local = cache.stored()?.into_iter().find(|e| e.id == remote.id);
         if local.is_some_and(|e| e.entry.sha256 == remote.sha256 && e.path.is_file()) {
             summary.already_cached += 1;
             continue;
         }
         check_room(remote, wheels_dir, reference)?;
-        let temp = wheels_dir.join(format!(".pull-{}-{}", remote.id, std::process::id()));
-        let _ = fs::remove_dir_all(&temp);
-        crate::fs::create_dir(&temp)?;
+        let temp = cache.staging_dir(&remote.id)?;
         let result = fetch_into(&registry, remote, &temp, reference);
         if let Err(e) = result {
             let _ = fs::remove_dir_all(&temp);
@@ -293,15 +294,14 @@ fn fetch_into(
             Some("the registry served corrupted or tampered content; nothing was added to the cache. Push the entry again from a trusted cache".to_string()),
         ));
     }
-    let json = serde_json::to_vec_pretty(&remote.entry).expect("json");
-    crate::fs::write_atomic(&temp.join("entry.json"), &json)
+    write_entry(temp, &remote.entry)
 }
 
 /// One wheel as a manifest lists it.
 struct RemoteWheel {
     id: String,
     sha256: String,
-    entry: EntryFile,
+    entry: Entry<Value>,
 }
 
 impl RemoteWheel {
@@ -329,20 +329,15 @@ impl RemoteWheel {
         // The cache names an entry by the sha256 of its typed key in field order
         // (`WheelKey::id`); a parsed `Value` re-serializes with sorted keys. Either canonical
         // form of this key is its id; any other id is forged.
-        let plain_id = crate::hash::sha256_bytes(&serde_json::to_vec(&key).expect("json"));
-        let typed_id = serde_json::from_value::<crate::cache::wheels::WheelKey>(key.clone())
-            .ok()
-            .map(|k| k.id());
-        if id != plain_id && typed_id.as_deref() != Some(id) {
-            let key_id = typed_id.unwrap_or(plain_id);
+        if let Err(key_id) = names_key(id, &key) {
             return Err(bad(&format!(
                 "entry {id} is not the sha256 of its key (that is {key_id})"
             )));
         }
-        let mut extra: BTreeMap<String, Value> = annotation(ANNOTATION_EXTRA)
+        let mut rest: serde_json::Map<String, Value> = annotation(ANNOTATION_EXTRA)
             .and_then(|x| serde_json::from_str(x).ok())
             .unwrap_or_default();
-        extra.retain(|k, _| !["key", "wheel", "sha256", "size"].contains(&k.as_str()));
+        rest.retain(|k, _| !LAYER_FIELDS.contains(&k.as_str()));
         let digest = layer
             .get("digest")
             .and_then(Value::as_str)
@@ -358,15 +353,25 @@ impl RemoteWheel {
         Ok(RemoteWheel {
             id: id.to_string(),
             sha256: sha256.to_string(),
-            entry: EntryFile {
-                key,
-                wheel: wheel.to_string(),
-                sha256: sha256.to_string(),
-                size,
-                extra,
-            },
+            entry: entry_of(rest, key, wheel, sha256, size)
+                .map_err(|e| bad(&format!("its entry does not read ({e})")))?,
         })
     }
+}
+
+/// The entry a layer describes: its annotated fields, then the layer's own four.
+fn entry_of(
+    mut fields: serde_json::Map<String, Value>,
+    key: Value,
+    wheel: &str,
+    sha256: &str,
+    size: u64,
+) -> serde_json::Result<Entry<Value>> {
+    fields.insert("key".into(), key);
+    fields.insert("wheel".into(), wheel.into());
+    fields.insert("sha256".into(), sha256.into());
+    fields.insert("size".into(), size.into());
+    serde_json::from_value(Value::Object(fields))
 }
 
 /// The layers of the tag's kiln wheel-cache manifest; None when the tag does not exist. A tag
@@ -470,33 +475,9 @@ fn hash_file(path: &Path) -> Result<(String, u64)> {
         .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))
 }
 
-fn is_hex64(text: &str) -> bool {
-    text.len() == 64
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
-/// A wheel file name is a plain `*.whl` name: never a path.
-fn check_wheel_name(name: &str, origin: &str) -> Result<()> {
-    let plain = !name.is_empty()
-        && !name.starts_with('.')
-        && !name.contains(['/', '\\', '\0'])
-        && name.ends_with(".whl");
-    if plain {
-        Ok(())
-    } else {
-        Err(Error::other(
-            format!("refusing wheel name `{name}` from {origin}: not a plain .whl file name"),
-            Some("the cache entry is corrupt or hostile; nothing was written".to_string()),
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::wheels::WheelKey;
 
     /// A layer as `push_wheels` writes it for a real cache entry.
     fn layer_of(key: &WheelKey) -> Value {
@@ -539,5 +520,40 @@ mod tests {
             err.to_string().contains("is not the sha256 of its key"),
             "{err}"
         );
+    }
+
+    /// A layer holds four entry fields itself (`LAYER_FIELDS`, a second spelling of [`Entry`]'s)
+    /// and the rest in an annotation: an entry with every field set comes back whole.
+    #[test]
+    fn an_entry_survives_its_split_into_a_layer_and_back() {
+        let entry: Entry<Value> = Entry {
+            key: json!({"package": "demo", "version": "1.0"}),
+            wheel: "demo-1.0-py3-none-any.whl".into(),
+            sha256: "a".repeat(64),
+            size: 11,
+            created_unix: Some(1_700_000_000),
+            index: Some("default".into()),
+            extra: [("future".to_string(), json!(["kept"]))].into(),
+        };
+        let all = serde_json::to_value(&entry).unwrap();
+        for field in LAYER_FIELDS {
+            assert!(
+                all.get(field).is_some(),
+                "`{field}` is no entry field: {all}"
+            );
+        }
+        let rest: serde_json::Map<String, Value> = rest_of(&entry).into_iter().collect();
+        assert_eq!(
+            rest.keys().collect::<Vec<_>>(),
+            ["created_unix", "future", "index"]
+        );
+        let back = entry_of(
+            rest,
+            entry.key.clone(),
+            &entry.wheel,
+            &entry.sha256,
+            entry.size,
+        );
+        assert_eq!(back.unwrap(), entry);
     }
 }

@@ -1,0 +1,345 @@
+//! The launch preflight of `kiln up`, `kiln serve`, `kiln verify`, `kiln tune` and `kiln doctor
+//! --profile`: the profiles a command launches, resolved (a variable without a value stands as a
+//! placeholder) and checked against this host ([`super::check`]), what is shown before a launch,
+//! and the error that stops it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::super::{Check, Status};
+use crate::error::{Error, Result};
+use crate::host::Gpu;
+use crate::paths::StatePaths;
+use crate::pipeline::Variant;
+use crate::recipe::{Recipe, StepKind};
+
+/// Marks a variable without a value inside a profile resolved for the launch preflight.
+fn placeholder(var: &str) -> String {
+    format!("<unset:{var}>")
+}
+
+/// Variable names in "variable `NAME` is required and has no value" messages.
+fn required_vars(messages: &BTreeMap<String, String>) -> Vec<String> {
+    let mut vars: Vec<String> = Vec::new();
+    for m in messages.values() {
+        for part in m.split("variable `").skip(1) {
+            if let Some((name, rest)) = part.split_once('`') {
+                if rest.trim_start().starts_with("is required") && !vars.iter().any(|v| v == name) {
+                    vars.push(name.to_string());
+                }
+            }
+        }
+    }
+    vars
+}
+
+/// (placeholder, variable) for each variable without a value.
+type Unset = Vec<(String, String)>;
+
+/// Loads the recipe again with more `--set VAR=VALUE` overrides (after the command line's).
+pub(crate) type Reload<'a> = dyn Fn(&[String]) -> Result<Recipe> + 'a;
+
+/// The recipe with every profile resolved: profiles unavailable for a variable without a value
+/// are resolved again with a placeholder standing for it (reloaded at most a few times).
+fn all_profiles(recipe: &Recipe, reload: &Reload) -> Result<(Option<Recipe>, Unset)> {
+    let mut unset: Vec<(String, String)> = Vec::new();
+    let mut full: Option<Recipe> = None;
+    for _ in 0..4 {
+        let missing = required_vars(&full.as_ref().unwrap_or(recipe).unavailable_profiles);
+        let new: Vec<String> = missing
+            .into_iter()
+            .filter(|v| !unset.iter().any(|(_, u)| u == v))
+            .collect();
+        if new.is_empty() {
+            break;
+        }
+        unset.extend(new.into_iter().map(|v| (placeholder(&v), v)));
+        let set: Vec<String> = unset.iter().map(|(p, v)| format!("{v}={p}")).collect();
+        full = Some(reload(&set)?);
+    }
+    Ok((full, unset))
+}
+
+/// The profiles `kiln up` launches: the one it serves and that one's `baseline`.
+fn up_profiles<'r>(recipe: &'r Recipe, profile: Option<&str>) -> Result<Vec<&'r str>> {
+    let v = Variant::pick(recipe, profile)?;
+    let mut out = Vec::new();
+    if let Some(b) = &v.profile.baseline {
+        out.push(Variant::pick(recipe, Some(b))?.name);
+    }
+    out.push(v.name);
+    Ok(out)
+}
+
+/// What the launch preflight reads of this host besides the environment.
+pub(crate) struct Here<'a> {
+    pub paths: &'a StatePaths,
+    pub gpus: &'a [Gpu],
+}
+
+/// Every launch check of the named profiles (None: the one `kiln up`/`kiln serve` picks; for
+/// `up`, its baseline too), in order.
+pub(crate) fn launch_checks(
+    recipe: &Recipe,
+    reload: &Reload,
+    here: &Here,
+    profiles: &[Option<&str>],
+    up: bool,
+) -> Result<Launched> {
+    let (full, unset) = all_profiles(recipe, reload)?;
+    let full = full.as_ref().unwrap_or(recipe);
+    let mut names: Vec<&str> = Vec::new();
+    for p in profiles {
+        let picked = if up {
+            up_profiles(full, *p)?
+        } else {
+            vec![Variant::pick(full, *p)?.name]
+        };
+        for n in picked {
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+    }
+    let made_by: Vec<(PathBuf, String)> = full
+        .steps
+        .iter()
+        .flat_map(|s| {
+            let mut paths = match &s.check {
+                Some(crate::recipe::Check::Paths(p)) => p.clone(),
+                _ => Vec::new(),
+            };
+            if let StepKind::Python(py) = &s.kind {
+                paths.push(py.venv.clone());
+            }
+            paths.into_iter().map(move |p| (p, s.id.clone()))
+        })
+        .collect();
+    let pinned_sglang = full.steps.iter().find_map(|s| match &s.kind {
+        StepKind::Python(py) => py
+            .install
+            .iter()
+            .find_map(|i| i.strip_prefix("sglang==").map(str::to_string)),
+        _ => None,
+    });
+    // Only a record whose process identity still checks out (start time, boot) is kiln's.
+    let record = crate::serve::read_record(here.paths, &full.name)
+        .filter(|r| r.identity.as_ref().is_some_and(|i| i.verify().is_ok()));
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let cvd = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let host = super::Host {
+        gpus: here.gpus,
+        cuda_visible: cvd.as_deref(),
+        own_server: record.as_ref().map(|r| (r.profile.as_str(), r.pid)),
+        home: home.as_deref(),
+        ram_available: crate::host::available_memory_bytes(),
+    };
+    let run = |name: &str| {
+        let p = &full.profiles[name];
+        super::check(
+            &super::Launch {
+                recipe: &full.name,
+                profile: name,
+                cmd: &p.cmd,
+                args: &p.args,
+                env: &p.env,
+                port: p.port,
+                unset: &unset,
+                made_by: &made_by,
+                pinned_sglang: pinned_sglang.as_deref(),
+                tp_var: full.vars.contains_key("tp"),
+            },
+            &host,
+        )
+    };
+    let checks: Vec<Check> = names.iter().flat_map(|n| run(n)).collect();
+    // What would run instead: the other profiles that pass here.
+    let failed = checks.iter().any(|c| c.status == Status::Fail);
+    let passing: Vec<String> = if failed {
+        full.profiles
+            .keys()
+            .filter(|n| !names.contains(&n.as_str()))
+            .filter(|n| run(n).iter().all(|c| c.status != Status::Fail))
+            .cloned()
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(Launched {
+        recipe: full.name.clone(),
+        profiles: names.iter().map(|n| (*n).to_string()).collect(),
+        checks,
+        passing,
+        gpus: host.gpus.len(),
+    })
+}
+
+/// The launch preflight's findings over the profiles a command launches.
+pub(crate) struct Launched {
+    pub(crate) recipe: String,
+    pub(crate) profiles: Vec<String>,
+    pub(crate) checks: Vec<Check>,
+    /// Other profiles of the recipe without a failure here.
+    passing: Vec<String>,
+    gpus: usize,
+}
+
+impl Launched {
+    /// The lines shown before a launch: a count per profile, then each problem with its fix
+    /// (a problem shared by several profiles once).
+    pub(crate) fn lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut shown: Vec<(&str, &str)> = Vec::new();
+        for p in &self.profiles {
+            let mine: Vec<&Check> = self
+                .checks
+                .iter()
+                .filter(|c| c.profile.as_deref() == Some(p.as_str()))
+                .collect();
+            let count = |s: Status| mine.iter().filter(|c| c.status == s).count();
+            out.push(format!(
+                "launch preflight of profile `{p}`: {} pass, {} warn, {} fail, {} skip",
+                count(Status::Pass),
+                count(Status::Warn),
+                count(Status::Fail),
+                count(Status::Skip)
+            ));
+            for c in mine
+                .iter()
+                .filter(|c| matches!(c.status, Status::Warn | Status::Fail))
+            {
+                if shown.contains(&(c.id, c.summary.as_str())) {
+                    out.push(format!("  {} {}: as above", mark(c.status), c.id));
+                    continue;
+                }
+                shown.push((c.id, c.summary.as_str()));
+                out.push(format!("  {} {}: {}", mark(c.status), c.id, c.summary));
+                if let Some(fix) = &c.fix {
+                    out.push(format!("    hint: {fix}"));
+                }
+            }
+        }
+        out
+    }
+
+    /// What would run instead, for the error's hint.
+    fn alternatives(&self, up: bool) -> Vec<String> {
+        let mut alt = Vec::new();
+        if let Some(c) = self
+            .checks
+            .iter()
+            .find(|c| c.id == "launch.gpus" && c.status == Status::Fail)
+            .and_then(|c| c.fix.as_ref())
+            .filter(|f| f.contains("--set tp="))
+        {
+            alt.push(c.split(", or ").next().unwrap_or(c).to_string());
+        }
+        for p in &self.passing {
+            alt.push(format!("`--profile {p}`"));
+        }
+        let host_shaped = self.checks.iter().any(|c| {
+            c.status == Status::Fail && matches!(c.id, "launch.gpus" | "launch.quantization")
+        });
+        if host_shaped && self.gpus > 0 && self.recipe != "llama-cuda" {
+            alt.push("`kiln up llama-cuda` (the whole loop on any NVIDIA GPU)".into());
+        }
+        if up {
+            alt.push("`kiln up --no-serve` to provision only (no model needed)".into());
+        }
+        alt
+    }
+
+    /// Whether the launch may go on: an error naming each failed check (once), whose hint says
+    /// what would run instead (`up`: `kiln up --no-serve` too).
+    pub(crate) fn verdict(&self, up: bool) -> Result<()> {
+        let failed: Vec<&str> = self
+            .checks
+            .iter()
+            .filter(|c| c.status == Status::Fail)
+            .map(|c| c.id)
+            .fold(Vec::new(), |mut v, id| {
+                if !v.contains(&id) {
+                    v.push(id);
+                }
+                v
+            });
+        if failed.is_empty() {
+            return Ok(());
+        }
+        let hint = self.alternatives(up);
+        Err(Error::other(
+            format!(
+                "{} of {} cannot launch on this host: {}",
+                self.profiles
+                    .iter()
+                    .map(|p| format!("profile `{p}`"))
+                    .collect::<Vec<_>>()
+                    .join(" and "),
+                self.recipe,
+                failed.join(", ")
+            ),
+            Some(if hint.is_empty() {
+                "each line above says what to do".into()
+            } else {
+                format!("what would run: {}", hint.join("; "))
+            }),
+        ))
+    }
+}
+
+fn mark(s: Status) -> &'static str {
+    if s == Status::Fail {
+        "✗"
+    } else {
+        "!"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn required_variables_are_read_from_unavailable_profile_messages() {
+        let messages: BTreeMap<String, String> = [
+            ("a".to_string(), "variable `model` is required and has no value".to_string()),
+            (
+                "b".to_string(),
+                "in `args`: variable `model` is required; variable `draft` is required and has no value"
+                    .to_string(),
+            ),
+            ("c".to_string(), "variable `port` is not a number".to_string()),
+        ]
+        .into();
+        assert_eq!(required_vars(&messages), ["model", "draft"]);
+        assert_eq!(placeholder("model"), "<unset:model>");
+    }
+
+    /// `super::IDS` spells the launch checks' ids a second time (for `kiln doctor ID`): every id
+    /// the launch checks' code names is in it, and every id in it is named by that code.
+    #[test]
+    fn the_launch_id_table_matches_the_ids_the_checks_emit() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/doctor/launch");
+        let mut named = std::collections::BTreeSet::new();
+        for file in ["mod.rs", "flags.rs", "table.rs", "weights.rs"] {
+            let text = std::fs::read_to_string(dir.join(file)).unwrap();
+            // The table itself aside: from `pub(crate) const IDS` to its closing `];`.
+            let text = match text.split_once("pub(crate) const IDS") {
+                Some((head, tail)) => head.to_string() + tail.split_once("];").unwrap().1,
+                None => text,
+            };
+            for part in text.split("\"launch.").skip(1) {
+                let id: String = part
+                    .chars()
+                    .take_while(|c| c.is_ascii_lowercase() || *c == '-')
+                    .collect();
+                if part[id.len()..].starts_with('"') {
+                    named.insert(format!("launch.{id}"));
+                }
+            }
+        }
+        let table: std::collections::BTreeSet<String> =
+            super::super::IDS.iter().map(|s| (*s).to_string()).collect();
+        assert_eq!(named, table);
+    }
+}

@@ -1,0 +1,192 @@
+//! `kiln up`'s preflights before its first step: the host tools the recipe and its steps
+//! `require` (every recipe), and the doctor gate for GPU stacks (recipes with a `cuda` step):
+//! host problems no step can fix stop the run before hours of compiling; everything else the
+//! doctor finds is shown and left to the steps (and to `serve`).
+
+use super::{Report, Status};
+use crate::engine::{Plan, Status as StepStatus};
+use crate::error::{Error, Result};
+use crate::recipe::Recipe;
+use crate::requires::{Found, OsFamily, Requirement};
+
+/// Checks whose failure stops `kiln up`: the driver, its floor, and free disk. (A GPU stack also
+/// stops on a missing driver, which the doctor alone only warns about.)
+const BLOCKING: &[&str] = &["nvidia.driver", "driver.floor", "disk.free"];
+
+/// The doctor gate of `kiln up` over `report`: the lines to show (a count, then each warning and
+/// failure), and an error naming the blocking checks when one failed. `driver_pinned`: a pinned
+/// driver (`KILN_FACT_GPU_DRIVER`) stands for a driver this host does not show.
+pub(crate) fn gate(report: &Report, driver_pinned: bool) -> (Vec<String>, Result<()>) {
+    let count = |s: Status| report.checks.iter().filter(|c| c.status == s).count();
+    let mut lines = vec![format!(
+        "doctor preflight: {} pass, {} warn, {} fail, {} skip",
+        count(Status::Pass),
+        count(Status::Warn),
+        count(Status::Fail),
+        count(Status::Skip)
+    )];
+    for c in report
+        .checks
+        .iter()
+        .filter(|c| matches!(c.status, Status::Warn | Status::Fail))
+    {
+        let mark = if c.status == Status::Fail { "✗" } else { "!" };
+        lines.push(format!("  {mark} {}: {}", c.id, c.summary));
+    }
+    let blocking: Vec<_> = report
+        .checks
+        .iter()
+        .filter(|c| BLOCKING.contains(&c.id))
+        .filter(|c| !(driver_pinned && c.id == "nvidia.driver"))
+        .filter(|c| {
+            c.status == Status::Fail || (c.id == "nvidia.driver" && c.status == Status::Warn)
+        })
+        .collect();
+    let Some(first) = blocking.first() else {
+        return (lines, Ok(()));
+    };
+    let ids: Vec<&str> = blocking.iter().map(|c| c.id).collect();
+    let error = Error::other(
+        format!(
+            "doctor preflight failed: {}: {}",
+            ids.join(", "),
+            first.summary
+        ),
+        Some(
+            first
+                .fix
+                .clone()
+                .unwrap_or_else(|| format!("see `kiln doctor {} -v`", first.id))
+                + "; or pass --no-doctor to run anyway",
+        ),
+    );
+    (lines, Err(error))
+}
+
+/// One host tool and who needs it: `the recipe`, `step `build``.
+pub(crate) struct Needed {
+    pub(crate) req: Requirement,
+    pub(crate) by: Vec<String>,
+}
+
+/// The recipe's `requires` and those of the steps whose status `runs` accepts (the plan's steps
+/// are the recipe's, in order), merged by tool (the highest minimum version wins).
+fn needed(recipe: &Recipe, plan: &Plan, runs: impl Fn(&StepStatus) -> bool) -> Vec<Needed> {
+    let mut out: Vec<Needed> = Vec::new();
+    let sources = recipe
+        .requires
+        .iter()
+        .map(|r| (r, "the recipe".to_string()))
+        .chain(
+            recipe
+                .steps
+                .iter()
+                .zip(&plan.steps)
+                .filter(|(_, p)| runs(&p.status))
+                .flat_map(|(s, _)| {
+                    s.requires
+                        .iter()
+                        .map(move |r| (r, format!("step `{}`", s.id)))
+                }),
+        );
+    for (req, by) in sources {
+        match out.iter_mut().find(|n| n.req.tool == req.tool) {
+            Some(n) => {
+                n.req.raise_min(req);
+                // The same source twice comes in a row (one step listing a tool twice).
+                if n.by.last() != Some(&by) {
+                    n.by.push(by);
+                }
+            }
+            None => out.push(Needed {
+                req: req.clone(),
+                by: vec![by],
+            }),
+        }
+    }
+    out
+}
+
+/// What `kiln plan` shows of one checked requirement: `✓ c++  /usr/bin/c++ 12.2.0`.
+fn describe(found: &Found) -> (bool, String) {
+    match found {
+        Found::Ok { path, version } => (
+            true,
+            match version {
+                Some(v) => format!("{} {v}", path.display()),
+                None => path.display().to_string(),
+            },
+        ),
+        Found::Missing => (false, "not found on PATH".into()),
+        Found::TooOld { path, version } => (false, format!("{} is {version}", path.display())),
+        Found::Broken { why, .. } => (false, why.clone()),
+    }
+}
+
+/// One needed tool, checked now: found (and how it was found), or what is wrong.
+pub(crate) struct Checked {
+    pub(crate) needed: Needed,
+    pub(crate) ok: bool,
+    pub(crate) what: String,
+}
+
+/// [`needed`], each tool checked now, and the command that installs the missing ones.
+pub(crate) fn check_needed(
+    recipe: &Recipe,
+    plan: &Plan,
+    runs: impl Fn(&StepStatus) -> bool,
+) -> (Vec<Checked>, Option<String>) {
+    let checked: Vec<Checked> = needed(recipe, plan, runs)
+        .into_iter()
+        .map(|needed| {
+            let (ok, what) = describe(&needed.req.check());
+            Checked { needed, ok, what }
+        })
+        .collect();
+    let missing: Vec<_> = checked
+        .iter()
+        .filter(|c| !c.ok)
+        .map(|c| c.needed.req.tool)
+        .collect();
+    let hint = (!missing.is_empty()).then(|| OsFamily::detect().install_hint(&missing));
+    (checked, hint)
+}
+
+/// `kiln up`'s host-tool check, before the first step: the recipe's `requires` and those of the
+/// steps about to run. Ok: the line to show (none when nothing is needed); every problem is one
+/// line of the error, whose hint installs them all.
+pub(crate) fn host_tools(recipe: &Recipe, plan: &Plan) -> Result<Option<String>> {
+    let (checked, hint) = check_needed(recipe, plan, |s| matches!(s, StepStatus::Stale(_)));
+    let Some(hint) = hint else {
+        if checked.is_empty() {
+            return Ok(None);
+        }
+        let tools: Vec<String> = checked.iter().map(|c| c.needed.req.to_string()).collect();
+        return Ok(Some(format!("host tools: {} found", tools.join(", "))));
+    };
+    let problems = checked
+        .iter()
+        .filter(|c| !c.ok)
+        .map(|c| {
+            let n = &c.needed;
+            format!("{}: {} (needed by {})", n.req, c.what, n.by.join(", "))
+        })
+        .collect();
+    Err(Error::HostTools {
+        recipe: recipe.name.clone(),
+        problems,
+        hint,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    /// `BLOCKING` spells check ids a second time: each must be a doctor check's.
+    #[test]
+    fn every_blocking_id_is_a_doctor_check() {
+        let ids: Vec<&str> = super::super::all_checks().iter().map(|c| c.id).collect();
+        for id in super::BLOCKING {
+            assert!(ids.contains(id), "`{id}` is no doctor check: {ids:?}");
+        }
+    }
+}
