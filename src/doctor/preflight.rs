@@ -17,14 +17,7 @@ const BLOCKING: &[&str] = &["nvidia.driver", "driver.floor", "disk.free"];
 /// failure), and an error naming the blocking checks when one failed. `driver_pinned`: a pinned
 /// driver (`KILN_FACT_GPU_DRIVER`) stands for a driver this host does not show.
 pub(crate) fn gate(report: &Report, driver_pinned: bool) -> (Vec<String>, Result<()>) {
-    let count = |s: Status| report.checks.iter().filter(|c| c.status == s).count();
-    let mut lines = vec![format!(
-        "doctor preflight: {} pass, {} warn, {} fail, {} skip",
-        count(Status::Pass),
-        count(Status::Warn),
-        count(Status::Fail),
-        count(Status::Skip)
-    )];
+    let mut lines = vec![format!("doctor preflight: {}", tally(&report.checks))];
     for c in report
         .checks
         .iter()
@@ -177,6 +170,20 @@ pub(crate) fn host_tools(recipe: &Recipe, plan: &Plan) -> Result<Option<String>>
         problems,
         hint,
     })
+}
+
+/// `N pass, N warn, N fail, N skip` of `checks`.
+pub(crate) fn tally<'a>(checks: impl IntoIterator<Item = &'a super::Check>) -> String {
+    let mut n = [0usize; 4];
+    for c in checks {
+        n[match c.status {
+            Status::Pass => 0,
+            Status::Warn => 1,
+            Status::Fail => 2,
+            Status::Skip => 3,
+        }] += 1;
+    }
+    format!("{} pass, {} warn, {} fail, {} skip", n[0], n[1], n[2], n[3])
 }
 
 #[cfg(test)]

@@ -82,18 +82,20 @@ pub(crate) fn boot_id() -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
+/// The pids `/proc` lists now; `None` where it cannot be read.
+pub(crate) fn pids() -> Option<impl Iterator<Item = u32>> {
+    let dir = std::fs::read_dir("/proc").ok()?;
+    Some(
+        dir.flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok()),
+    )
+}
+
 /// Whether process group `pgid` has a member that still runs: one that is not a zombie (an
 /// exited child kiln has not reaped yet is still a member, and `killpg(pgid, 0)` still finds
 /// it). `None` where `/proc` cannot be read.
 pub(crate) fn group_running(pgid: u32) -> Option<bool> {
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in pids()? {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue; // it exited while we looked
         };

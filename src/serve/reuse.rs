@@ -220,15 +220,8 @@ pub(crate) fn listener(port: u16) -> Option<(u32, Vec<String>)> {
         })
         .collect();
     let sockets: Vec<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+    for pid in crate::process::identity::pids()? {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
             continue;
         };
         let holds = fds.flatten().any(|fd| {

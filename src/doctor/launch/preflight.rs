@@ -196,13 +196,9 @@ impl Launched {
                 .iter()
                 .filter(|c| c.profile.as_deref() == Some(p.as_str()))
                 .collect();
-            let count = |s: Status| mine.iter().filter(|c| c.status == s).count();
             out.push(format!(
-                "launch preflight of profile `{p}`: {} pass, {} warn, {} fail, {} skip",
-                count(Status::Pass),
-                count(Status::Warn),
-                count(Status::Fail),
-                count(Status::Skip)
+                "launch preflight of profile `{p}`: {}",
+                crate::doctor::preflight::tally(mine.iter().copied())
             ));
             for c in mine
                 .iter()
