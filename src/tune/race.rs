@@ -212,7 +212,7 @@ fn overlap_check(e: &mut Entry, launch: LaunchId, screen: Rung, eval: &mut dyn E
     let verdict = if lo > WITHIN || hi < -WITHIN {
         "the overlap changed the figures"
     } else {
-        "no change beyond 2 %"
+        "no change shown beyond 2 %"
     };
     e.evidence.push(format!(
         "overlap check: alone vs beside another server {:+.1} % to {:+.1} % (95 %, {} and {} runs): {verdict}",
@@ -505,7 +505,7 @@ pub(crate) mod tests {
             .iter()
             .find(|l| l.starts_with("overlap check"));
         assert!(
-            check.is_some_and(|l| l.ends_with("no change beyond 2 %")),
+            check.is_some_and(|l| l.ends_with("no change shown beyond 2 %")),
             "{:?}",
             by_race[0].evidence
         );
