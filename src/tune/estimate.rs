@@ -53,10 +53,11 @@ impl Budget {
     }
 }
 
-/// This recipe's past figures: seconds from start to ready, and decode tok/s.
+/// This recipe's past figures: what a launch cost besides its measurements (start to ready, its
+/// verdicts and greedy A/B, its stop), and decode tok/s.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct History {
-    pub ready_s: Vec<f64>,
+    pub launch_s: Vec<f64>,
     pub tok_s: Vec<f64>,
     /// Where they came from, for the user.
     pub source: String,
@@ -80,7 +81,11 @@ impl History {
             };
             files += 1;
             for l in v["launch_records"].as_array().into_iter().flatten() {
-                h.ready_s.extend(l["ready_s"].as_f64());
+                let phases = ["ready_s", "qualify_s", "stop_s"].map(|k| l[k].as_f64());
+                if let [Some(ready), qualify, stop] = phases {
+                    h.launch_s
+                        .push(ready + qualify.unwrap_or(0.0) + stop.unwrap_or(0.0));
+                }
             }
             for e in v["entries"].as_array().into_iter().flatten() {
                 for m in e["measurements"].as_array().into_iter().flatten() {
@@ -88,10 +93,10 @@ impl History {
                 }
             }
         }
-        if !h.ready_s.is_empty() {
+        if !h.launch_s.is_empty() {
             h.source = format!(
                 "{} past launch(es) in {files} tune result(s)",
-                h.ready_s.len()
+                h.launch_s.len()
             );
             return h;
         }
@@ -99,12 +104,14 @@ impl History {
             .ok()
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
         {
-            h.ready_s.extend(v["ready_after_s"].as_f64());
+            // Its stop and a verdict request: ~0.5 s.
+            h.launch_s
+                .extend(v["ready_after_s"].as_f64().map(|r| r + 0.5));
             let bench = &v["bench"];
             let decode = bench["decode_tok_s"]["median"].as_f64();
             h.tok_s
                 .extend(decode.or_else(|| bench["e2e_tok_s"]["median"].as_f64()));
-            if !h.ready_s.is_empty() {
+            if !h.launch_s.is_empty() {
                 h.source = format!("the last `kiln up` report ({})", report.display());
             }
         }
@@ -124,7 +131,8 @@ pub(crate) struct Estimate {
     pub launches: usize,
     /// Tokens generated: A/B, warm-ups and measured runs, screening duels counted once.
     pub tokens: u64,
-    pub ready_s: Option<f64>,
+    /// Seconds a launch costs besides its measurements.
+    pub launch_s: Option<f64>,
     pub tok_s: Option<f64>,
     pub source: String,
 }
@@ -178,8 +186,10 @@ impl Estimate {
             Method::Grid => (keys, n * (ab + per_run(full))),
             Method::Race => {
                 let screen = race::screen_rung(full);
-                // Each challenger: its screen and, on average, one paired round with the leader.
-                (keys, n * (ab + 3 * per_run(screen)) + per_run(full))
+                // Each challenger: its screen and at most one paired round with the leader
+                // (`race::MAX_ROUNDS`); the winner: the overlap check's screen and the full rung.
+                let finish = per_run(screen) + per_run(Rung { warmup: 0, ..full });
+                (keys, n * (ab + 3 * per_run(screen)) + finish)
             }
             Method::Halving => {
                 let mut left = variants;
@@ -197,7 +207,7 @@ impl Estimate {
             variants,
             launches,
             tokens,
-            ready_s: median(&history.ready_s),
+            launch_s: median(&history.launch_s),
             tok_s: median(&history.tok_s),
             source: history.source.clone(),
         }
@@ -205,16 +215,15 @@ impl Estimate {
 
     /// The expected wall time, when there is a past figure to price it with.
     pub(crate) fn wall(&self) -> Option<Duration> {
-        let (ready, tok_s) = (self.ready_s?, self.tok_s?);
-        // Each launch also pays its stop and a verdict request: ~0.5 s.
-        let s = self.launches as f64 * (ready + 0.5) + self.tokens as f64 / tok_s.max(1e-3);
+        let (launch, tok_s) = (self.launch_s?, self.tok_s?);
+        let s = self.launches as f64 * launch + self.tokens as f64 / tok_s.max(1e-3);
         Some(Duration::from_secs_f64(s))
     }
 
     /// "8 variants, 8 launches × ~5.1 s + ~41k tokens at ~550 tok/s ≈ 2.3 min (from ...)".
     pub(crate) fn line(&self) -> String {
         let head = format!("{} variant(s), {} launch(es)", self.variants, self.launches);
-        match (self.ready_s, self.tok_s, self.wall()) {
+        match (self.launch_s, self.tok_s, self.wall()) {
             (Some(r), Some(t), Some(w)) => format!(
                 "{head} × ~{r:.1} s + ~{} tokens at ~{t:.0} tok/s ≈ {} (from {})",
                 human_tokens(self.tokens),
@@ -275,7 +284,7 @@ mod tests {
     fn the_seeds_stack_is_priced_by_its_launches() {
         // The example: ~9 minutes a launch, 8 variants.
         let h = History {
-            ready_s: vec![540.0],
+            launch_s: vec![540.0],
             tok_s: vec![90.0],
             source: "a test".into(),
         };

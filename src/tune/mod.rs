@@ -12,6 +12,8 @@ pub(crate) mod evaluate;
 pub(crate) mod knobs;
 pub(crate) mod race;
 pub(crate) mod render;
+#[cfg(test)]
+mod replay;
 pub(crate) mod results;
 mod sweep;
 
@@ -144,6 +146,13 @@ pub(crate) struct Rung {
     pub max_tokens: u32,
 }
 
+impl Rung {
+    /// The same measured requests (runs of as many tokens), whatever the warm-up before them.
+    pub(crate) fn same_requests(self, other: Rung) -> bool {
+        (self.runs, self.max_tokens) == (other.runs, other.max_tokens)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum Method {
@@ -210,11 +219,11 @@ impl Entry {
         self.measurements.last()
     }
 
-    /// Every run measured at `rung`, pooled over its measurements.
+    /// Every run measured at `rung` (warm-ups aside), pooled over its measurements.
     pub(crate) fn runs_at(&self, rung: Rung) -> Vec<f64> {
         self.measurements
             .iter()
-            .filter(|m| m.rung == rung)
+            .filter(|m| m.rung.same_requests(rung))
             .flat_map(|m| m.runs.iter().copied())
             .collect()
     }

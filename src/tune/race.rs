@@ -2,13 +2,15 @@
 //! measurements are kept. A variant is screened with short runs; it then duels the leader on
 //! the 95 % confidence interval of how much faster it is (Welch's interval of the difference of
 //! mean decode tok/s, with the spread the runs show and a floor for timing noise). A challenger
-//! that cannot beat the leader by [`WITHIN`] is out (so the winner is within that of the best);
+//! that cannot beat the leader by [`WITHIN`] is out (so a duel its bounds decide leaves a winner within that of the best);
 //! one that is faster beyond doubt takes the lead; in between both get more runs, one
 //! measurement after the other (the challenger each round, the leader while it has no more runs
 //! than the challenger), up to [`MAX_ROUNDS`] rounds, and then the lower mean is out. The leader
 //! stays up, idle, while the next variant is launched and measured (two servers at once, never
 //! two measurements at once); the last one standing gets the full benchmark in its own, already
-//! warm, launch (so without the rung's warm-up requests). Without room for two servers
+//! warm, launch (so without the rung's warm-up requests; likewise only a launch's first
+//! screening measurement has a warm-up: its greedy A/B has warmed it already, and each later one
+//! follows another). Without room for two servers
 //! ([`Evaluate::can_hold_two`]) a new leader gets its full benchmark at once, before its launch
 //! ends.
 
@@ -16,8 +18,12 @@ use std::collections::BTreeSet;
 
 use super::{rank, Entry, Evaluate, LaunchId, Rung, Variant};
 
-/// More paired rounds of screening runs before a tie is broken by the mean.
-pub(crate) const MAX_ROUNDS: usize = 3;
+/// More paired rounds of screening runs before a tie is broken by the mean. One: then both sides
+/// have 6 requests, more than the 5 on which the grid ranks each variant, and a further round buys
+/// a precision the grid does not have. On the H200 (per-request CV 4.6 %) two equal variants
+/// still overlap the 2 % zone after 12 runs each, so the rounds bought nothing but time there
+/// (`draft_max=2`'s tie: 14 s of a 74-s race, BENCHMARKS.md).
+pub(crate) const MAX_ROUNDS: usize = 1;
 /// The least relative spread a bound assumes: request timing on a quiet machine varies ~1 %.
 pub(crate) const NOISE_FLOOR: f64 = 0.01;
 /// How close is a tie: a challenger that cannot beat the leader by this much (relative) is not
@@ -102,7 +108,10 @@ pub(crate) fn race(
     full: Rung,
     eval: &mut dyn Evaluate,
 ) -> Vec<Entry> {
-    let screen = screen_rung(full);
+    let mut screen = Screen {
+        rung: screen_rung(full),
+        warm: BTreeSet::new(),
+    };
     // Asked once the first server is up: the evaluator may measure what one server takes.
     let mut hold_two = None;
     let mut entries: Vec<Entry> = variants.into_iter().map(Entry::new).collect();
@@ -129,19 +138,18 @@ pub(crate) fn race(
             if eval.interrupted() {
                 break;
             }
-            if !screened(&mut entries[i], launch, screen, eval) {
+            if !screened(&mut entries[i], launch, &mut screen, eval) {
                 continue;
             }
             let won = match leader {
                 None => true,
                 Some((l, l_launch)) => {
                     let duel = Duel {
-                        screen,
                         hold_two,
                         challenger: (i, launch),
                         leader: (l, l_launch),
                     };
-                    let won = duel.run(&mut entries, eval) == i;
+                    let won = duel.run(&mut entries, &mut screen, eval) == i;
                     if won && l_launch != launch {
                         eval.stop(l_launch);
                     }
@@ -161,7 +169,7 @@ pub(crate) fn race(
     }
     if let Some((l, launch)) = leader {
         if hold_two == Some(true) && !eval.interrupted() {
-            overlap_check(&mut entries[l], launch, screen, eval);
+            overlap_check(&mut entries[l], launch, &mut screen, eval);
             finish(&mut entries[l], launch, full, eval);
         }
         eval.stop(launch);
@@ -172,20 +180,52 @@ pub(crate) fn race(
     rank(entries)
 }
 
+/// The screening rung, and the launches that have served a screening measurement: only a
+/// launch's first has the rung's warm-up (each later one follows another measurement).
+struct Screen {
+    rung: Rung,
+    warm: BTreeSet<LaunchId>,
+}
+
+impl Screen {
+    /// One screening measurement of `e` on `launch`, kept on the entry.
+    fn measure(
+        &mut self,
+        launch: LaunchId,
+        e: &mut Entry,
+        eval: &mut dyn Evaluate,
+    ) -> Result<(), String> {
+        let rung = if self.warm.contains(&launch) {
+            Rung {
+                warmup: 0,
+                ..self.rung
+            }
+        } else {
+            self.rung
+        };
+        let v = e.variant.clone();
+        e.measurements.push(eval.measure(launch, &v, rung)?);
+        self.warm.insert(launch);
+        Ok(())
+    }
+
+    /// Every screening run of `e`, warm-ups aside.
+    fn runs(&self, e: &Entry) -> Vec<f64> {
+        e.runs_at(self.rung)
+    }
+}
+
 /// Qualify (verdicts, greedy A/B), screen, and judge the verdicts again after the traffic.
 /// Whether the entry is still in the race.
-fn screened(e: &mut Entry, launch: LaunchId, screen: Rung, eval: &mut dyn Evaluate) -> bool {
+fn screened(e: &mut Entry, launch: LaunchId, screen: &mut Screen, eval: &mut dyn Evaluate) -> bool {
     let v = e.variant.clone();
     eval.qualify(launch, &v, false, e);
     if e.disqualified.is_some() {
         return false;
     }
-    match eval.measure(launch, &v, screen) {
-        Ok(m) => e.measurements.push(m),
-        Err(why) => {
-            e.disqualified = Some(format!("failed: {why}"));
-            return false;
-        }
+    if let Err(why) = screen.measure(launch, e, eval) {
+        e.disqualified = Some(format!("failed: {why}"));
+        return false;
     }
     eval.qualify(launch, &v, true, e);
     e.disqualified.is_none()
@@ -194,21 +234,18 @@ fn screened(e: &mut Entry, launch: LaunchId, screen: Rung, eval: &mut dyn Evalua
 /// The paired check of holding two servers: the leader, now alone, gets one more screening
 /// measurement, compared with its screening runs measured while another server was up (idle).
 /// The result is evidence on the entry: whether the overlap changed the figures.
-fn overlap_check(e: &mut Entry, launch: LaunchId, screen: Rung, eval: &mut dyn Evaluate) {
+fn overlap_check(e: &mut Entry, launch: LaunchId, screen: &mut Screen, eval: &mut dyn Evaluate) {
     let beside: Vec<f64> = e
         .measurements
         .iter()
-        .filter(|m| m.rung == screen && m.others_up > 0)
+        .filter(|m| m.rung.same_requests(screen.rung) && m.others_up > 0)
         .flat_map(|m| m.runs.iter().copied())
         .collect();
-    if beside.is_empty() {
+    if beside.is_empty() || screen.measure(launch, e, eval).is_err() {
         return;
     }
-    let v = e.variant.clone();
-    let Ok(alone) = eval.measure(launch, &v, screen) else {
-        return;
-    };
-    let (lo, hi) = advantage(&alone.runs, &beside);
+    let alone = e.last().map(|m| m.runs.clone()).unwrap_or_default();
+    let (lo, hi) = advantage(&alone, &beside);
     let verdict = if lo > WITHIN || hi < -WITHIN {
         "the overlap changed the figures"
     } else {
@@ -218,10 +255,9 @@ fn overlap_check(e: &mut Entry, launch: LaunchId, screen: Rung, eval: &mut dyn E
         "overlap check: alone vs beside another server {:+.1} % to {:+.1} % (95 %, {} and {} runs): {verdict}",
         lo * 100.0,
         hi * 100.0,
-        alone.runs.len(),
+        alone.len(),
         beside.len()
     ));
-    e.measurements.push(alone);
 }
 
 /// The full benchmark, in the entry's own (still running) launch. The launch has served the
@@ -236,7 +272,6 @@ fn finish(e: &mut Entry, launch: LaunchId, full: Rung, eval: &mut dyn Evaluate) 
 
 /// A challenger against the leader, on screening runs.
 struct Duel {
-    screen: Rung,
     hold_two: bool,
     challenger: (usize, LaunchId),
     leader: (usize, LaunchId),
@@ -244,16 +279,13 @@ struct Duel {
 
 impl Duel {
     /// The index of the one left standing; the other gets `out` (or `disqualified`).
-    fn run(&self, entries: &mut [Entry], eval: &mut dyn Evaluate) -> usize {
+    fn run(&self, entries: &mut [Entry], screen: &mut Screen, eval: &mut dyn Evaluate) -> usize {
         let ((c, c_launch), (l, l_launch)) = (self.challenger, self.leader);
         let name = |e: &Entry| e.variant.name();
         for round in 0..=MAX_ROUNDS {
-            let (c_runs, l_runs) = (
-                entries[c].runs_at(self.screen),
-                entries[l].runs_at(self.screen),
-            );
+            let (c_runs, l_runs) = (screen.runs(&entries[c]), screen.runs(&entries[l]));
             let (lo, hi) = advantage(&c_runs, &l_runs);
-            let tokens = self.screen.max_tokens;
+            let tokens = screen.rung.max_tokens;
             let pct = |x: f64| x * 100.0;
             if hi < WITHIN {
                 entries[c].out = Some(format!(
@@ -296,26 +328,18 @@ impl Duel {
             }
             // The bounds overlap: more runs, one measurement after the other (never at once):
             // the challenger's, and the leader's while it has no more runs than the challenger.
-            let cv = entries[c].variant.clone();
-            match eval.measure(c_launch, &cv, self.screen) {
-                Ok(m) => entries[c].measurements.push(m),
-                Err(why) => {
-                    entries[c].disqualified = Some(format!("failed: {why}"));
-                    return l;
-                }
+            if let Err(why) = screen.measure(c_launch, &mut entries[c], eval) {
+                entries[c].disqualified = Some(format!("failed: {why}"));
+                return l;
             }
             let (nc, nl) = (
-                entries[c].runs_at(self.screen).len(),
-                entries[l].runs_at(self.screen).len(),
+                screen.runs(&entries[c]).len(),
+                screen.runs(&entries[l]).len(),
             );
             if self.hold_two && nl <= nc {
-                let lv = entries[l].variant.clone();
-                match eval.measure(l_launch, &lv, self.screen) {
-                    Ok(m) => entries[l].measurements.push(m),
-                    Err(why) => {
-                        entries[l].disqualified = Some(format!("failed: {why}"));
-                        return c;
-                    }
+                if let Err(why) = screen.measure(l_launch, &mut entries[l], eval) {
+                    entries[l].disqualified = Some(format!("failed: {why}"));
+                    return c;
                 }
             }
         }

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The race replayed on the H200's record (issue 23): the recorded grid and race of
+# tests/fixtures/gpu-h200-tune/session4/ beside the race's current rules served the same recorded
+# measurements, priced at what each launch and measurement cost on the machine. Prints a markdown
+# table and each variant's fate on stdout. A projection on real data, not a GPU measurement.
+#
+# Usage: bench/tune-replay.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=$(cargo test --quiet --lib tune::replay -- --nocapture 2>&1) || {
+    printf '%s\n' "$out" >&2
+    printf '%s\n' "bench: error: the replay test failed (its output is above)" >&2
+    exit 1
+}
+printf '%s\n' "$out" | grep -E '^(\||- )'
