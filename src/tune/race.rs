@@ -2,17 +2,16 @@
 //! measurements are kept. A variant is screened with short runs; it then duels the leader on
 //! the 95 % confidence interval of how much faster it is (Welch's interval of the difference of
 //! mean decode tok/s, with the spread the runs show and a floor for timing noise). A challenger
-//! that cannot beat the leader by [`WITHIN`] is out (so a duel its bounds decide leaves a winner within that of the best);
-//! one that is faster beyond doubt takes the lead; in between both get more runs, one
-//! measurement after the other (the challenger each round, the leader while it has no more runs
-//! than the challenger), up to [`MAX_ROUNDS`] rounds, and then the lower mean is out. The leader
-//! stays up, idle, while the next variant is launched and measured (two servers at once, never
-//! two measurements at once); the last one standing gets the full benchmark in its own, already
-//! warm, launch (so without the rung's warm-up requests; likewise only a launch's first
-//! screening measurement has a warm-up: its greedy A/B has warmed it already, and each later one
-//! follows another). Without room for two servers
-//! ([`Evaluate::can_hold_two`]) a new leader gets its full benchmark at once, before its launch
-//! ends.
+//! that cannot beat the leader by [`WITHIN`] is out (so a duel its bounds decide leaves a winner
+//! within that of the best); one that is faster beyond doubt takes the lead; in between both get
+//! more runs, one measurement after the other (the challenger each round, the leader while it
+//! has no more runs than the challenger), up to [`MAX_ROUNDS`] rounds, and then the lower mean
+//! is out. The leader stays up, idle, while the next variant is launched and measured (two
+//! servers at once, never two measurements at once); the last one standing gets the full
+//! benchmark in its own, already warm, launch (so without the rung's warm-up requests; likewise
+//! only a launch's first screening measurement has a warm-up: its greedy A/B has warmed it, and
+//! each later one follows another). Without room for two servers ([`Evaluate::can_hold_two`]) a
+//! new leader gets its full benchmark at once, before its launch ends.
 
 use std::collections::BTreeSet;
 
