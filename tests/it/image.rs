@@ -321,7 +321,9 @@ fn dockerfile_builds_an_image_whose_plan_is_all_fresh() {
 
     let image = unique("kiln-it-build");
     let built = docker_buildkit()
-        .args(["build", "--progress=plain", "-t", &image])
+        // No layer cache: a re-run with the same kiln binary would find the steps' layer cached
+        // and not run them.
+        .args(["build", "--no-cache", "--progress=plain", "-t", &image])
         .arg(ws.path())
         .output()
         .unwrap();
@@ -373,29 +375,46 @@ impl LocalRegistry {
             ),
         )
         .unwrap();
+        let log = dir.path().join("registry.log");
         let child = Command::new("docker-registry")
             .arg("serve")
             .arg(&config)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("docker-registry is installed (apt-get install docker-registry)");
-        let registry = LocalRegistry {
+        let mut registry = LocalRegistry {
             child,
             port,
             storage,
             _dir: dir,
         };
-        for _ in 0..100 {
+        // A loaded 2-core CI machine can take seconds to start it: wait up to a minute, and say
+        // why if it exits.
+        let why = |what: String| {
+            format!(
+                "{what}; its log:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            )
+        };
+        for _ in 0..600 {
             if ureq::get(&format!("http://127.0.0.1:{port}/v2/"))
                 .call()
                 .is_ok()
             {
                 return registry;
             }
+            if let Ok(Some(status)) = registry.child.try_wait() {
+                panic!("{}", why(format!("docker-registry exited ({status})")));
+            }
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        panic!("docker-registry did not start on port {port}");
+        panic!(
+            "{}",
+            why(format!(
+                "docker-registry did not answer on port {port} in 60 s"
+            ))
+        );
     }
 
     fn reference(&self, repo: &str) -> kiln::oci::Reference {
