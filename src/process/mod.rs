@@ -2,7 +2,7 @@
 //! line by line into a log, timeouts that end the whole group, and the output tail for errors.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::redact::Redactor;
 
 pub(crate) mod identity;
+mod lines;
 pub(crate) mod watchdog;
 
 pub(crate) use identity::{Identity, Refusal};
@@ -183,17 +184,7 @@ pub(crate) fn run_logged(
 
     let (tx, rx) = mpsc::channel::<String>();
     let pump = std::thread::spawn(move || {
-        let mut r = BufReader::new(reader);
-        let mut buf = Vec::new();
-        while matches!(r.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
-            let line = String::from_utf8_lossy(&buf)
-                .trim_end_matches(['\n', '\r'])
-                .to_string();
-            buf.clear();
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
+        lines::split(BufReader::new(reader), |line| tx.send(line).is_ok());
     });
 
     let deadline = timeout.map(|t| Instant::now() + t);
