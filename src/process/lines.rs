@@ -34,10 +34,12 @@ pub(crate) fn split(mut r: impl BufRead, mut send: impl FnMut(String) -> bool) {
         } else {
             PIECE
         };
-        let n = match r.by_ref().take(want as u64).read_until(b'\n', &mut buf) {
-            Ok(n) => n,
-            Err(_) => 0,
-        };
+        // A read error ends the output as its end does.
+        let n = r
+            .by_ref()
+            .take(want as u64)
+            .read_until(b'\n', &mut buf)
+            .unwrap_or_default();
         if n == 0 {
             if !buf.is_empty() && !dropping {
                 send(text(&buf));
