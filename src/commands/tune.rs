@@ -34,6 +34,7 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
     let dir = settings.paths.tune(&recipe.name);
     let history = History::read(
         &dir,
+        &name,
         &settings.paths.reports(&recipe.name).join("report.json"),
     );
     let estimate = Estimate::plan(method, variants.len(), keys, full, args.ab_tokens, &history);

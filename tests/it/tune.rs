@@ -163,7 +163,7 @@ fn the_race_launches_each_variant_once_ranks_the_qualified_and_prices_the_next_r
     assert!(
         last.starts_with("3 variant(s), 3 launch(es) × ~")
             && last.contains(" tok/s ≈ ")
-            && last.ends_with("(from 4 past launch(es) in 1 tune result(s))"),
+            && last.ends_with("(from 4 past launch(es) of `tuned` in its last tune result)"),
         "{again_out}"
     );
 }
