@@ -58,7 +58,9 @@ impl Budget {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct History {
     pub launch_s: Vec<f64>,
-    pub tok_s: Vec<f64>,
+    /// Decode rates, each with the tokens it was measured over (the estimate's rate is their
+    /// token-weighted harmonic mean: total tokens over total time).
+    pub tok_s: Vec<(f64, f64)>,
     /// Where they came from, for the user.
     pub source: String,
 }
@@ -108,8 +110,8 @@ impl History {
                 .extend(v["ready_after_s"].as_f64().map(|r| r + 0.5));
             let bench = &v["bench"];
             let decode = bench["decode_tok_s"]["median"].as_f64();
-            h.tok_s
-                .extend(decode.or_else(|| bench["e2e_tok_s"]["median"].as_f64()));
+            let rate = decode.or_else(|| bench["e2e_tok_s"]["median"].as_f64());
+            h.tok_s.extend(rate.map(|r| (1.0, r)));
             if !h.launch_s.is_empty() {
                 h.source = format!("the last `kiln up` report ({})", report.display());
             }
@@ -128,10 +130,21 @@ impl History {
         }
         for e in v["entries"].as_array().into_iter().flatten() {
             for m in e["measurements"].as_array().into_iter().flatten() {
-                self.tok_s.extend(m["tok_s"].as_f64().filter(|t| *t > 0.0));
+                let tokens = m["rung"]["max_tokens"].as_f64().unwrap_or(1.0);
+                let runs = m["runs"].as_array().into_iter().flatten();
+                let rates = runs.filter_map(serde_json::Value::as_f64);
+                self.tok_s
+                    .extend(rates.filter(|t| *t > 0.0).map(|t| (tokens, t)));
             }
         }
     }
+}
+
+/// Total tokens over total time.
+fn rate(v: &[(f64, f64)]) -> Option<f64> {
+    let tokens: f64 = v.iter().map(|(n, _)| n).sum();
+    let seconds: f64 = v.iter().map(|(n, r)| n / r).sum();
+    (seconds > 0.0).then(|| tokens / seconds)
 }
 
 fn median(v: &[f64]) -> Option<f64> {
@@ -224,7 +237,7 @@ impl Estimate {
             launches,
             tokens,
             launch_s: median(&history.launch_s),
-            tok_s: median(&history.tok_s),
+            tok_s: rate(&history.tok_s),
             source: history.source.clone(),
         }
     }
@@ -302,7 +315,9 @@ mod tests {
         let result = |ready: f64, tok_s: f64| {
             serde_json::json!({
                 "launch_records": [{"ready_s": ready, "qualify_s": 1.5, "stop_s": 0.5}],
-                "entries": [{"measurements": [{"tok_s": tok_s}]}],
+                "entries": [{"measurements": [
+                    {"rung": {"max_tokens": 256}, "runs": [tok_s, tok_s / 2.0]}
+                ]}],
             })
             .to_string()
         };
@@ -317,7 +332,12 @@ mod tests {
         )
         .unwrap();
         let own = History::read(&tune, "spec", &report);
-        assert_eq!((own.launch_s, own.tok_s), (vec![10.0], vec![450.0]));
+        assert_eq!(
+            (&own.launch_s, &own.tok_s),
+            (&vec![10.0], &vec![(256.0, 450.0), (256.0, 225.0)])
+        );
+        // The rate is tokens over time: 512 tokens in 1.7 s, not the median run.
+        assert!((rate(&own.tok_s).unwrap() - 300.0).abs() < 1e-9);
         assert_eq!(
             own.source,
             "1 past launch(es) of `spec` in its last tune result"
@@ -328,7 +348,7 @@ mod tests {
             .source
             .ends_with("in 2 tune result(s) of other profiles"));
         let none = History::read(&dir.path().join("none"), "spec", &report);
-        assert_eq!((none.launch_s, none.tok_s), (vec![4.5], vec![700.0]));
+        assert_eq!((none.launch_s, none.tok_s), (vec![4.5], vec![(1.0, 700.0)]));
     }
 
     #[test]
@@ -336,7 +356,7 @@ mod tests {
         // The example: ~9 minutes a launch, 8 variants.
         let h = History {
             launch_s: vec![540.0],
-            tok_s: vec![90.0],
+            tok_s: vec![(1.0, 90.0)],
             source: "a test".into(),
         };
         let grid = Estimate::plan(Method::Grid, 8, 8, full(), 64, &h);
