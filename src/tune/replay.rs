@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use super::{search, Entry, Evaluate, LaunchId, Measurement, Method, Rung, Variant};
 
-/// The session's three races, each with the grid of its machine (the first two before the
-/// 3-s stop was fixed, as their grid): BENCHMARKS.md, "Issue 23, second pass".
+/// The three races of the second pass, each with the grid of its machine (the first two ran
+/// before the 3-s stop was fixed, as did their grid): BENCHMARKS.md, "Issue 23, second pass".
 const RECORDS: [(&str, &str, &str); 3] = [
     (
         "race 1",
