@@ -97,6 +97,16 @@ impl Redactor {
         Redactor { secrets }
     }
 
+    /// The secrets with a space, tab or carriage return in them: a line cut after a space could
+    /// split one ([`crate::process::Limits`] keeps them whole).
+    pub(crate) fn with_spaces(&self) -> Vec<Vec<u8>> {
+        self.secrets
+            .iter()
+            .filter(|s| s.contains([' ', '\t', '\r']))
+            .map(|s| s.as_bytes().to_vec())
+            .collect()
+    }
+
     pub(crate) fn redact(&self, line: &str) -> String {
         let mut out = mask_url_userinfo(line);
         for s in &self.secrets {

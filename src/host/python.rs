@@ -122,14 +122,18 @@ pub(crate) fn collect(python: &str) -> Result<PythonFacts, String> {
     // Keep torch quiet and fast: no CUDA context just to count devices.
     spec.env
         .insert("PYTORCH_NVML_BASED_CUDA_CHECK".into(), "1".into());
-    // Output streams line by line (nothing but the facts line is kept, and that one capped);
-    // the deadline covers the script and any child that holds its output open.
+    // Output streams line by line (nothing but the facts line is kept, and that one capped: a
+    // longer line comes in pieces); the deadline covers the script and any child that holds its
+    // output open.
     let mut facts: Option<String> = None;
-    let mut too_long = false;
-    let out = process::run_logged(&spec, &mut std::io::sink(), Some(timeout), &mut |line| {
+    let limits = process::Limits {
+        piece: FACTS_CAP,
+        run_cap: FACTS_CAP,
+    };
+    let sink = &mut std::io::sink();
+    let out = process::run_logged_with(&spec, sink, Some(timeout), limits, &mut |line| {
         if let Some(json) = line.strip_prefix("KILN_FACTS ") {
-            too_long = json.len() > FACTS_CAP;
-            facts = (!too_long).then(|| json.to_string());
+            facts = Some(json.to_string());
         }
     })
     .map_err(|e| e.to_string())?;
@@ -139,14 +143,14 @@ pub(crate) fn collect(python: &str) -> Result<PythonFacts, String> {
             timeout.as_secs()
         ));
     }
-    if too_long {
-        return Err(format!(
-            "`{python}` printed facts over {} MiB",
-            FACTS_CAP >> 20
-        ));
-    }
     if let Some(json) = facts {
-        serde_json::from_str(&json).map_err(|e| format!("unreadable facts from `{python}`: {e}"))
+        serde_json::from_str(&json).map_err(|e| {
+            if out.cut_lines > 0 {
+                format!("`{python}` printed facts over {} MiB", FACTS_CAP >> 20)
+            } else {
+                format!("unreadable facts from `{python}`: {e}")
+            }
+        })
     } else {
         let tail: Vec<&str> = out.tail.lines().rev().take(3).collect();
         Err(format!(
@@ -197,9 +201,7 @@ mod tests {
 
     #[test]
     fn cached_facts_are_reused_until_site_packages_change() {
-        let Ok(python) = which::which("python3") else {
-            return;
-        };
+        let python = which::which("python3").expect("python3 is installed (the tests need it)");
         let python = python.display().to_string();
         let cache = tempfile::tempdir().unwrap();
         let dir = cache.path().join("python-facts");
@@ -223,10 +225,32 @@ mod tests {
     }
 
     #[test]
+    fn a_facts_line_longer_than_a_log_piece_is_read_whole() {
+        // 5,000 packages with spaces in their versions: ~150 KB on one line, cut in pieces by a
+        // step log's limits, read whole here.
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let packages: Vec<String> = (0..5000)
+            .map(|i| format!("\"p{i}\": \"1.{i} local build\""))
+            .collect();
+        let json = format!(
+            "{{\"executable\": \"/x/python\", \"version\": \"3.11.2\", \"packages\": {{{}}}}}",
+            packages.join(", ")
+        );
+        assert!(json.len() > 2 * crate::process::Limits::LOG.piece);
+        std::fs::write(dir.path().join("facts"), format!("KILN_FACTS {json}\n")).unwrap();
+        let python = dir.path().join("python");
+        let script = format!("#!/bin/sh\ncat '{}'\n", dir.path().join("facts").display());
+        std::fs::write(&python, script).unwrap();
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let facts = collect(&python.display().to_string()).expect("facts read whole");
+        assert_eq!(facts.packages.len(), 5000);
+        assert_eq!(facts.packages["p4999"], "1.4999 local build");
+    }
+
+    #[test]
     fn the_script_runs_under_the_system_python() {
-        let Ok(python) = which::which("python3") else {
-            return;
-        };
+        let python = which::which("python3").expect("python3 is installed (the tests need it)");
         let facts = collect(&python.display().to_string()).expect("facts script runs");
         assert!(facts.version.starts_with('3'), "{facts:?}");
     }

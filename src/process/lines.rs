@@ -1,16 +1,27 @@
-//! A child's output as lines of bounded length. A line longer than [`PIECE`] is passed on in
-//! pieces of at most that, each cut after an ASCII space, tab or carriage return: a secret or a
-//! URL never spans one, so each piece is still redacted whole. Only a run without such a space
-//! may be longer; one of [`RUN_CAP`] bytes is not text (and a cut in it could split a secret): it
-//! is replaced by one note and dropped up to the next space or line break. Memory stays under
-//! `RUN_CAP + PIECE`.
+//! A child's output as lines of bounded length. A line longer than a piece ([`Limits`]) is passed
+//! on in pieces, each cut after an ASCII space, tab or carriage return that no secret spans: a
+//! token or a URL holds no space, and a secret that does (a password) is kept on one side of
+//! every cut, so each piece is still redacted whole. A piece is at most twice the piece size,
+//! unless it holds a run without a space: a run as long as the run cap is not text (and a cut in
+//! it could split a secret), so it is replaced by one note and dropped up to the next space or
+//! line break. Memory stays under the run cap plus a piece.
 
 use std::io::{BufRead, Read};
 
-/// The longest piece of a line passed on at once (cut after a space where it is longer).
-pub(crate) const PIECE: usize = 64 * 1024;
-/// The longest run without a line break or a space that is kept.
-pub(crate) const RUN_CAP: usize = 1024 * 1024;
+/// How long a piece of a line and a run without a space may be.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub piece: usize,
+    pub run_cap: usize,
+}
+
+impl Limits {
+    /// Step logs and what kiln reads of a child's output: 64 KiB pieces, 1 MiB runs.
+    pub(crate) const LOG: Limits = Limits {
+        piece: 64 * 1024,
+        run_cap: 1024 * 1024,
+    };
+}
 
 fn is_space(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\r')
@@ -22,17 +33,44 @@ fn text(bytes: &[u8]) -> String {
         .to_string()
 }
 
-/// Read `r` to its end, calling `send` with each line or piece; stop early when `send` says so.
-pub(crate) fn split(mut r: impl BufRead, mut send: impl FnMut(String) -> bool) {
+/// Where to cut `buf`: after its last space that no occurrence of a `whole` secret spans, with
+/// enough bytes after it that any occurrence spanning it lies in `buf` (so it is seen).
+fn cut(buf: &[u8], whole: &[Vec<u8>]) -> Option<usize> {
+    let longest = whole.iter().map(Vec::len).max().unwrap_or(1).max(1);
+    let spans: Vec<(usize, usize)> = whole
+        .iter()
+        .flat_map(|s| {
+            buf.windows(s.len())
+                .enumerate()
+                .filter(move |(_, w)| w == s)
+                .map(move |(p, _)| (p, p + s.len()))
+        })
+        .collect();
+    (1..=buf.len().saturating_sub(longest - 1))
+        .rev()
+        .filter(|&c| is_space(buf[c - 1]))
+        .find(|&c| !spans.iter().any(|&(a, b)| a < c && c < b))
+}
+
+/// Read `r` to its end, calling `send` with each line or piece and whether it ends its line (a
+/// cut piece and the note of a dropped run do not); stop early when `send` says so. `whole`:
+/// secrets with a space in them, never cut.
+pub(crate) fn split(
+    mut r: impl BufRead,
+    limits: Limits,
+    whole: &[Vec<u8>],
+    mut send: impl FnMut(String, bool) -> bool,
+) {
+    let Limits { piece, run_cap } = limits;
     let mut buf: Vec<u8> = Vec::new();
     // Inside a dropped run: discard up to the next space or line break.
     let mut dropping = false;
     loop {
         // Up to a piece's worth in `buf`; a run without spaces grows a piece at a time.
-        let want = if buf.len() < PIECE {
-            PIECE - buf.len()
+        let want = if buf.len() < piece {
+            piece - buf.len()
         } else {
-            PIECE
+            piece
         };
         // A read error ends the output as its end does.
         let n = r
@@ -42,7 +80,7 @@ pub(crate) fn split(mut r: impl BufRead, mut send: impl FnMut(String) -> bool) {
             .unwrap_or_default();
         if n == 0 {
             if !buf.is_empty() && !dropping {
-                send(text(&buf));
+                send(text(&buf), true);
             }
             return;
         }
@@ -51,13 +89,13 @@ pub(crate) fn split(mut r: impl BufRead, mut send: impl FnMut(String) -> bool) {
             let keep = if std::mem::take(&mut dropping) {
                 // The dropped run ends here: what follows its first space is kept, if anything.
                 match line.iter().position(|b| is_space(*b)) {
-                    Some(i) if line.len() > i + 2 => &line[i + 1..],
+                    Some(i) if !text(&line[i + 1..]).is_empty() => &line[i + 1..],
                     _ => continue,
                 }
             } else {
                 &line[..]
             };
-            if !send(text(keep)) {
+            if !send(text(keep), true) {
                 return;
             }
             continue;
@@ -72,20 +110,20 @@ pub(crate) fn split(mut r: impl BufRead, mut send: impl FnMut(String) -> bool) {
             }
             continue;
         }
-        if let Some(i) = buf.iter().rposition(|b| is_space(*b)) {
-            let rest = buf.split_off(i + 1);
+        if let Some(c) = cut(&buf, whole) {
+            let rest = buf.split_off(c);
             let piece = std::mem::replace(&mut buf, rest);
-            if !send(text(&piece)) {
+            if !send(text(&piece), false) {
                 return;
             }
-        } else if buf.len() >= RUN_CAP {
+        } else if buf.len() >= run_cap {
             let note = format!(
                 "[kiln: {} or more bytes without a line break or a space: not text, not logged]",
                 buf.len()
             );
             buf.clear();
             dropping = true;
-            if !send(note) {
+            if !send(note, false) {
                 return;
             }
         }
@@ -96,13 +134,21 @@ pub(crate) fn split(mut r: impl BufRead, mut send: impl FnMut(String) -> bool) {
 mod tests {
     use super::*;
 
-    fn lines(input: &[u8]) -> Vec<String> {
+    const PIECE: usize = Limits::LOG.piece;
+    const RUN_CAP: usize = Limits::LOG.run_cap;
+
+    fn lines_keeping(input: &[u8], whole: &[&str]) -> Vec<String> {
+        let whole: Vec<Vec<u8>> = whole.iter().map(|s| s.as_bytes().to_vec()).collect();
         let mut out = Vec::new();
-        split(std::io::Cursor::new(input), |l| {
+        split(std::io::Cursor::new(input), Limits::LOG, &whole, |l, _| {
             out.push(l);
             true
         });
         out
+    }
+
+    fn lines(input: &[u8]) -> Vec<String> {
+        lines_keeping(input, &[])
     }
 
     #[test]
@@ -144,6 +190,28 @@ mod tests {
         assert_eq!(log.matches("***").count(), 2, "both tokens redacted");
         assert!(log.contains("not text, not logged"));
         assert!(longest <= PIECE, "{longest}");
+    }
+
+    #[test]
+    fn a_secret_with_a_space_is_never_cut() {
+        // The first piece's last space falls inside the secret: the cut moves before it.
+        let filler = "ab ".repeat((PIECE - 5) / 3);
+        let filler = format!("{filler}{}", "x".repeat(PIECE - 5 - filler.len()));
+        let input = format!("{filler}pass word {}\n", "cd ".repeat(30_000));
+        let got = lines_keeping(input.as_bytes(), &["pass word"]);
+        assert!(got.len() > 2);
+        assert!(
+            got.iter().any(|p| p.contains("pass word")),
+            "{:?}",
+            &got[1][..20]
+        );
+        assert!(got.iter().all(|p| !p.ends_with("pass ")));
+        assert!(
+            got.concat() == input.trim_end_matches('\n'),
+            "output lost or changed"
+        );
+        // Without the secret the same input is cut inside it.
+        assert!(lines(input.as_bytes()).iter().any(|p| p.ends_with("pass ")));
     }
 
     #[test]

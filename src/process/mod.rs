@@ -13,6 +13,7 @@ use crate::redact::Redactor;
 
 pub(crate) mod identity;
 mod lines;
+pub(crate) use lines::Limits;
 pub(crate) mod watchdog;
 
 pub(crate) use identity::{Identity, Refusal};
@@ -135,6 +136,8 @@ pub(crate) struct Finished {
     pub signal: Option<i32>,
     pub timed_out: bool,
     pub tail: String,
+    /// Output lines that came in pieces (longer than a piece of [`lines::Limits`]).
+    pub cut_lines: usize,
 }
 
 impl Finished {
@@ -157,6 +160,17 @@ pub(crate) fn run_logged(
     spec: &CommandSpec,
     log: &mut dyn Write,
     timeout: Option<Duration>,
+    on_line: &mut dyn FnMut(&str),
+) -> Result<Finished> {
+    run_logged_with(spec, log, timeout, Limits::LOG, on_line)
+}
+
+/// [`run_logged`] with other limits on a line's pieces (a reader of one long line of its own).
+pub(crate) fn run_logged_with(
+    spec: &CommandSpec,
+    log: &mut dyn Write,
+    timeout: Option<Duration>,
+    limits: Limits,
     on_line: &mut dyn FnMut(&str),
 ) -> Result<Finished> {
     let redactor = Redactor::from_env(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
@@ -182,18 +196,23 @@ pub(crate) fn run_logged(
         watchdog::register(g);
     }
 
-    let (tx, rx) = mpsc::channel::<String>();
+    let (tx, rx) = mpsc::channel::<(String, bool)>();
+    let whole = redactor.with_spaces();
     let pump = std::thread::spawn(move || {
-        lines::split(BufReader::new(reader), |line| tx.send(line).is_ok());
+        lines::split(BufReader::new(reader), limits, &whole, |line, ends| {
+            tx.send((line, ends)).is_ok()
+        });
     });
 
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut tail = VecDeque::with_capacity(TAIL_LINES);
     let mut timed_out = false;
     let mut exited_at: Option<Instant> = None;
+    let mut cut_lines = 0;
     loop {
         match rx.recv_timeout(Duration::from_millis(50)) {
-            Ok(line) => {
+            Ok((line, ends)) => {
+                cut_lines += usize::from(!ends);
                 let line = redactor.redact(&line);
                 writeln!(log, "{line}").map_err(|e| Error::io("cannot write the step log", e))?;
                 on_line(&line);
@@ -233,6 +252,7 @@ pub(crate) fn run_logged(
         signal: output.status.signal(),
         timed_out,
         tail: tail.into_iter().collect::<Vec<_>>().join("\n"),
+        cut_lines,
     })
 }
 

@@ -53,11 +53,14 @@ impl Budget {
     }
 }
 
-/// This recipe's past figures: what a launch cost besides its measurements (start to ready, its
-/// verdicts and greedy A/B, its stop), and decode tok/s.
+/// This recipe's past figures: what a launch cost besides its measurements (start to ready and
+/// its stop), what judging a variant cost (verdicts and greedy A/B), and decode tok/s.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct History {
     pub launch_s: Vec<f64>,
+    /// Seconds judging one variant took; none from a `kiln up` report (then the A/B is priced as
+    /// tokens).
+    pub judge_s: Vec<f64>,
     /// Decode rates, each with the tokens it was measured over (the estimate's rate is their
     /// token-weighted harmonic mean: total tokens over total time).
     pub tok_s: Vec<(f64, f64)>,
@@ -75,10 +78,11 @@ impl History {
                 .ok()
                 .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
         };
+        let complete = |h: &History| !h.launch_s.is_empty() && !h.tok_s.is_empty();
         let own = tune_dir.join(format!("{profile}.json"));
         if let Some(v) = read(&own) {
             h.add_tune_result(&v);
-            if !h.launch_s.is_empty() {
+            if complete(&h) {
                 h.source = format!(
                     "{} past launch(es) of `{profile}` in its last tune result",
                     h.launch_s.len()
@@ -97,36 +101,55 @@ impl History {
                 h.add_tune_result(&v);
             }
         }
-        if !h.launch_s.is_empty() {
+        if complete(&h) {
             h.source = format!(
-                "{} past launch(es) in {files} tune result(s) of other profiles",
+                "{} past launch(es) in {files} tune result(s) of this recipe",
                 h.launch_s.len()
             );
             return h;
         }
-        if let Some(v) = read(report) {
+        // What the tune results lack (a run whose every variant was disqualified measured no
+        // rate), from the last `kiln up` report.
+        let Some(v) = read(report) else { return h };
+        let launches_known = !h.launch_s.is_empty();
+        if !launches_known {
             // Its stop and a verdict request: ~0.5 s.
             h.launch_s
                 .extend(v["ready_after_s"].as_f64().map(|r| r + 0.5));
+        }
+        if h.tok_s.is_empty() {
             let bench = &v["bench"];
             let decode = bench["decode_tok_s"]["median"].as_f64();
             let rate = decode.or_else(|| bench["e2e_tok_s"]["median"].as_f64());
-            h.tok_s.extend(rate.map(|r| (1.0, r)));
-            if !h.launch_s.is_empty() {
-                h.source = format!("the last `kiln up` report ({})", report.display());
-            }
+            h.tok_s.extend(rate.filter(|r| *r > 0.0).map(|r| (1.0, r)));
+        }
+        if complete(&h) {
+            h.source = if launches_known {
+                format!(
+                    "{} past launch(es) in this recipe's tune results, tok/s from the last `kiln up` report",
+                    h.launch_s.len()
+                )
+            } else {
+                format!("the last `kiln up` report ({})", report.display())
+            };
         }
         h
     }
 
-    /// A tune result's launches (what each cost besides its measurements) and measurements.
+    /// A tune result's launches (what each cost besides its measurements), judging (its launches'
+    /// judging over its variants) and measurements.
     fn add_tune_result(&mut self, v: &serde_json::Value) {
+        let mut judged = 0.0;
         for l in v["launch_records"].as_array().into_iter().flatten() {
             let phases = ["ready_s", "qualify_s", "stop_s"].map(|k| l[k].as_f64());
             if let [Some(ready), qualify, stop] = phases {
-                self.launch_s
-                    .push(ready + qualify.unwrap_or(0.0) + stop.unwrap_or(0.0));
+                self.launch_s.push(ready + stop.unwrap_or(0.0));
+                judged += qualify.unwrap_or(0.0);
             }
+        }
+        let variants = v["entries"].as_array().map_or(0, Vec::len);
+        if variants > 0 && judged > 0.0 {
+            self.judge_s.push(judged / variants as f64);
         }
         for e in v["entries"].as_array().into_iter().flatten() {
             for m in e["measurements"].as_array().into_iter().flatten() {
@@ -157,9 +180,9 @@ pub(crate) struct Estimate {
     pub variants: usize,
     /// Launches the plan makes at most (the race and the grid: one per launch key).
     pub launches: usize,
-    /// Tokens generated: A/B, warm-ups and measured runs, screening duels counted once.
+    /// Tokens generated: warm-ups and measured runs, and the A/B where no past judging prices it.
     pub tokens: u64,
-    /// Seconds a launch costs besides its measurements.
+    /// Seconds a launch costs besides its measurements: start, judging its variants, stop.
     pub launch_s: Option<f64>,
     pub tok_s: Option<f64>,
     pub source: String,
@@ -208,7 +231,13 @@ impl Estimate {
         history: &History,
     ) -> Estimate {
         let per_run = |r: Rung| u64::from(r.runs * r.max_tokens + r.warmup * r.max_tokens.min(64));
-        let ab = u64::from(ab_tokens) * ab::PROMPTS.len() as u64;
+        // Judging priced by the past seconds it took, else the A/B's tokens.
+        let judge_s = median(&history.judge_s);
+        let ab = if judge_s.is_some() {
+            0
+        } else {
+            u64::from(ab_tokens) * ab::PROMPTS.len() as u64
+        };
         let n = variants as u64;
         let (launches, tokens) = match method {
             Method::Grid => (keys, n * (ab + per_run(full))),
@@ -216,7 +245,8 @@ impl Estimate {
                 let screen = race::screen_rung(full);
                 // Each challenger: its screen, and a paired round with the leader (two more
                 // screens, `race::MAX_ROUNDS`) in about half the duels (8 of 15 in the H200's
-                // three recorded races, replayed); the winner: the overlap check's screen and the full rung.
+                // three recorded races, replayed); the winner: the overlap check's screen and
+                // the full rung.
                 let finish = per_run(screen) + per_run(Rung { warmup: 0, ..full });
                 (keys, n * (ab + 2 * per_run(screen)) + finish)
             }
@@ -236,7 +266,9 @@ impl Estimate {
             variants,
             launches,
             tokens,
-            launch_s: median(&history.launch_s),
+            // A launch's price: its start and stop, and judging the variants it serves.
+            launch_s: median(&history.launch_s)
+                .map(|l| l + judge_s.unwrap_or(0.0) * variants as f64 / launches.max(1) as f64),
             tok_s: rate(&history.tok_s),
             source: history.source.clone(),
         }
@@ -333,8 +365,12 @@ mod tests {
         .unwrap();
         let own = History::read(&tune, "spec", &report);
         assert_eq!(
-            (&own.launch_s, &own.tok_s),
-            (&vec![10.0], &vec![(256.0, 450.0), (256.0, 225.0)])
+            (&own.launch_s, &own.judge_s, &own.tok_s),
+            (
+                &vec![8.5],
+                &vec![1.5],
+                &vec![(256.0, 450.0), (256.0, 225.0)]
+            )
         );
         // The rate is tokens over time: 512 tokens in 1.7 s, not the median run.
         assert!((rate(&own.tok_s).unwrap() - 300.0).abs() < 1e-9);
@@ -346,7 +382,28 @@ mod tests {
         assert_eq!(others.launch_s.len(), 2);
         assert!(others
             .source
-            .ends_with("in 2 tune result(s) of other profiles"));
+            .ends_with("in 2 tune result(s) of this recipe"));
+        // Judging is priced by its past seconds, not again as A/B tokens.
+        let priced = Estimate::plan(Method::Grid, 2, 2, full(), 64, &own);
+        let unjudged = History {
+            judge_s: vec![],
+            ..own.clone()
+        };
+        let by_tokens = Estimate::plan(Method::Grid, 2, 2, full(), 64, &unjudged);
+        assert_eq!(
+            by_tokens.tokens - priced.tokens,
+            2 * 64 * ab::PROMPTS.len() as u64
+        );
+        assert_eq!(priced.launch_s, Some(10.0));
+        // A result whose every variant was disqualified has no rate: the others give it.
+        let eagle = r#"{"launch_records": [{"ready_s": 3.0}], "entries": [{}]}"#;
+        std::fs::write(tune.join("eagle.json"), eagle).unwrap();
+        let no_rate = History::read(&tune, "eagle", &dir.path().join("none.json"));
+        assert_eq!(
+            (no_rate.launch_s.len(), no_rate.tok_s.len()),
+            (3, 4),
+            "{no_rate:?}"
+        );
         let none = History::read(&dir.path().join("none"), "spec", &report);
         assert_eq!((none.launch_s, none.tok_s), (vec![4.5], vec![(1.0, 700.0)]));
     }
@@ -356,6 +413,7 @@ mod tests {
         // The issue's example: ~9 minutes a launch, 8 variants.
         let h = History {
             launch_s: vec![540.0],
+            judge_s: vec![],
             tok_s: vec![(1.0, 90.0)],
             source: "a test".into(),
         };

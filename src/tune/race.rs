@@ -17,16 +17,18 @@ use std::collections::BTreeSet;
 
 use super::{rank, Entry, Evaluate, LaunchId, Rung, Variant};
 
-/// More paired rounds of screening runs before a tie is broken by the mean. One: then both sides
-/// have 6 requests, more than the 5 on which the grid ranks each variant, and a further round buys
-/// a precision the grid does not have. On the H200 (per-request CV 4.6 %) two equal variants
+/// More paired rounds of screening runs before a tie is broken by the mean. One: then a new
+/// challenger has 6 requests and so has the leader where two servers are up (at least 6: it may
+/// have more from earlier duels; alone, the leader keeps its 3), more than the 5 on which the grid
+/// ranks each variant, and a further round buys a precision the grid does not have. On the H200 (per-request CV 4.6 %) two equal variants
 /// still overlap the 2 % zone after 12 runs each, so the rounds bought nothing but time there
 /// (`draft_max=2`'s tie: 14 s of a 74-s race, BENCHMARKS.md).
 pub(crate) const MAX_ROUNDS: usize = 1;
 /// The least relative spread a bound assumes: request timing on a quiet machine varies ~1 %.
 pub(crate) const NOISE_FLOOR: f64 = 0.01;
 /// How close is a tie: a challenger that cannot beat the leader by this much (relative) is not
-/// measured further, so the winner is within this of the best variant (at 95 % per duel).
+/// measured further, so a duel its bounds decide leaves a winner within this of the better one
+/// (at 95 %); a tie after [`MAX_ROUNDS`] goes to the higher mean.
 pub(crate) const WITHIN: f64 = 0.02;
 
 /// The screening rung: one warm-up (none if the full rung has none), three runs of an eighth of
