@@ -249,6 +249,21 @@ mod tests {
     }
 
     #[test]
+    fn a_facts_line_over_its_cap_is_refused_saying_so() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let words = "\"a b\", ".repeat(FACTS_CAP / 7 + 1);
+        let line = format!("KILN_FACTS {{\"executable\": \"/x\", \"version\": [{words}0]}}\n");
+        std::fs::write(dir.path().join("facts"), line).unwrap();
+        let python = dir.path().join("python");
+        let script = format!("#!/bin/sh\ncat '{}'\n", dir.path().join("facts").display());
+        std::fs::write(&python, script).unwrap();
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let err = collect(&python.display().to_string()).unwrap_err();
+        assert!(err.ends_with("printed facts over 8 MiB"), "{err}");
+    }
+
+    #[test]
     fn the_script_runs_under_the_system_python() {
         let python = which::which("python3").expect("python3 is installed (the tests need it)");
         let facts = collect(&python.display().to_string()).expect("facts script runs");

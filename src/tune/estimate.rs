@@ -69,8 +69,9 @@ pub(crate) struct History {
 }
 
 impl History {
-    /// Read this profile's last tune result in `tune_dir`, else the other profiles' there (the same
-    /// recipe, other settings), else `report` (`kiln up`'s JSON).
+    /// Read this profile's last tune result in `tune_dir`, else every tune result there (the same
+    /// recipe, other settings); what they still lack (launches, a rate) comes from `report`
+    /// (`kiln up`'s JSON).
     pub(crate) fn read(tune_dir: &Path, profile: &str, report: &Path) -> History {
         let mut h = History::default();
         let read = |path: &Path| {
