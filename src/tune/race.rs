@@ -234,7 +234,9 @@ fn screened(e: &mut Entry, launch: LaunchId, screen: &mut Screen, eval: &mut dyn
 
 /// The paired check of holding two servers: the leader, now alone, gets one more screening
 /// measurement, compared with its screening runs measured while another server was up (idle).
-/// The result is evidence on the entry: whether the overlap changed the figures.
+/// The result is evidence on the entry: whether the overlap changed the figures, did not, or
+/// whether its runs are too few to tell (at a few percent of per-request noise, as on the H200,
+/// 3 runs against 3 to 12 cannot show a 2 % change either way; BENCHMARKS.md pools the record).
 fn overlap_check(e: &mut Entry, launch: LaunchId, screen: &mut Screen, eval: &mut dyn Evaluate) {
     let beside: Vec<f64> = e
         .measurements
@@ -247,18 +249,26 @@ fn overlap_check(e: &mut Entry, launch: LaunchId, screen: &mut Screen, eval: &mu
     }
     let alone = e.last().map(|m| m.runs.clone()).unwrap_or_default();
     let (lo, hi) = advantage(&alone, &beside);
-    let verdict = if lo > WITHIN || hi < -WITHIN {
-        "the overlap changed the figures"
-    } else {
-        "no change shown beyond 2 %"
-    };
     e.evidence.push(format!(
-        "overlap check: alone vs beside another server {:+.1} % to {:+.1} % (95 %, {} and {} runs): {verdict}",
+        "overlap check: alone vs beside another server {:+.1} % to {:+.1} % (95 %, {} and {} runs): {}",
         lo * 100.0,
         hi * 100.0,
         alone.len(),
-        beside.len()
+        beside.len(),
+        overlap_verdict(lo, hi)
     ));
+}
+
+/// What the overlap check's interval shows. The winner's own figure is always measured alone;
+/// what an overlap could have changed is the duels, which ran beside an idle server.
+fn overlap_verdict(lo: f64, hi: f64) -> &'static str {
+    if lo > WITHIN || hi < -WITHIN {
+        "the overlap changed the figures: the duels may have chosen wrongly (`--one-server` measures one server at a time)"
+    } else if lo >= -WITHIN && hi <= WITHIN {
+        "no change beyond 2 %"
+    } else {
+        "inconclusive: too few runs to show a 2 % change either way (the winner's figure is measured alone)"
+    }
 }
 
 /// The full benchmark, in the entry's own (still running) launch. The launch has served the
@@ -365,6 +375,8 @@ pub(crate) mod tests {
         pub max_up: usize,
         pub keys: Vec<Variant>,
         pub hold_two: bool,
+        /// How much slower (relative) a run is while another server is up.
+        pub beside: f64,
         noise: f64,
         up: BTreeSet<LaunchId>,
         seq: u64,
@@ -380,6 +392,7 @@ pub(crate) mod tests {
                 max_up: 0,
                 keys: vec![],
                 hold_two: true,
+                beside: 0.0,
                 noise,
                 up: BTreeSet::new(),
                 seq: 7,
@@ -429,8 +442,13 @@ pub(crate) mod tests {
             let tokens = u64::from(r.runs * r.max_tokens + r.warmup * 64);
             self.tokens += tokens;
             self.seconds += tokens as f64 / truth;
+            let slowed = if self.up.len() > 1 {
+                1.0 - self.beside
+            } else {
+                1.0
+            };
             let runs: Vec<f64> = (0..r.runs)
-                .map(|_| truth * (1.0 + self.noise * self.jitter()))
+                .map(|_| truth * slowed * (1.0 + self.noise * self.jitter()))
                 .collect();
             let s = crate::bench::stats::summarize(&runs).unwrap();
             Ok(Measurement {
@@ -490,6 +508,46 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_overlap_check_says_changed_unchanged_or_too_few_runs_to_tell() {
+        // Shapes of H200 records: a slower side beyond the zone, an interval inside it, and
+        // 3 runs against 3 at 5 % noise (session6/tune-race-1.json: -21.1 % to +11.2 %).
+        assert!(overlap_verdict(0.005, 0.168).starts_with("inconclusive"));
+        assert!(overlap_verdict(-0.211, 0.112).starts_with("inconclusive"));
+        assert!(overlap_verdict(-0.06, -0.025).starts_with("the overlap changed the figures"));
+        assert!(overlap_verdict(0.025, 0.06).starts_with("the overlap changed the figures"));
+        assert_eq!(overlap_verdict(-0.013, 0.018), "no change beyond 2 %");
+        // Through the race: quiet runs show no change; a server slowed 10 % beside another is
+        // caught.
+        let check = |beside: f64| {
+            let mut m = Model::new(0.0);
+            m.beside = beside;
+            let ranked = search(
+                Method::Race,
+                grid(&axes()),
+                &BTreeSet::new(),
+                full(),
+                &mut m,
+            );
+            ranked[0]
+                .evidence
+                .iter()
+                .find(|l| l.starts_with("overlap check"))
+                .cloned()
+                .unwrap_or_default()
+        };
+        assert!(
+            check(0.0).ends_with(": no change beyond 2 %"),
+            "{}",
+            check(0.0)
+        );
+        assert!(
+            check(0.1).contains(": the overlap changed the figures"),
+            "{}",
+            check(0.1)
+        );
+    }
+
+    #[test]
     fn a_tie_within_two_percent_is_settled_after_one_more_round() {
         let axes = vec![Axis::parse("a=1,1.0").unwrap()];
         let mut r = Model::new(0.0);
@@ -529,8 +587,9 @@ pub(crate) mod tests {
             .evidence
             .iter()
             .find(|l| l.starts_with("overlap check"));
+        // At 2 % noise, 3 runs against 6 cannot show 2 % either way; no change is claimed.
         assert!(
-            check.is_some_and(|l| l.ends_with("no change shown beyond 2 %")),
+            check.is_some_and(|l| l.contains("-2.2 % to +2.5 %") && l.contains("inconclusive")),
             "{:?}",
             by_race[0].evidence
         );
