@@ -509,8 +509,9 @@ pub(crate) mod tests {
 
     #[test]
     fn the_overlap_check_says_changed_unchanged_or_too_few_runs_to_tell() {
-        // Shapes of H200 records: a slower side beyond the zone, an interval inside it, and
-        // 3 runs against 3 at 5 % noise (session6/tune-race-1.json: -21.1 % to +11.2 %).
+        // Two H200 records (session6/): alone vs beside +0.5 % to +16.8 % (tune-race-3, 3 and 6
+        // runs) and -21.1 % to +11.2 % (tune-race-1, 3 and 3): too few runs to tell. Then an
+        // interval beyond 2 % either way, and one inside.
         assert!(overlap_verdict(0.005, 0.168).starts_with("inconclusive"));
         assert!(overlap_verdict(-0.211, 0.112).starts_with("inconclusive"));
         assert!(overlap_verdict(-0.06, -0.025).starts_with("the overlap changed the figures"));
