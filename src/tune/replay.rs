@@ -92,6 +92,8 @@ struct Record {
     /// By variant name, in the order they were taken.
     measurements: BTreeMap<String, Vec<(u32, Recorded)>>,
     disqualified: BTreeMap<String, String>,
+    /// By variant name: why it was out (none for the winner and the disqualified).
+    out: BTreeMap<String, Option<String>>,
     /// By variant name: ready + judging + stop, and the seconds measured.
     launches: BTreeMap<String, (f64, f64)>,
     winner: String,
@@ -114,11 +116,14 @@ impl Record {
             wall_s: v["wall_s"].as_f64().unwrap(),
             measurements: BTreeMap::new(),
             disqualified: BTreeMap::new(),
+            out: BTreeMap::new(),
             launches: BTreeMap::new(),
             winner: name(&v["entries"][0]["variant"]["settings"]),
         };
         for e in v["entries"].as_array().unwrap() {
             let n = name(&e["variant"]["settings"]);
+            r.out
+                .insert(n.clone(), e["out"].as_str().map(str::to_string));
             if let Some(why) = e["disqualified"].as_str() {
                 r.disqualified.insert(n.clone(), why.to_string());
             }
@@ -301,11 +306,11 @@ fn on_the_h200s_records_the_race_decides_as_the_machine_did_launching_each_varia
         // a tie at the grid's own 4-7 % CV).
         assert_eq!(winner, race.winner, "{what}");
         if these_rules {
-            assert_eq!(
-                replay.measurements,
-                race.count(),
-                "{what}: the machine's own decisions"
-            );
+            assert_eq!(replay.measurements, race.count(), "{what}");
+            // The machine's own decisions, word for word.
+            for e in &ranked {
+                assert_eq!(e.out, race.out[&e.variant.name()], "{what}");
+            }
         } else {
             assert!(replay.measurements < race.count(), "{what}");
         }
