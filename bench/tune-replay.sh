@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The race replayed on the H200's record (issue 23): the recorded grid and race of
 # tests/fixtures/gpu-h200-tune/session{4,6}/ beside the race's current rules served the same
-# recorded measurements, priced at what each launch and measurement cost on the machine (the four
-# races of session6/ ran under these rules: the replay must reproduce their decisions word for word). Prints a markdown
-# table and each variant's fate on stdout. A projection on real data, not a GPU measurement.
+# recorded measurements, priced at what each launch and measurement cost on the machine. The
+# four races of session6/ ran under these rules: the replay must reproduce their decisions word
+# for word. Prints a markdown table and each variant's fate on stdout. A projection on real
+# data, not a GPU measurement.
 #
 # Usage: bench/tune-replay.sh
 set -euo pipefail
