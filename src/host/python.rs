@@ -145,7 +145,7 @@ pub(crate) fn collect(python: &str) -> Result<PythonFacts, String> {
     }
     if let Some(json) = facts {
         serde_json::from_str(&json).map_err(|e| {
-            if out.cut_lines > 0 {
+            if out.pieces_cut > 0 {
                 format!("`{python}` printed facts over {} MiB", FACTS_CAP >> 20)
             } else {
                 format!("unreadable facts from `{python}`: {e}")
@@ -224,11 +224,21 @@ mod tests {
         assert!(!collect_cached(&python, &dir).unwrap().cached);
     }
 
+    /// An executable in `dir` standing in for python: it prints `output` (written to a file).
+    fn python_printing(dir: &std::path::Path, output: &str) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(dir.join("facts"), output).unwrap();
+        let python = dir.join("python");
+        let script = format!("#!/bin/sh\ncat '{}'\n", dir.join("facts").display());
+        std::fs::write(&python, script).unwrap();
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        python
+    }
+
     #[test]
     fn a_facts_line_longer_than_a_log_piece_is_read_whole() {
         // 5,000 packages with spaces in their versions: ~150 KB on one line, cut in pieces by a
         // step log's limits, read whole here.
-        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let packages: Vec<String> = (0..5000)
             .map(|i| format!("\"p{i}\": \"1.{i} local build\""))
@@ -238,11 +248,7 @@ mod tests {
             packages.join(", ")
         );
         assert!(json.len() > 2 * crate::process::Limits::LOG.piece);
-        std::fs::write(dir.path().join("facts"), format!("KILN_FACTS {json}\n")).unwrap();
-        let python = dir.path().join("python");
-        let script = format!("#!/bin/sh\ncat '{}'\n", dir.path().join("facts").display());
-        std::fs::write(&python, script).unwrap();
-        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let python = python_printing(dir.path(), &format!("KILN_FACTS {json}\n"));
         let facts = collect(&python.display().to_string()).expect("facts read whole");
         assert_eq!(facts.packages.len(), 5000);
         assert_eq!(facts.packages["p4999"], "1.4999 local build");
@@ -250,15 +256,10 @@ mod tests {
 
     #[test]
     fn a_facts_line_over_its_cap_is_refused_saying_so() {
-        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let words = "\"a b\", ".repeat(FACTS_CAP / 7 + 1);
         let line = format!("KILN_FACTS {{\"executable\": \"/x\", \"version\": [{words}0]}}\n");
-        std::fs::write(dir.path().join("facts"), line).unwrap();
-        let python = dir.path().join("python");
-        let script = format!("#!/bin/sh\ncat '{}'\n", dir.path().join("facts").display());
-        std::fs::write(&python, script).unwrap();
-        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let python = python_printing(dir.path(), &line);
         let err = collect(&python.display().to_string()).unwrap_err();
         assert!(err.ends_with("printed facts over 8 MiB"), "{err}");
     }

@@ -136,8 +136,9 @@ pub(crate) struct Finished {
     pub signal: Option<i32>,
     pub timed_out: bool,
     pub tail: String,
-    /// Output lines that came in pieces (longer than a piece of [`lines::Limits`]).
-    pub cut_lines: usize,
+    /// Pieces of output that did not end their line: a line longer than a piece of
+    /// [`lines::Limits`] comes in several (0: every line came whole).
+    pub pieces_cut: usize,
 }
 
 impl Finished {
@@ -208,11 +209,11 @@ pub(crate) fn run_logged_with(
     let mut tail = VecDeque::with_capacity(TAIL_LINES);
     let mut timed_out = false;
     let mut exited_at: Option<Instant> = None;
-    let mut cut_lines = 0;
+    let mut pieces_cut = 0;
     loop {
         match rx.recv_timeout(Duration::from_millis(50)) {
             Ok((line, ends)) => {
-                cut_lines += usize::from(!ends);
+                pieces_cut += usize::from(!ends);
                 let line = redactor.redact(&line);
                 writeln!(log, "{line}").map_err(|e| Error::io("cannot write the step log", e))?;
                 on_line(&line);
@@ -252,7 +253,7 @@ pub(crate) fn run_logged_with(
         signal: output.status.signal(),
         timed_out,
         tail: tail.into_iter().collect::<Vec<_>>().join("\n"),
-        cut_lines,
+        pieces_cut,
     })
 }
 

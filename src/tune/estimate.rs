@@ -245,9 +245,9 @@ impl Estimate {
             Method::Race => {
                 let screen = race::screen_rung(full);
                 // Each challenger: its screen, and a paired round with the leader (two more
-                // screens, `race::MAX_ROUNDS`) in about half the duels (8 of 15 in the H200's
-                // three recorded races, replayed); the winner: the overlap check's screen and
-                // the full rung.
+                // screens, `race::MAX_ROUNDS`) in about half the duels (18 of 35 in the H200's
+                // seven recorded races, under these rules); the winner: the overlap check's
+                // screen and the full rung.
                 let finish = per_run(screen) + per_run(Rung { warmup: 0, ..full });
                 (keys, n * (ab + 2 * per_run(screen)) + finish)
             }
