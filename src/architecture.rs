@@ -30,6 +30,7 @@ const LAYERS: &[&[&str]] = &[
         "paths",
         "version",
         "dist",
+        "fatbin",
     ],
 ];
 

@@ -151,6 +151,14 @@ pub(super) fn apply_recipe(recipe: &Recipe, inputs: &mut Inputs) {
         .values()
         .flat_map(|p| p.args.iter().cloned())
         .collect();
+    // A built llama-server's device code is read too (`sass.packages`).
+    inputs.binaries = recipe
+        .profiles
+        .values()
+        .filter_map(|p| p.cmd.first().map(PathBuf::from))
+        .filter(|c| c.file_name().is_some_and(|n| n == "llama-server") && c.is_absolute())
+        .collect();
+    inputs.binaries.dedup();
 }
 
 /// What a recipe needs of the host: a GPU, torch, SGLang, a toolchain build.

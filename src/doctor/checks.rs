@@ -38,7 +38,7 @@ pub(super) fn definitions() -> Vec<CheckDef> {
         },
         CheckDef {
             id: "python.torch",
-            about: "torch imports, is a CUDA build, and sees the GPUs",
+            about: "torch is installed and a CUDA build (its files; --deep: it sees the GPUs)",
             run: torch,
         },
         CheckDef {
@@ -266,7 +266,7 @@ fn torch(f: &DoctorFacts) -> Check {
     };
     let version = t.version.clone().unwrap_or_else(|| "?".into());
     if let Some(e) = &t.error {
-        return Check::fail(id, format!("`import torch` fails: {e}"))
+        return Check::fail(id, format!("torch's files cannot be read: {e}"))
             .fix("reinstall torch in this environment")
             .evidence(p.executable.clone());
     }
@@ -274,21 +274,22 @@ fn torch(f: &DoctorFacts) -> Check {
         return Check::fail(id, format!("torch {version} is a CPU-only build"))
             .fix("install a CUDA build, e.g. pip install torch --index-url https://download.pytorch.org/whl/cu130");
     };
-    let seen = t.device_count.unwrap_or(0) as usize;
-    let c = if !f.gpus.is_empty() && seen != f.gpus.len() {
-        Check::warn(
+    // How many GPUs torch sees needs torch running: `--deep` (its matmul runs on each).
+    let seen = f.deep.as_ref().map(|d| d.matmul.gpus.len());
+    let c = match seen {
+        Some(seen) if !f.gpus.is_empty() && seen != f.gpus.len() => Check::warn(
             id,
             format!(
                 "torch {version} (CUDA {cuda}) sees {seen} GPU(s), nvidia-smi lists {}",
                 f.gpus.len()
             ),
         )
-        .fix("check CUDA_VISIBLE_DEVICES and the driver")
-    } else {
-        Check::pass(
+        .fix("check CUDA_VISIBLE_DEVICES and the driver"),
+        Some(seen) => Check::pass(id, format!("torch {version} (CUDA {cuda}), sees {seen} GPU(s)")),
+        None => Check::pass(
             id,
-            format!("torch {version} (CUDA {cuda}), sees {seen} GPU(s)"),
-        )
+            format!("torch {version} (CUDA {cuda}), read from its files (`--deep` checks that it sees the GPUs)"),
+        ),
     };
     c.evidence(format!(
         "{} (Python {}){}",
@@ -327,7 +328,11 @@ fn torch_arch(f: &DoctorFacts) -> Check {
     };
     let want = format!("sm_{major}{minor}");
     let arches: Vec<(bool, u32, u32)> = t.arch_list.iter().filter_map(|a| arch_cc(a)).collect();
-    let evidence = format!("torch.cuda.get_arch_list() = {}", t.arch_list.join(" "));
+    let evidence = format!(
+        "device code in {}: {}",
+        t.arch_source.as_deref().unwrap_or("torch's CUDA libraries"),
+        t.arch_list.join(" ")
+    );
     let sass = arches
         .iter()
         .any(|&(ptx, ma, mi)| !ptx && ma == major && mi <= minor);

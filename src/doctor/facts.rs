@@ -50,6 +50,8 @@ pub(crate) struct Inputs {
     pub server_flags: Vec<String>,
     /// What the recipe doctor follows needs of the host (None: no recipe, every check runs).
     pub needs: Option<super::Needs>,
+    /// Built binaries whose device code `sass.packages` reads (a recipe's llama-server).
+    pub binaries: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -60,7 +62,7 @@ pub(crate) enum PythonState {
     Error {
         message: String,
     },
-    Found(PythonFacts),
+    Found(Box<PythonFacts>),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -100,6 +102,8 @@ pub(crate) struct DoctorFacts {
     pub driver_floor: Option<String>,
     pub server_flags: Vec<String>,
     pub needs: Option<super::Needs>,
+    /// What each compiled package carries ([`super::code`]).
+    pub compiled: Vec<super::code::PackageCode>,
     pub deep: Option<DeepFacts>,
 }
 
@@ -114,7 +118,7 @@ impl DoctorFacts {
 
     pub(crate) fn python(&self) -> Option<&PythonFacts> {
         match &self.python {
-            PythonState::Found(p) => Some(p),
+            PythonState::Found(p) => Some(p.as_ref()),
             _ => None,
         }
     }
@@ -155,7 +159,7 @@ pub(crate) fn collect(inputs: &Inputs) -> DoctorFacts {
                 || python::collect(cmd),
                 |dir| python::collect_cached(cmd, dir),
             ) {
-                Ok(f) => PythonState::Found(f),
+                Ok(f) => PythonState::Found(Box::new(f)),
                 Err(message) => PythonState::Error { message },
             },
         });
@@ -212,7 +216,9 @@ pub(crate) fn collect(inputs: &Inputs) -> DoctorFacts {
         PythonState::Found(p) => Some(p.executable.clone()),
         _ => None,
     };
+    let compiled = super::code::collect(site_packages.as_deref(), &inputs.binaries);
     DoctorFacts {
+        compiled,
         system: system::collect(),
         disks,
         nvidia_smi: query.smi,

@@ -3,6 +3,7 @@
 
 pub(crate) mod bundle;
 mod checks;
+pub(crate) mod code;
 pub(crate) mod deep;
 pub(crate) mod facts;
 pub(crate) mod launch;
@@ -82,6 +83,7 @@ pub(crate) struct CheckDef {
 /// Every check, in the order they are shown.
 pub(crate) fn all_checks() -> Vec<CheckDef> {
     let mut defs = checks::definitions();
+    defs.extend(code::definitions());
     defs.extend(sglang::definitions());
     defs.extend(deep::definitions());
     defs
@@ -132,6 +134,7 @@ const NEED_OF: &[(&str, Need)] = &[
     ("cuda.nvcc-torch", Need::Torch),
     ("build.max-jobs", Need::Torch),
     ("deep.", Need::Torch),
+    ("sass.", Need::Gpu),
     ("flashinfer.", Need::Sglang),
     ("sglang.", Need::Sglang),
 ];

@@ -1,5 +1,6 @@
 //! A Python environment's facts, from ONE run of a small embedded script (python_facts.py)
-//! that prints JSON: interpreter, package versions (importlib.metadata), torch's CUDA build.
+//! that prints JSON: interpreter, package versions (importlib.metadata), where torch is; torch's
+//! own facts are then read from its files ([`super::torch`]), never by importing it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,10 +22,12 @@ pub(crate) struct TorchFacts {
     pub version: Option<String>,
     /// `torch.version.cuda` ("13.0"); None for CPU builds.
     pub cuda: Option<String>,
+    /// The architectures its CUDA libraries carry code for (`sm_90`, `compute_120`).
     #[serde(default)]
     pub arch_list: Vec<String>,
-    pub device_count: Option<u32>,
-    /// Why `import torch` failed.
+    /// The libraries `arch_list` was read from.
+    pub arch_source: Option<String>,
+    /// Why torch's files could not be read.
     pub error: Option<String>,
 }
 
@@ -35,6 +38,10 @@ pub(crate) struct PythonFacts {
     pub purelib: Option<PathBuf>,
     #[serde(default)]
     pub packages: BTreeMap<String, String>,
+    /// torch's package directory (found without importing it).
+    #[serde(default)]
+    pub torch_dir: Option<PathBuf>,
+    #[serde(default)]
     pub torch: Option<TorchFacts>,
     /// True when these facts came from the cache (see [`collect_cached`]).
     #[serde(default)]
@@ -118,10 +125,7 @@ fn probe_timeout() -> Duration {
 /// Run the facts script with `python`; an error names what went wrong in one line.
 pub(crate) fn collect(python: &str) -> Result<PythonFacts, String> {
     let timeout = probe_timeout();
-    let mut spec = CommandSpec::new(python, ["-c", SCRIPT]);
-    // Keep torch quiet and fast: no CUDA context just to count devices.
-    spec.env
-        .insert("PYTORCH_NVML_BASED_CUDA_CHECK".into(), "1".into());
+    let spec = CommandSpec::new(python, ["-c", SCRIPT]);
     // Output streams line by line (nothing but the facts line is kept, and that one capped: a
     // longer line comes in pieces); the deadline covers the script and any child that holds its
     // output open.
@@ -144,13 +148,23 @@ pub(crate) fn collect(python: &str) -> Result<PythonFacts, String> {
         ));
     }
     if let Some(json) = facts {
-        serde_json::from_str(&json).map_err(|e| {
+        let mut facts: PythonFacts = serde_json::from_str(&json).map_err(|e| {
             if out.pieces_cut > 0 {
                 format!("`{python}` printed facts over {} MiB", FACTS_CAP >> 20)
             } else {
                 format!("unreadable facts from `{python}`: {e}")
             }
-        })
+        })?;
+        if facts.packages.contains_key("torch") {
+            facts.torch = Some(match &facts.torch_dir {
+                Some(dir) => super::torch::from_files(dir),
+                None => TorchFacts {
+                    error: Some("torch is installed but importlib finds no torch package".into()),
+                    ..TorchFacts::default()
+                },
+            });
+        }
+        Ok(facts)
     } else {
         let tail: Vec<&str> = out.tail.lines().rev().take(3).collect();
         Err(format!(

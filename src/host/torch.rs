@@ -1,0 +1,132 @@
+//! torch's facts from its installed files, never `import torch` (seconds of CUDA start-up): the
+//! version and CUDA build from `torch/version.py`, the architectures it carries kernels for
+//! from the device code of its CUDA libraries (`torch/lib/lib*cuda*.so`, [`crate::fatbin`]).
+
+use std::path::{Path, PathBuf};
+
+use super::python::TorchFacts;
+use crate::fatbin;
+
+/// torch's facts from the package directory `dir` (`…/site-packages/torch`).
+pub(crate) fn from_files(dir: &Path) -> TorchFacts {
+    let version_py = dir.join("version.py");
+    let text = match std::fs::read_to_string(&version_py) {
+        Ok(t) => t,
+        Err(e) => {
+            return TorchFacts {
+                error: Some(format!("cannot read {}: {e}", version_py.display())),
+                ..TorchFacts::default()
+            }
+        }
+    };
+    let mut facts = TorchFacts {
+        version: assigned(&text, "__version__"),
+        cuda: assigned(&text, "cuda"),
+        ..TorchFacts::default()
+    };
+    if facts.cuda.is_none() {
+        return facts; // a CPU build: no CUDA libraries to read
+    }
+    let libs = cuda_libraries(&dir.join("lib"));
+    let mut images = Vec::new();
+    for lib in &libs {
+        match fatbin::read(lib) {
+            Ok(found) => images.extend(found),
+            Err(e) => {
+                facts.error = Some(e.to_string());
+                return facts;
+            }
+        }
+    }
+    let archs = fatbin::archs(&images);
+    facts.arch_list = archs.iter().map(ToString::to_string).collect();
+    facts.arch_source = libs
+        .iter()
+        .map(|l| l.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+        .into();
+    facts
+}
+
+/// The value of a `NAME = '…'` (or `NAME: Optional[str] = '…'`) line of version.py; None for
+/// `None` or no such line.
+fn assigned(text: &str, name: &str) -> Option<String> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(name)?;
+        if !(rest.starts_with(' ') || rest.starts_with(':') || rest.starts_with('=')) {
+            return None;
+        }
+        let value = rest.rsplit_once('=')?.1.trim();
+        let quoted = value
+            .strip_prefix('\'')
+            .and_then(|v| v.strip_suffix('\''))
+            .or_else(|| value.strip_prefix('"').and_then(|v| v.strip_suffix('"')))?;
+        Some(quoted.to_string())
+    })
+}
+
+/// torch's CUDA libraries: `lib*cuda*.so*` in `lib` (libtorch_cuda, libc10_cuda, …), sorted.
+fn cuda_libraries(lib: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(lib) else {
+        return Vec::new();
+    };
+    let mut libs: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("lib") && n.contains("cuda") && n.contains(".so"))
+                && p.is_file()
+        })
+        .collect();
+    libs.sort();
+    libs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VERSION_PY: &str = "from typing import Optional\n\n__all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip', 'xpu']\n__version__ = '2.9.1+cu130'\ndebug = False\ncuda: Optional[str] = '13.0'\ngit_version = 'd38164a545b4a4e4e0cf73ce67173f70574890b6'\nhip: Optional[str] = None\nxpu: Optional[str] = None\n";
+
+    #[test]
+    fn version_py_gives_the_version_and_cuda_build() {
+        assert_eq!(
+            assigned(VERSION_PY, "__version__").as_deref(),
+            Some("2.9.1+cu130")
+        );
+        assert_eq!(assigned(VERSION_PY, "cuda").as_deref(), Some("13.0"));
+        assert_eq!(assigned(VERSION_PY, "hip"), None);
+        assert_eq!(assigned(VERSION_PY, "__all__"), None);
+        let cpu = VERSION_PY.replace("'13.0'", "None");
+        assert_eq!(assigned(&cpu, "cuda"), None);
+    }
+
+    #[test]
+    fn a_torch_without_its_version_py_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = from_files(dir.path());
+        assert!(
+            t.error.as_deref().is_some_and(|e| e.contains("version.py")),
+            "{t:?}"
+        );
+    }
+
+    #[test]
+    fn a_hostile_cuda_library_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("version.py"), VERSION_PY).unwrap();
+        std::fs::create_dir(dir.path().join("lib")).unwrap();
+        std::fs::write(dir.path().join("lib/libtorch_cuda.so"), b"\x7fELF cut").unwrap();
+        let t = from_files(dir.path());
+        assert_eq!(t.version.as_deref(), Some("2.9.1+cu130"));
+        assert!(
+            t.error
+                .as_deref()
+                .is_some_and(|e| e.contains("libtorch_cuda.so")),
+            "{t:?}"
+        );
+    }
+}
