@@ -95,6 +95,48 @@ fn arch_follows_the_gpu_and_set_overrides_it() {
 }
 
 #[test]
+fn the_seed_recipe_picks_flashinfers_target_itself() {
+    let ws = Workspace::new();
+    let plan = |args: &[&str], cc: &str| {
+        let out = ws
+            .kiln()
+            .args(["plan", "glm5-nvfp4-sm120"])
+            .args(args)
+            .env("KILN_FACT_GPU_CC", cc)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
+    };
+    let json = |args: &[&str], cc: &str| {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        crate::reporter::json_event(&plan(&all, cc), "plan")
+    };
+    // On an H200 (cc 9.0) the arch list is 9.0a (no family target below 10.0), without a warning;
+    // on SM120 it is the family 12.0f. (The plan fingerprints each step's environment.)
+    assert_eq!(
+        json(&[], "9.0"),
+        json(&["--set", "flashinfer_arch=9.0a"], "9.0")
+    );
+    assert_ne!(
+        json(&[], "9.0"),
+        json(&["--set", "flashinfer_arch=9.0f"], "9.0")
+    );
+    assert_eq!(
+        json(&[], "12.0"),
+        json(&["--set", "flashinfer_arch=12.0f"], "12.0")
+    );
+    let h200 = plan(&[], "9.0");
+    assert!(!h200.contains("warning"), "{h200}");
+    let asked = plan(&["--set", "flashinfer_arch=9.0f"], "9.0");
+    assert!(
+        asked.contains("names `9.0f`") && asked.contains("`9.0a`"),
+        "{asked}"
+    );
+}
+
+#[test]
 fn up_of_the_gpu_stack_stops_at_the_doctor_preflight_without_a_driver() {
     let ws = Workspace::new();
     let opt = ws.path().join("opt");
