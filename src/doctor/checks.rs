@@ -52,6 +52,11 @@ pub(super) fn definitions() -> Vec<CheckDef> {
             run: nvcc_torch,
         },
         CheckDef {
+            id: "toolchain.arch",
+            about: "The recipe's arch lists are ones its CUDA toolkits can build (what `kiln plan` warns)",
+            run: toolchain_arch,
+        },
+        CheckDef {
             id: "topology.p2p",
             about: "GPUs can read/write each other's memory (custom all-reduce, symm-mem)",
             run: p2p,
@@ -395,6 +400,22 @@ fn nvcc_torch(f: &DoctorFacts) -> Check {
     };
     Check::fail(id, format!("nvcc {nvcc} ({path}) but torch is built for CUDA {tc}: flash-attn builds and FlashInfer JIT fail"))
         .fix(fix)
+}
+
+fn toolchain_arch(f: &DoctorFacts) -> Check {
+    let id = "toolchain.arch";
+    let Some(warnings) = &f.toolchain_warnings else {
+        return Check::skip(id, "no recipe named (`--recipe R` checks its arch lists)");
+    };
+    let Some(first) = warnings.first() else {
+        return Check::pass(id, "the recipe's arch lists suit its CUDA toolkits");
+    };
+    let mut c = Check::warn(id, first.clone())
+        .fix("`kiln plan RECIPE` shows the recipe's toolkits; set the arch list the warning names");
+    for w in warnings {
+        c = c.evidence(w.clone());
+    }
+    c
 }
 
 fn p2p(f: &DoctorFacts) -> Check {

@@ -52,6 +52,8 @@ pub(crate) struct Inputs {
     pub needs: Option<super::Needs>,
     /// Built binaries whose device code `sass.packages` reads (a recipe's llama-server).
     pub binaries: Vec<PathBuf>,
+    /// What `kiln plan` warns about the recipe's toolchain (arch lists its nvcc cannot build).
+    pub toolchain_warnings: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -102,6 +104,7 @@ pub(crate) struct DoctorFacts {
     pub driver_floor: Option<String>,
     pub server_flags: Vec<String>,
     pub needs: Option<super::Needs>,
+    pub toolchain_warnings: Option<Vec<String>>,
     /// What each compiled package carries ([`super::code`]).
     pub compiled: Vec<super::code::PackageCode>,
     pub deep: Option<DeepFacts>,
@@ -239,6 +242,7 @@ pub(crate) fn collect(inputs: &Inputs) -> DoctorFacts {
         driver_floor: inputs.driver_floor.clone(),
         server_flags: inputs.server_flags.clone(),
         needs: inputs.needs.clone(),
+        toolchain_warnings: inputs.toolchain_warnings.clone(),
         deep: (inputs.deep && which_smi && gpu_count > 0)
             .then(|| python_for_deep.map(|py| super::deep::collect(&py, gpu_count)))
             .flatten(),

@@ -8,6 +8,7 @@ pub(crate) mod deep;
 pub(crate) mod facts;
 pub(crate) mod launch;
 pub(crate) mod preflight;
+pub(crate) mod recipe;
 pub(crate) mod render;
 pub(crate) mod sglang;
 

@@ -248,7 +248,7 @@ fn a_wheel_pin_without_a_sha256_or_an_unknown_source_is_refused_where_it_is_writ
 /// The CUDA files nvcc 13.0 builds of one kernel in `dir`: (file, the arch its `sass` check
 /// asks for). Objects, a shared library of two translation units, a fatbin, a cubin; SASS for
 /// sm_90 and sm_120, the arch-specific sm_90a, the family sm_120f, compressed and PTX-only code.
-fn nvcc_builds(dir: &Path) -> Vec<(&'static str, &'static str)> {
+pub(crate) fn nvcc_builds(dir: &Path) -> Vec<(&'static str, &'static str)> {
     let prefix = pypi_toolkit("13.0.1");
     std::fs::write(
         dir.join("k.cu"),
