@@ -59,9 +59,8 @@ pub(super) fn chunk(api: Api, s: &mut Stream, v: &Value, now: f64) {
 fn sglang_chunk(s: &mut Stream, v: &Value, now: f64) {
     let meta = &v["meta_info"];
     if let Some(ids) = v["output_ids"].as_array() {
-        // Cumulative unless the server runs with --stream-output.
         let ids: Vec<String> = ids.iter().map(std::string::ToString::to_string).collect();
-        if ids.len() as u64 >= s.pieces.len() as u64 && ids.starts_with(&s.pieces) {
+        if cumulative(&s.pieces, &ids, meta["completion_tokens"].as_u64()) {
             s.pieces = ids;
         } else {
             s.pieces.extend(ids);
@@ -82,6 +81,19 @@ fn sglang_chunk(s: &mut Stream, v: &Value, now: f64) {
     s.verify_ct = meta["spec_verify_ct"].as_u64().or(s.verify_ct);
     if let Some(f) = meta["finish_reason"].get("type").and_then(Value::as_str) {
         s.finish = Some(f.to_string());
+    }
+}
+
+/// Whether a chunk's `ids` are every id so far (SGLang's default) rather than only the new ones
+/// (`--stream-output`). SGLang 0.5.9 says which by `meta_info.completion_tokens`, the request's
+/// count so far in every chunk either way (sglang/srt/managers/tokenizer_manager.py:1527-1531,
+/// 1554-1560). Without a count that tells, ids that extend the ones so far are taken as
+/// cumulative.
+fn cumulative(so_far: &[String], ids: &[String], completion_tokens: Option<u64>) -> bool {
+    match completion_tokens {
+        Some(n) if n == ids.len() as u64 => true,
+        Some(n) if n == (so_far.len() + ids.len()) as u64 => false,
+        _ => ids.len() >= so_far.len() && ids.starts_with(so_far),
     }
 }
 

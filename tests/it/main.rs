@@ -41,6 +41,7 @@ mod report_html;
 mod reporter;
 mod secrets;
 mod serve;
+mod sglang_wire;
 mod shell_help;
 mod shipped;
 mod sm120_sass;
