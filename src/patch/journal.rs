@@ -97,9 +97,7 @@ fn remove_durably(path: &Path) -> Result<()> {
         _ => {}
     }
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(format!("cannot sync {}", dir.display()), e))
+    crate::fs::sync_dir(dir).map_err(|e| Error::io(format!("cannot sync {}", dir.display()), e))
 }
 
 /// The journal of an interrupted apply of `set` on `site`, if one is left.

@@ -136,10 +136,10 @@ pub fn write_preserving(path: &Path, bytes: &[u8]) -> Result<()> {
         let mut f = crate::fs::create_new(&tmp)?;
         f.write_all(bytes)?;
         f.set_permissions(permissions)?;
-        f.sync_all()?;
+        crate::fs::sync_file(&f)?;
         super::journal::write_point();
-        std::fs::rename(&tmp, path)?;
-        std::fs::File::open(dir)?.sync_all()
+        crate::fs::rename(&tmp, path)?;
+        crate::fs::sync_dir(dir)
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
