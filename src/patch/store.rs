@@ -82,7 +82,7 @@ impl Store {
             &self.record_path(&record.set, &record.site_packages),
             &bytes,
         )?;
-        super::journal::write_point();
+        super::kill_switch::write_point();
         Ok(())
     }
 
@@ -102,7 +102,7 @@ impl Store {
         let path = self.root.join("backups").join(&sha);
         if !path.exists() {
             write_atomic(&path, bytes)?;
-            super::journal::write_point();
+            super::kill_switch::write_point();
         }
         Ok(sha)
     }
@@ -137,7 +137,7 @@ pub fn write_preserving(path: &Path, bytes: &[u8]) -> Result<()> {
         f.write_all(bytes)?;
         f.set_permissions(permissions)?;
         crate::fs::sync_file(&f)?;
-        super::journal::write_point();
+        super::kill_switch::write_point();
         crate::fs::rename(&tmp, path)?;
         crate::fs::sync_dir(dir)
     })();
@@ -145,7 +145,7 @@ pub fn write_preserving(path: &Path, bytes: &[u8]) -> Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     result.map_err(ctx)?;
-    super::journal::write_point();
+    super::kill_switch::write_point();
     Ok(())
 }
 
