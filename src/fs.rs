@@ -14,6 +14,35 @@ pub(crate) fn create_dir(path: &Path) -> Result<()> {
         .map_err(|e| Error::io(format!("cannot create {}", path.display()), e))
 }
 
+/// Run `op` again for as long as a signal interrupts it (`EINTR`): a sync, open or rename that
+/// a signal cut short has not failed, and a run whose steps succeeded must not fail for it.
+pub(crate) fn retry_interrupted<T>(
+    mut op: impl FnMut() -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    loop {
+        match op() {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            other => return other,
+        }
+    }
+}
+
+/// `fsync` a file, retried on `EINTR`.
+pub(crate) fn sync_file(file: &File) -> std::io::Result<()> {
+    retry_interrupted(|| file.sync_all())
+}
+
+/// `fsync` a directory (its entries: renames and removals in it), retried on `EINTR`.
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    let d = retry_interrupted(|| File::open(dir))?;
+    sync_file(&d)
+}
+
+/// `rename`, retried on `EINTR`.
+pub(crate) fn rename(from: &Path, to: &Path) -> std::io::Result<()> {
+    retry_interrupted(|| std::fs::rename(from, to))
+}
+
 /// The temp name a write to `path` goes through: `.NAME.tmp-PID` beside it (see [`temp_owner`]).
 fn temp_for(path: &Path) -> std::path::PathBuf {
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -59,14 +88,14 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = temp_for(path);
     let ctx = |e| Error::io(format!("cannot write {}", path.display()), e);
     let written = create_temp(&tmp)
-        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
-        .and_then(|()| std::fs::rename(&tmp, path));
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| sync_file(&f)))
+        .and_then(|()| rename(&tmp, path));
     if let Err(e) = written {
         // A full disk must not also leave a temp file behind.
         let _ = std::fs::remove_file(&tmp);
         return Err(ctx(e));
     }
-    File::open(dir).and_then(|d| d.sync_all()).map_err(ctx)
+    sync_dir(dir).map_err(ctx)
 }
 
 /// Replace `path` by rename without fsync, for caches that a lost or torn write only makes
@@ -76,7 +105,7 @@ pub(crate) fn replace_unsynced(path: &Path, bytes: &[u8]) -> std::io::Result<()>
     let tmp = temp_for(path);
     let written = create_temp(&tmp)
         .and_then(|mut f| f.write_all(bytes))
-        .and_then(|()| std::fs::rename(&tmp, path));
+        .and_then(|()| rename(&tmp, path));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
@@ -94,7 +123,7 @@ pub(crate) fn append_line(path: &Path, line: &[u8]) -> std::io::Result<()> {
         .create(true)
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)?;
-    f.lock()?;
+    retry_interrupted(|| f.lock())?;
     let len = f.metadata()?.len();
     let mut record = Vec::with_capacity(line.len() + 2);
     if len > 0 {
@@ -106,7 +135,9 @@ pub(crate) fn append_line(path: &Path, line: &[u8]) -> std::io::Result<()> {
     }
     record.extend_from_slice(line);
     record.push(b'\n');
-    let written = f.write_all(&record).and_then(|()| f.sync_data());
+    let written = f
+        .write_all(&record)
+        .and_then(|()| retry_interrupted(|| f.sync_data()));
     if written.is_err() {
         let _ = f.set_len(len);
     }
@@ -238,5 +269,27 @@ mod tests {
         assert_eq!(temp_owner(".hashmemo.json.tmp-7"), Some(7));
         assert_eq!(temp_owner("build.json"), None);
         assert_eq!(temp_owner(".x.tmp-notapid"), None);
+    }
+
+    #[test]
+    fn a_sync_a_signal_interrupts_is_retried_and_other_errors_are_not() {
+        let mut interrupted = 3;
+        let synced = retry_interrupted(|| {
+            if interrupted > 0 {
+                interrupted -= 1;
+                Err(std::io::Error::from(std::io::ErrorKind::Interrupted))
+            } else {
+                Ok("synced")
+            }
+        });
+        assert_eq!(synced.unwrap(), "synced");
+        assert_eq!(interrupted, 0);
+        let mut calls = 0;
+        let full = retry_interrupted(|| -> std::io::Result<()> {
+            calls += 1;
+            Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+        });
+        assert_eq!(full.unwrap_err().raw_os_error(), Some(libc::ENOSPC));
+        assert_eq!(calls, 1);
     }
 }

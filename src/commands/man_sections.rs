@@ -68,9 +68,6 @@ is ended [default: 60].
 \\fBUSER\\fR
 Read by the launch preflight to find the JIT caches a server fills (\\fI/tmp/torchinductor_$USER\\fR).
 .TP
-\\fBKILN_TEST_PATCH_KILL_AT\\fR
-For kiln's own tests: \\fBkiln patch apply\\fR kills itself at its Nth write point (the kill-safety test).
-.TP
 \\fBSOURCE_DATE_EPOCH\\fR
 The timestamp of \\fBkiln image export\\fR archives (reproducible builds).
 .TP

@@ -32,6 +32,7 @@ mod oci_auth;
 mod output_paths;
 mod patch;
 mod patch_journal;
+mod patch_property;
 mod patch_step;
 mod pid_safety;
 mod python_step;
