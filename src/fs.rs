@@ -56,9 +56,15 @@ fn temp_for(path: &Path) -> std::path::PathBuf {
 /// Create `path` as a new file for writing (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0666 less the
 /// umask): never through a symlink or onto a file someone placed there first.
 pub(crate) fn create_new(path: &Path) -> std::io::Result<File> {
+    create_new_with_mode(path, 0o666)
+}
+
+/// [`create_new`] with the permission bits `mode` (less the umask).
+fn create_new_with_mode(path: &Path, mode: u32) -> std::io::Result<File> {
     File::options()
         .write(true)
         .create_new(true)
+        .mode(mode)
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
 }
@@ -67,10 +73,14 @@ pub(crate) fn create_new(path: &Path) -> std::io::Result<File> {
 /// earlier process that had this pid (or anything planted under the name, a symlink included)
 /// is unlinked first, never written through.
 fn create_temp(tmp: &Path) -> std::io::Result<File> {
-    match create_new(tmp) {
+    create_temp_with_mode(tmp, 0o666)
+}
+
+fn create_temp_with_mode(tmp: &Path, mode: u32) -> std::io::Result<File> {
+    match create_new_with_mode(tmp, mode) {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             std::fs::remove_file(tmp)?;
-            create_new(tmp)
+            create_new_with_mode(tmp, mode)
         }
         other => other,
     }
@@ -79,6 +89,16 @@ fn create_temp(tmp: &Path) -> std::io::Result<File> {
 /// Write `bytes` to `path` so readers see the old content or the new, never a mix. The temp file
 /// (`.NAME.tmp-PID`, see [`temp_owner`]) is removed when the write fails (a full disk).
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_with_mode(path, bytes, 0o666)
+}
+
+/// [`write_atomic`] for a file only its owner may read (mode 0600 from its creation on): a
+/// record that holds a command line, a log of a user's secrets.
+pub(crate) fn write_atomic_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_with_mode(path, bytes, 0o600)
+}
+
+fn write_atomic_with_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     // A bare file name's parent is "", which cannot be opened to sync: it is ".".
     let dir = path
         .parent()
@@ -87,7 +107,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     create_dir(dir)?;
     let tmp = temp_for(path);
     let ctx = |e| Error::io(format!("cannot write {}", path.display()), e);
-    let written = create_temp(&tmp)
+    let written = create_temp_with_mode(&tmp, mode)
         .and_then(|mut f| f.write_all(bytes).and_then(|()| sync_file(&f)))
         .and_then(|()| rename(&tmp, path));
     if let Err(e) = written {

@@ -939,3 +939,28 @@ fn sigkill_leaves_no_grandchildren_behind() {
     }
     assert!(gone, "a grandchild of a step survived the SIGKILL of kiln");
 }
+
+#[test]
+fn an_edited_recipe_cache_entry_is_never_run() {
+    let ws = setup(&recipe("cached", "", &[counting("a", &[], "")]));
+    up_ok(&ws, &[]);
+    assert_eq!(count(&ws, "a"), 1);
+    // Someone edits the cached, validated recipe: its command now writes `pwned`.
+    let entries: Vec<PathBuf> = std::fs::read_dir(ws.state().join("recipe-cache"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let text = std::fs::read_to_string(&entries[0]).unwrap();
+    let pwned = ws.path().join("pwned");
+    let edited = text.replace(
+        "echo run >> \\\"$1\\\"",
+        &format!("touch {}", pwned.display()),
+    );
+    assert_ne!(edited, text, "the command is in the entry:\n{text}");
+    std::fs::write(&entries[0], edited).unwrap();
+    up_ok(&ws, &["--from", "a"]);
+    assert!(!pwned.exists(), "the edited entry's command ran");
+    assert_eq!(count(&ws, "a"), 2, "the recipe file's command ran");
+}
