@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with the carry from bench/gpu-loop/pack.sh
 # (CARRY, default .carry/). Modes, run in this order, any subset:
+#   doctor      plain `kiln doctor` on the machine's python (torch never imported): the first call
+#               of the lease (empty facts cache, torch's libraries not yet in the page cache), then
+#               warm; what it read of torch; then the seed recipe's preflight, `kiln up
+#               glm5-nvfp4-sm120 --dry-run` (the hint that would run; FlashInfer's 9.0a target)
 #   up          machine facts, `kiln up llama-cuda --profile tuned --set llama_bench=on`: build,
 #               serve, prove, bench, and llama.cpp's own llama-bench (the ceiling) from the same tree
 #   ensure      `kiln up llama-cuda --no-serve`: a no-op on a warm machine, the build on a fresh one
@@ -58,6 +62,25 @@ timed() { # label cmd...: runs it, says its exit status and wall time
   echo "$label: exit $rc, wall $((ms / 1000)).$(printf %03d $((ms % 1000))) s" | tee -a "$summary"
   return $rc
 }
+
+if [[ $modes == *" doctor "* ]]; then
+  say "doctor: plain, cold (first call, empty facts cache) then warm; python3 = $(command -v python3)"
+  dh=/root/kiln-doctor-state
+  rm -rf "$dh"
+  timed "doctor cold" env KILN_HOME=$dh "$kiln" doctor >"$res/doctor-cold.out" 2>"$res/doctor-cold.err"
+  for i in 1 2 3; do
+    timed "doctor warm $i" env KILN_HOME=$dh "$kiln" doctor >"$res/doctor-warm.out" 2>"$res/doctor-warm.err"
+  done
+  rm -rf "$dh/cache/python-facts"
+  timed "doctor cold facts cache, warm page cache" env KILN_HOME=$dh "$kiln" doctor >/dev/null 2>&1
+  env KILN_HOME=$dh "$kiln" doctor python.torch torch.arch sass.packages -v 2>&1 | tee -a "$summary"
+  say "the seed recipe's preflight: kiln up glm5-nvfp4-sm120 --dry-run"
+  timed "up --dry-run glm5-nvfp4-sm120" env KILN_HOME=/root/kiln-dry-state "$kiln" up glm5-nvfp4-sm120 --dry-run \
+    --set prefix=/root/kiln-dry-opt >"$res/dry-run.out" 2>"$res/dry-run.err"
+  grep -E "warning|launch.gpus|launch.quantization|hint|error" "$res/dry-run.err" | tee -a "$summary"
+  env KILN_HOME=/root/kiln-dry-state "$kiln" doctor --recipe glm5-nvfp4-sm120 toolchain.arch -v 2>&1 | tee -a "$summary"
+  collect
+fi
 
 if [[ $modes == *" up "* ]]; then
   say "machine"

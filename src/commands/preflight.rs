@@ -23,7 +23,11 @@ pub(super) fn run(settings: &Settings, recipe: &Recipe, reporter: &dyn Reporter)
     };
     doctor::recipe::apply(recipe, &mut inputs);
     let report = doctor::run(doctor::facts::collect(&inputs), &[]);
-    let (lines, verdict) = preflight::gate(&report, settings.facts.pinned("gpu.driver").is_some());
+    let (lines, verdict) = preflight::gate(
+        &report,
+        settings.facts.pinned("gpu.driver").is_some(),
+        recipe.vars.contains_key("cuda_source"),
+    );
     for line in lines {
         reporter.note(&line);
     }

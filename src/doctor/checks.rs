@@ -238,6 +238,15 @@ fn driver_floor(f: &DoctorFacts) -> Check {
 fn torch(f: &DoctorFacts) -> Check {
     let id = "python.torch";
     let p = match &f.python {
+        super::facts::PythonState::ToCome { python, step } => {
+            return Check::skip(
+                id,
+                format!(
+                    "the recipe's interpreter {} is not installed yet (step `{step}` installs it; torch is checked there)",
+                    python.display()
+                ),
+            )
+        }
         super::facts::PythonState::NotFound => {
             return Check::skip(id, "no python3 on PATH")
                 .fix("pass --python PATH (or --recipe R to use its venv)")

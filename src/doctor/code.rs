@@ -191,10 +191,10 @@ fn packages(f: &DoctorFacts) -> Check {
             cc.0, cc.1
         ))
     } else if !ptx_only.is_empty() {
-        Check::warn(id, format!("{} carry only PTX for {want}: the driver JIT-compiles it at first launch (slow start)", ptx_only.join(", ")))
+        Check::warn(id, format!("only PTX for {want} in {}: the driver JIT-compiles it at first launch (slow start)", ptx_only.join(", ")))
             .fix(format!("rebuild them with SASS for {want}"))
     } else {
-        Check::pass(id, format!("{} carry code for {want}", ok.join(", ")))
+        Check::pass(id, format!("code for {want} in {}", ok.join(", ")))
     };
     for e in evidence {
         c = c.evidence(e);

@@ -29,8 +29,12 @@ pub(crate) const ENV_KEYS: &[&str] = &[
 /// What the command line (and a recipe) tell the collector.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Inputs {
-    /// The interpreter to inspect; None means `python3` on PATH (if any).
+    /// The interpreter to inspect; None means `python3` on PATH (if any), unless
+    /// `python_to_come` says the recipe installs its own.
     pub python: Option<String>,
+    /// The recipe's interpreter that is not there yet, and the step that installs it: the
+    /// Python checks wait for it (the system python is not what the recipe runs).
+    pub python_to_come: Option<(PathBuf, String)>,
     /// Read SGLang/FlashInfer sources and versions here instead of the interpreter's site-packages.
     pub site_packages: Option<PathBuf>,
     pub deep: bool,
@@ -61,6 +65,11 @@ pub(crate) struct Inputs {
 pub(crate) enum PythonState {
     /// No interpreter given and none on PATH.
     NotFound,
+    /// The recipe's own interpreter, which a step installs, is not there yet.
+    ToCome {
+        python: PathBuf,
+        step: String,
+    },
     Error {
         message: String,
     },
@@ -139,9 +148,11 @@ impl DoctorFacts {
 /// Collect every fact; nothing here fails: what cannot be learned is recorded as absent.
 pub(crate) fn collect(inputs: &Inputs) -> DoctorFacts {
     let python_cmd = inputs.python.clone().or_else(|| {
-        which::which("python3")
-            .ok()
-            .map(|p| p.display().to_string())
+        inputs.python_to_come.is_none().then(|| {
+            which::which("python3")
+                .ok()
+                .map(|p| p.display().to_string())
+        })?
     });
     let (query, topo, p2p, cuda_facts, python_state) = std::thread::scope(|s| {
         let query = s.spawn(gpu::query);
@@ -156,9 +167,13 @@ pub(crate) fn collect(inputs: &Inputs) -> DoctorFacts {
                 .and_then(|t| topology::parse_matrix(&t))
         });
         let cuda_facts = s.spawn(|| cuda::collect(Path::new("/usr/local")));
-        let python_state = s.spawn(|| match &python_cmd {
-            None => PythonState::NotFound,
-            Some(cmd) => match inputs.python_facts.as_deref().map_or_else(
+        let python_state = s.spawn(|| match (&python_cmd, &inputs.python_to_come) {
+            (None, Some((python, step))) => PythonState::ToCome {
+                python: python.clone(),
+                step: step.clone(),
+            },
+            (None, None) => PythonState::NotFound,
+            (Some(cmd), _) => match inputs.python_facts.as_deref().map_or_else(
                 || python::collect(cmd),
                 |dir| python::collect_cached(cmd, dir),
             ) {

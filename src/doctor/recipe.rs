@@ -17,6 +17,9 @@ pub(crate) fn apply(recipe: &Recipe, inputs: &mut Inputs) {
                 let python = p.venv.join("bin/python");
                 if python.exists() {
                     inputs.python = Some(python.display().to_string());
+                } else if inputs.python_to_come.is_none() {
+                    // The recipe installs its own interpreter: the system python is not it.
+                    inputs.python_to_come = Some((python, step.id.clone()));
                 }
             }
             StepKind::Cuda(c) => {

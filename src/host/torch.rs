@@ -66,8 +66,14 @@ fn assigned(text: &str, name: &str) -> Option<String> {
     })
 }
 
-/// torch's CUDA libraries: `lib*cuda*.so*` in `lib` (libtorch_cuda, libc10_cuda, …), sorted.
+/// The libraries torch's kernels are read from: `libtorch_cuda.so` (what torch was built for:
+/// `torch.cuda.get_arch_list()`'s sm list), else every `lib*cuda*.so*` in `lib`, sorted. (Its
+/// `libtorch_cuda_linalg.so` adds MAGMA's own sm_50 and sm_60, which torch's kernels lack.)
 fn cuda_libraries(lib: &Path) -> Vec<PathBuf> {
+    let main = lib.join("libtorch_cuda.so");
+    if main.is_file() {
+        return vec![main];
+    }
     let Ok(entries) = std::fs::read_dir(lib) else {
         return Vec::new();
     };
@@ -112,6 +118,34 @@ mod tests {
             t.error.as_deref().is_some_and(|e| e.contains("version.py")),
             "{t:?}"
         );
+    }
+
+    /// A fatbin holding one cubin for `arch`.
+    fn one_cubin(arch: u32) -> Vec<u8> {
+        let mut entry = vec![0u8; 64];
+        entry[0] = 2; // ELF
+        entry[4] = 64; // header size
+        entry[28..32].copy_from_slice(&arch.to_le_bytes());
+        let mut out = 0xBA55_ED50u32.to_le_bytes().to_vec();
+        out.extend(1u16.to_le_bytes());
+        out.extend(16u16.to_le_bytes());
+        out.extend(64u64.to_le_bytes());
+        out.extend(entry);
+        out
+    }
+
+    #[test]
+    fn the_arch_list_is_libtorch_cudas_when_it_is_there() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("version.py"), VERSION_PY).unwrap();
+        let lib = dir.path().join("lib");
+        std::fs::create_dir(&lib).unwrap();
+        std::fs::write(lib.join("libtorch_cuda_linalg.so"), one_cubin(50)).unwrap();
+        std::fs::write(lib.join("libc10_cuda.so"), one_cubin(60)).unwrap();
+        assert_eq!(from_files(dir.path()).arch_list, ["sm_50", "sm_60"]);
+        std::fs::write(lib.join("libtorch_cuda.so"), one_cubin(90)).unwrap();
+        let t = from_files(dir.path());
+        assert_eq!(t.arch_list, ["sm_90"], "{t:?}");
     }
 
     #[test]

@@ -577,6 +577,20 @@ fn torch_facts_come_from_its_files_without_importing_it() {
         "{}",
         summary(&r, "sass.packages")
     );
+    // On SM120 (cc 12.0) the same flash-attn carries the GPU's code.
+    let mut on_sm120 = doctor(&ws, Some("derived-8x-rtx-pro-6000-pcie"));
+    on_sm120
+        .arg("--python")
+        .arg(&python)
+        .arg("--site-packages")
+        .arg(&site)
+        .env("PYTHONPATH", &site);
+    let (_, r120) = json(&mut on_sm120);
+    assert_eq!(status(&r120, "sass.packages"), "pass", "{r120:#}");
+    assert_eq!(
+        summary(&r120, "sass.packages"),
+        "code for sm_120 in flash-attn"
+    );
     // What needs torch running is said to be left to --deep.
     let out = run(&[]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
