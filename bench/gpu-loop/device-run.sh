@@ -18,6 +18,8 @@
 #               screening rung (1 warm-up, 3 x 256 tokens): the spread between measurements of one
 #               launch against the spread inside each
 #   prebuilt    a llama-server built earlier (CARRY/llama-server.gz) instead of the build
+#   ngl         `kiln tune llama-cuda --profile tuned --vary=-ngl=999,12`: a variant that asks for 12
+#               of 17 layers on the GPU and gets 12 is as asked, and is benchmarked (issue 30)
 # Everything lands in $OUT: summary.txt and results.tar.gz (reports, logs, tune tables, figures).
 set -uo pipefail
 modes=" ${*:-up} "
@@ -201,6 +203,19 @@ for i in range(1, 11):
 if len(meds) > 1:
     print(f"between measurements: mean {st.mean(meds):.1f}, CV {st.stdev(meds)/st.mean(meds)*100:.2f} %, range {min(meds):.1f}-{max(meds):.1f}")
 PY
+  collect
+fi
+
+if [[ $modes == *" ngl "* ]]; then
+  say "kiln tune llama-cuda --profile tuned --vary=-ngl=999,12"
+  "$kiln" tune llama-cuda --profile tuned --vary=-ngl=999,12 --dry-run 2>&1 | head -3 | tee -a "$summary"
+  timed "tune ngl" "$kiln" tune llama-cuda --profile tuned --vary=-ngl=999,12 --max-tokens 256 \
+    "${src[@]}" >"$res/tune-ngl.out" 2>"$res/tune-ngl.err"
+  cat "$res/tune-ngl.out" | tee -a "$summary"
+  grep -iE "offload|layers|disqualif|fell back|as asked|tok/s" "$res/tune-ngl.err" | tail -20 | tee -a "$summary"
+  "$kiln" tune llama-cuda --profile tuned --vary=-ngl=999,12 --json --dry-run >"$res/tune-ngl-dry.jsonl" 2>&1
+  stop_server
+  cp "$KILN_HOME/tune/llama-cuda/tuned.json" "$res/tune-ngl.json" 2>/dev/null
   collect
 fi
 
