@@ -118,6 +118,23 @@ fn openai_chunk(s: &mut Stream, v: &Value, now: f64) {
     }
 }
 
+/// What SGLang 0.5.9's `/server_info` says that is not a setting of the launch (sglang/srt/
+/// entrypoints/http_server.py:596-609 merges these into the server args): the live per-DP state
+/// (`internal_states`: last throughput, memory), the scheduler's ready report and its KV budget
+/// (managers/scheduler.py:3141-3145, sized from free memory at start-up), the version (shown on
+/// its own), the seed drawn anew for every launch without `--random-seed` (server_args.py:853-
+/// 854), and where it listens (`host`, `port`): none changes how fast it generates.
+const SGLANG_PER_LAUNCH: &[&str] = &[
+    "internal_states",
+    "status",
+    "version",
+    "max_total_num_tokens",
+    "max_req_input_len",
+    "random_seed",
+    "host",
+    "port",
+];
+
 /// (server, model, hash of its settings endpoint, key settings by name) from the settings
 /// endpoint `get` reads.
 pub(super) fn fingerprint(
@@ -132,14 +149,8 @@ pub(super) fn fingerprint(
                 let version = format!("sglang {}", v["version"].as_str().unwrap_or("?"));
                 let model = v["model_path"].as_str().unwrap_or("?").to_string();
                 if let Some(o) = v.as_object_mut() {
-                    for volatile in [
-                        "internal_states",
-                        "status",
-                        "version",
-                        "max_total_num_tokens",
-                        "max_req_input_len",
-                    ] {
-                        o.remove(volatile);
+                    for volatile in SGLANG_PER_LAUNCH {
+                        o.remove(*volatile);
                     }
                 }
                 (

@@ -325,3 +325,56 @@ fn kiln_up_greedy_ab_compares_sglang_token_ids() {
         assert_eq!(p["first_divergence"][0], 5, "{p}");
     }
 }
+
+/// Two launches of the same settings give one fingerprint, though SGLang draws a new
+/// `random_seed` for each (server_args.py:853-854) and the port differs: a baseline from the
+/// first gates the second. A launch with another speed setting (`--stream-interval`) is refused
+/// as a different setup. Depends on the SGLang arm of `bench::protocol::fingerprint` leaving
+/// the per-launch values out (`random_seed`, `port`, `host`).
+#[test]
+fn a_baseline_from_one_sglang_launch_gates_the_next() {
+    let ws = Workspace::new();
+    let bench = |url: &str, extra: &[&str]| {
+        ws.kiln()
+            .args(["bench", "--url", url, "--api", "sglang"])
+            .args(["--max-tokens", "64", "--runs", "3", "--warmup", "1"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let first = Server::start(&[]);
+    let (_, info_1) = get(&format!("{}/server_info", first.url));
+    let out = bench(&first.url, &["--json"]);
+    assert!(out.status.code().is_some_and(|c| c <= 1), "{out:?}");
+    let base = ws.write("base.json", &String::from_utf8_lossy(&out.stdout));
+    drop(first);
+
+    let second = Server::start(&[]);
+    let (_, info_2) = get(&format!("{}/server_info", second.url));
+    let seeds = |info: &str| serde_json::from_str::<Value>(info).unwrap()["random_seed"].clone();
+    assert_ne!(
+        seeds(&info_1),
+        seeds(&info_2),
+        "the marker must differ per launch"
+    );
+    let out = bench(&second.url, &["--baseline", base.to_str().unwrap()]);
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!err.contains("different setup"), "{err}");
+    let gate = text
+        .lines()
+        .find(|l| l.starts_with("baseline: median decode tok/s"))
+        .unwrap_or_else(|| panic!("no gate line:\n{text}\n{err}"));
+    // Noise on a shared box may fail the gate; the verdict and the exit code must agree.
+    let passed = gate.ends_with(": pass");
+    assert!(passed || gate.ends_with(": FAIL"), "{gate}");
+    assert_eq!(out.status.code() == Some(2), !passed, "{gate}\n{err}");
+    drop(second);
+
+    let other = Server::start(&["--stream-interval", "4"]);
+    let out = bench(&other.url, &["--baseline", base.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("was measured on a different setup"), "{err}");
+}
