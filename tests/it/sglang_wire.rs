@@ -166,6 +166,23 @@ fn kiln_bench_counts_every_sglang_stream_shape_exactly() {
     }
 }
 
+/// A `/generate` stream that ends before its final out (no `finish_reason`, no `data: [DONE]`:
+/// http_server.py:668 always sends it after the last out) is not a clean run: each run says it
+/// returned fewer tokens than asked, and the bench exits with a warning.
+#[test]
+fn an_sglang_stream_cut_before_its_final_chunk_is_not_a_clean_run() {
+    let server = Server::start(&["--cut-after", "20"]);
+    let (code, report, said) = bench(&server.url, 48);
+    assert_eq!(code, Some(1), "{said}");
+    for r in report["runs"].as_array().unwrap() {
+        assert_eq!(r["tokens"], 20, "{r}");
+    }
+    assert!(
+        said.contains("run 1 returned 20 of 48 tokens") && said.contains("not comparable"),
+        "{said}"
+    );
+}
+
 /// `kiln serve` on an SGLang profile waits through `/health_generate`'s 503s (the warm-up,
 /// http_server.py:478) and proves a generation before it says ready; a server that stops
 /// before the tokens asked for (an EOS, `finish_reason` `stop`) is not ready. The server's
