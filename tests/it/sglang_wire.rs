@@ -166,6 +166,31 @@ fn kiln_bench_counts_every_sglang_stream_shape_exactly() {
     }
 }
 
+/// `kiln bench --api openai` against SGLang's `/v1/completions`: text deltas of several tokens a
+/// chunk (`--stream-interval 3`, serving_completions.py:268) and the usage chunk kiln asks for
+/// with `stream_options.include_usage` (:343-360) give the server's count, 48, not the 16 chunks.
+#[test]
+fn kiln_bench_over_sglang_openai_completions_counts_by_its_usage_chunk() {
+    let server = Server::start(&["--stream-interval", "3"]);
+    let ws = Workspace::new();
+    let out = ws
+        .kiln()
+        .args(["bench", "--url", &server.url, "--api", "openai", "--json"])
+        .args(["--max-tokens", "48", "--runs", "2", "--warmup", "0"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.code().is_some_and(|c| c <= 1), "{said}");
+    assert!(!said.contains("the server's usage says"), "{said}");
+    let report = crate::reporter::json_event(&String::from_utf8_lossy(&out.stdout), "bench")
+        ["report"]
+        .clone();
+    for r in report["runs"].as_array().unwrap() {
+        assert_eq!(r["tokens"], 48, "{r}");
+        assert!(r["prompt_tokens"].as_u64().unwrap() > 0, "{r}");
+    }
+}
+
 /// A `/generate` stream that ends before its final out (no `finish_reason`, no `data: [DONE]`:
 /// http_server.py:668 always sends it after the last out) is not a clean run: each run says it
 /// returned fewer tokens than asked, and the bench exits with a warning.
