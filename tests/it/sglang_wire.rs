@@ -166,6 +166,48 @@ fn kiln_bench_counts_every_sglang_stream_shape_exactly() {
     }
 }
 
+/// `kiln bench --api openai` against SGLang's `/v1/completions`: text deltas of several tokens a
+/// chunk (`--stream-interval 3`, serving_completions.py:268) and the usage chunk kiln asks for
+/// with `stream_options.include_usage` (:343-360) give the server's count, 48, not the 16 chunks.
+#[test]
+fn kiln_bench_over_sglang_openai_completions_counts_by_its_usage_chunk() {
+    let server = Server::start(&["--stream-interval", "3"]);
+    let ws = Workspace::new();
+    let out = ws
+        .kiln()
+        .args(["bench", "--url", &server.url, "--api", "openai", "--json"])
+        .args(["--max-tokens", "48", "--runs", "2", "--warmup", "0"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.code().is_some_and(|c| c <= 1), "{said}");
+    assert!(!said.contains("the server's usage says"), "{said}");
+    let report = crate::reporter::json_event(&String::from_utf8_lossy(&out.stdout), "bench")
+        ["report"]
+        .clone();
+    for r in report["runs"].as_array().unwrap() {
+        assert_eq!(r["tokens"], 48, "{r}");
+        assert!(r["prompt_tokens"].as_u64().unwrap() > 0, "{r}");
+    }
+}
+
+/// A `/generate` stream that ends before its final out (no `finish_reason`, no `data: [DONE]`:
+/// http_server.py:668 always sends it after the last out) is not a clean run: each run says it
+/// returned fewer tokens than asked, and the bench exits with a warning.
+#[test]
+fn an_sglang_stream_cut_before_its_final_chunk_is_not_a_clean_run() {
+    let server = Server::start(&["--cut-after", "20"]);
+    let (code, report, said) = bench(&server.url, 48);
+    assert_eq!(code, Some(1), "{said}");
+    for r in report["runs"].as_array().unwrap() {
+        assert_eq!(r["tokens"], 20, "{r}");
+    }
+    assert!(
+        said.contains("run 1 returned 20 of 48 tokens") && said.contains("not comparable"),
+        "{said}"
+    );
+}
+
 /// `kiln serve` on an SGLang profile waits through `/health_generate`'s 503s (the warm-up,
 /// http_server.py:478) and proves a generation before it says ready; a server that stops
 /// before the tokens asked for (an EOS, `finish_reason` `stop`) is not ready. The server's
@@ -324,4 +366,57 @@ fn kiln_up_greedy_ab_compares_sglang_token_ids() {
         assert_eq!(p["agree"], 5, "{p}");
         assert_eq!(p["first_divergence"][0], 5, "{p}");
     }
+}
+
+/// Two launches of the same settings give one fingerprint, though SGLang draws a new
+/// `random_seed` for each (server_args.py:853-854) and the port differs: a baseline from the
+/// first gates the second. A launch with another speed setting (`--stream-interval`) is refused
+/// as a different setup. Depends on the SGLang arm of `bench::protocol::fingerprint` leaving
+/// the per-launch values out (`random_seed`, `port`, `host`).
+#[test]
+fn a_baseline_from_one_sglang_launch_gates_the_next() {
+    let ws = Workspace::new();
+    let bench = |url: &str, extra: &[&str]| {
+        ws.kiln()
+            .args(["bench", "--url", url, "--api", "sglang"])
+            .args(["--max-tokens", "64", "--runs", "3", "--warmup", "1"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let first = Server::start(&[]);
+    let (_, info_1) = get(&format!("{}/server_info", first.url));
+    let out = bench(&first.url, &["--json"]);
+    assert!(out.status.code().is_some_and(|c| c <= 1), "{out:?}");
+    let base = ws.write("base.json", &String::from_utf8_lossy(&out.stdout));
+    drop(first);
+
+    let second = Server::start(&[]);
+    let (_, info_2) = get(&format!("{}/server_info", second.url));
+    let seeds = |info: &str| serde_json::from_str::<Value>(info).unwrap()["random_seed"].clone();
+    assert_ne!(
+        seeds(&info_1),
+        seeds(&info_2),
+        "the marker must differ per launch"
+    );
+    let out = bench(&second.url, &["--baseline", base.to_str().unwrap()]);
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!err.contains("different setup"), "{err}");
+    let gate = text
+        .lines()
+        .find(|l| l.starts_with("baseline: median decode tok/s"))
+        .unwrap_or_else(|| panic!("no gate line:\n{text}\n{err}"));
+    // Noise on a shared box may fail the gate; the verdict and the exit code must agree.
+    let passed = gate.ends_with(": pass");
+    assert!(passed || gate.ends_with(": FAIL"), "{gate}");
+    assert_eq!(out.status.code() == Some(2), !passed, "{gate}\n{err}");
+    drop(second);
+
+    let other = Server::start(&["--stream-interval", "4"]);
+    let out = bench(&other.url, &["--baseline", base.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("was measured on a different setup"), "{err}");
 }

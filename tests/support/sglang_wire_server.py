@@ -303,6 +303,10 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send_json(200, list(outs)[-1])
             self.start_stream()
             for out in coalesce(outs, s.opts.slow_reader_every):
+                if s.opts.cut_after is not None and out["meta_info"]["completion_tokens"] > s.opts.cut_after:
+                    # A server that dies mid-stream: the connection closes, no final out, no [DONE].
+                    self.close_connection = True
+                    return self.end_stream()
                 # http_server.py:657-660: `b"data: " + orjson.dumps(out) + b"\n\n"`.
                 self.chunk(b"data: " + json.dumps(out, separators=(",", ":")).encode() + b"\n\n")
             # http_server.py:668: after the last out, always.
@@ -383,6 +387,7 @@ def main():
     p.add_argument("--step-ms", type=float, default=2.0, help="milliseconds per forward pass")
     p.add_argument("--diverge-after", type=int, help="change every token id past this many")
     p.add_argument("--stop-after", type=int, help="end every request with an EOS after this many tokens, ignore_eos or not")
+    p.add_argument("--cut-after", type=int, help="end /generate streams after this many tokens, without the final out or [DONE]")
     p.add_argument("--repeat-token", action="store_true", help="every id the same")
     p.add_argument("--slow-reader-every", type=int, default=1, help="send 1 of every k outs (tokenizer_manager.py:1128)")
     opts = p.parse_args()
