@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::redact::Redactor;
 
+mod capture;
 pub(crate) mod identity;
 mod lines;
+pub(crate) use capture::capture_timeout;
 pub(crate) use lines::Limits;
 pub(crate) mod watchdog;
 
@@ -355,64 +357,6 @@ fn nul_byte_in(spec: &CommandSpec) -> Option<String> {
         .as_ref()
         .filter(|c| c.as_os_str().as_encoded_bytes().contains(&0))
         .map(|_| "the working directory".into())
-}
-
-/// What a short command printed and how it ended (see [`capture_timeout`]).
-#[derive(Debug, Clone)]
-pub(crate) struct Captured {
-    pub code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-    pub timed_out: bool,
-}
-
-impl Captured {
-    pub(crate) fn success(&self) -> bool {
-        self.code == Some(0) && !self.timed_out
-    }
-}
-
-/// Run `spec` in its own process group with stdout and stderr captured separately; after
-/// `timeout` the whole group is ended and `timed_out` is set. A non-zero exit is not an error
-/// here (callers judge it); only a failure to start is.
-pub(crate) fn capture_timeout(spec: &CommandSpec, timeout: Duration) -> Result<Captured> {
-    let handle = spec
-        .expression(Tie::DeathSignal)
-        .stdout_capture()
-        .stderr_capture()
-        .start()
-        .map_err(|e| spawn_error(spec, e))?;
-    let deadline = Instant::now() + timeout;
-    let mut timed_out = false;
-    loop {
-        match handle.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) => {}
-            Err(e) => {
-                return Err(Error::io(
-                    format!("waiting for `{}` failed", spec.program),
-                    e,
-                ))
-            }
-        }
-        if Instant::now() >= deadline {
-            timed_out = true;
-            if let Some(pid) = handle.pids().first() {
-                kill_group(*pid);
-            }
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let output = handle
-        .wait()
-        .map_err(|e| Error::io(format!("waiting for `{}` failed", spec.program), e))?;
-    Ok(Captured {
-        code: output.status.code(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        timed_out,
-    })
 }
 
 /// A child started into its own process group whose output goes to a log file.
