@@ -83,7 +83,7 @@ fn cache_key(python: &str, purelib: Option<&Path>) -> CacheKey {
 pub(crate) fn collect_cached(python: &str, dir: &Path) -> Result<PythonFacts, String> {
     let name = crate::hash::sha256_bytes(python.as_bytes());
     let path = dir.join(format!("{}.json", &name[..16]));
-    if let Some(entry) = std::fs::read(&path)
+    if let Some(entry) = crate::bounded::read_io(&path, crate::bounded::STATE_CAP)
         .ok()
         .and_then(|b| serde_json::from_slice::<CacheEntry>(&b).ok())
     {
@@ -167,7 +167,7 @@ pub(crate) fn collect(python: &str) -> Result<PythonFacts, String> {
 pub(crate) fn dist_versions(site: &Path) -> BTreeMap<String, String> {
     let mut versions = BTreeMap::new();
     for (_, metadata) in dist::dist_infos(site).unwrap_or_default() {
-        let Ok(text) = std::fs::read_to_string(&metadata) else {
+        let Ok(text) = crate::bounded::read_state(&metadata, crate::bounded::SOURCE_CAP) else {
             continue;
         };
         if let (Some(n), Some(v)) = dist::name_and_version(&text) {
