@@ -129,6 +129,8 @@ pub(crate) fn collect(python: &str) -> Result<PythonFacts, String> {
     let limits = process::Limits {
         piece: FACTS_CAP,
         run_cap: FACTS_CAP,
+        // The facts line, plus room for warnings; a writer of /dev/zero is ended there.
+        total_cap: 4 * FACTS_CAP as u64,
     };
     let sink = &mut std::io::sink();
     let out = process::run_logged_with(&spec, sink, Some(timeout), limits, &mut |line| {
@@ -137,6 +139,12 @@ pub(crate) fn collect(python: &str) -> Result<PythonFacts, String> {
         }
     })
     .map_err(|e| e.to_string())?;
+    if out.over_cap {
+        return Err(format!(
+            "`{python}` wrote more than {} MiB while printing its facts: it was ended there",
+            (4 * FACTS_CAP) >> 20
+        ));
+    }
     if out.timed_out {
         return Err(format!(
             "`{python}` did not finish the facts script within {}s (its processes were ended)",

@@ -141,6 +141,8 @@ pub(crate) struct Finished {
     /// Pieces of output that did not end their line: a line longer than a piece of
     /// [`lines::Limits`] comes in several (0: every line came whole).
     pub pieces_cut: usize,
+    /// Its output went past [`Limits::total_cap`]: its group was ended there.
+    pub over_cap: bool,
 }
 
 impl Finished {
@@ -201,11 +203,17 @@ pub(crate) fn run_logged_with(
 
     let (tx, rx) = mpsc::channel::<(String, bool)>();
     let whole = redactor.with_spaces();
+    let read = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = Counted {
+        inner: reader,
+        read: read.clone(),
+    };
     let pump = std::thread::spawn(move || {
-        lines::split(BufReader::new(reader), limits, &whole, |line, ends| {
+        lines::split(BufReader::new(counted), limits, &whole, |line, ends| {
             tx.send((line, ends)).is_ok()
         });
     });
+    let mut over_cap = false;
 
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut tail = VecDeque::with_capacity(TAIL_LINES);
@@ -227,6 +235,12 @@ pub(crate) fn run_logged_with(
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if !over_cap && read.load(std::sync::atomic::Ordering::Relaxed) > limits.total_cap {
+            over_cap = true;
+            if let Some(pid) = pgid {
+                kill_group(pid);
+            }
         }
         if deadline.is_some_and(|d| Instant::now() >= d) && !timed_out {
             timed_out = true;
@@ -256,7 +270,23 @@ pub(crate) fn run_logged_with(
         timed_out,
         tail: tail.into_iter().collect::<Vec<_>>().join("\n"),
         pieces_cut,
+        over_cap,
     })
+}
+
+/// A reader that counts the bytes read through it (a child's output, for [`Limits::total_cap`]).
+struct Counted<R> {
+    inner: R,
+    read: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<R: std::io::Read> std::io::Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(n)
+    }
 }
 
 /// End a process group: SIGTERM, a grace period of up to 3 s for every member to exit, then

@@ -297,3 +297,33 @@ fn a_fifo_as_a_packages_metadata_is_refused_by_patch_naming_it() {
         "{err}"
     );
 }
+
+#[test]
+fn a_python_that_writes_dev_zero_is_ended_past_the_output_cap_and_the_check_says_why() {
+    let ws = Workspace::new();
+    let python = ws.path().join("python3");
+    std::fs::write(&python, "#!/bin/sh\nexec cat /dev/zero\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // The probe's deadline is far away: only the output cap can end it.
+    let out = ws
+        .kiln()
+        .args(["doctor", "--json", "--python"])
+        .arg(&python)
+        .env("KILN_PYTHON_PROBE_TIMEOUT", "600")
+        .timeout(Duration::from_secs(300))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.code().is_some(),
+        "doctor finished on its own:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("wrote more than 32 MiB while printing its facts: it was ended there"),
+        "{stdout}"
+    );
+}
