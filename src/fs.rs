@@ -176,7 +176,7 @@ pub(crate) fn timestamp_granularity(dir: &Path, cache: &Path) -> std::time::Dura
     let Ok(dev) = std::fs::metadata(dir).map(|m| m.dev()) else {
         return Duration::ZERO;
     };
-    let cached = std::fs::read_to_string(cache).ok().and_then(|t| {
+    let cached = crate::bounded::read_state(cache, 4096).ok().and_then(|t| {
         let (d, ns) = t.trim().split_once(' ')?;
         (d.parse::<u64>().ok()? == dev).then(|| ns.parse::<u64>().ok())?
     });

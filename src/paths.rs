@@ -103,7 +103,8 @@ impl StatePaths {
         let origin = std::fs::canonicalize(origin)
             .map_or_else(|_| origin.to_string(), |p| p.display().to_string());
         let marker = self.run_dir(name).join("origin");
-        let claimed = |marker: &Path| std::fs::read_to_string(marker).ok();
+        let claimed =
+            |marker: &Path| crate::bounded::read_state(marker, crate::bounded::STATE_CAP).ok();
         let owner = claimed(&marker).or_else(|| {
             use std::io::Write;
             let _ = std::fs::create_dir_all(self.run_dir(name));

@@ -90,7 +90,7 @@ fn cache_key(python: &str, purelib: Option<&Path>) -> CacheKey {
 pub(crate) fn collect_cached(python: &str, dir: &Path) -> Result<PythonFacts, String> {
     let name = crate::hash::sha256_bytes(python.as_bytes());
     let path = dir.join(format!("{}.json", &name[..16]));
-    if let Some(entry) = std::fs::read(&path)
+    if let Some(entry) = crate::bounded::read_io(&path, crate::bounded::STATE_CAP)
         .ok()
         .and_then(|b| serde_json::from_slice::<CacheEntry>(&b).ok())
     {
@@ -133,6 +133,8 @@ pub(crate) fn collect(python: &str) -> Result<PythonFacts, String> {
     let limits = process::Limits {
         piece: FACTS_CAP,
         run_cap: FACTS_CAP,
+        // The facts line, plus room for warnings; a writer of /dev/zero is ended there.
+        total_cap: 4 * FACTS_CAP as u64,
     };
     let sink = &mut std::io::sink();
     let out = process::run_logged_with(&spec, sink, Some(timeout), limits, &mut |line| {
@@ -141,6 +143,12 @@ pub(crate) fn collect(python: &str) -> Result<PythonFacts, String> {
         }
     })
     .map_err(|e| e.to_string())?;
+    if out.over_cap {
+        return Err(format!(
+            "`{python}` wrote more than {} MiB while printing its facts: it was ended there",
+            (4 * FACTS_CAP) >> 20
+        ));
+    }
     if out.timed_out {
         return Err(format!(
             "`{python}` did not finish the facts script within {}s (its processes were ended)",
@@ -181,7 +189,7 @@ pub(crate) fn collect(python: &str) -> Result<PythonFacts, String> {
 pub(crate) fn dist_versions(site: &Path) -> BTreeMap<String, String> {
     let mut versions = BTreeMap::new();
     for (_, metadata) in dist::dist_infos(site).unwrap_or_default() {
-        let Ok(text) = std::fs::read_to_string(&metadata) else {
+        let Ok(text) = crate::bounded::read_state(&metadata, crate::bounded::SOURCE_CAP) else {
             continue;
         };
         if let (Some(n), Some(v)) = dist::name_and_version(&text) {

@@ -356,7 +356,7 @@ fn evict(dir: &Path, current: &Path) {
 fn file_sha256(path: &str) -> Option<String> {
     match path.strip_prefix(EMBEDDED) {
         Some(key) => shipped::get(key).map(|t| crate::hash::sha256_bytes(t.as_bytes())),
-        None => std::fs::read(path)
+        None => crate::bounded::read_io(Path::new(path), crate::bounded::STATE_CAP)
             .ok()
             .map(|b| crate::hash::sha256_bytes(&b)),
     }
@@ -369,7 +369,7 @@ fn patch_set_sha256(set: &str) -> Option<String> {
     if !path.is_file() {
         return None;
     }
-    std::fs::read(path)
+    crate::bounded::read_io(path, crate::bounded::STATE_CAP)
         .ok()
         .map(|b| crate::hash::sha256_bytes(&b))
 }

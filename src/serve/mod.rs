@@ -111,7 +111,7 @@ pub fn recorded_argv(paths: &StatePaths, url: &str) -> Option<Vec<String>> {
         .ok()?
         .filter_map(std::result::Result::ok)
         .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|e| crate::bounded::read_state(&e.path(), crate::bounded::STATE_CAP).ok())
         .filter_map(|t| serde_json::from_str::<Record>(&t).ok())
         .find(|r| {
             r.url.as_deref().map(|u| u.trim_end_matches('/')) == Some(url)
@@ -126,7 +126,8 @@ pub fn record_path(paths: &StatePaths, recipe: &str) -> PathBuf {
 }
 
 pub fn read_record(paths: &StatePaths, recipe: &str) -> Option<Record> {
-    let text = std::fs::read_to_string(record_path(paths, recipe)).ok()?;
+    let text =
+        crate::bounded::read_state(&record_path(paths, recipe), crate::bounded::STATE_CAP).ok()?;
     serde_json::from_str(&text).ok()
 }
 

@@ -24,6 +24,7 @@ mod fleet;
 mod fresh_record;
 mod fuzz;
 mod gpu_replay;
+mod held_output;
 mod image;
 mod input_limits;
 mod launch_preflight;
