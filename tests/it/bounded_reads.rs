@@ -123,10 +123,10 @@ fn a_fifo_planted_as_a_receipt_reads_as_no_receipt() {
     );
 }
 
-/// A site-packages with a real `torch` package whose import starts a background child holding
-/// the output and writes its pid to `pid_file`, then never returns (as a broken CUDA install
-/// can).
-fn hung_torch(ws: &Workspace, pid_file: &Path) -> PathBuf {
+/// A site-packages whose `sitecustomize` (run by every python start that sees it) starts a
+/// background child holding the output and writes its pid to `pid_file`, then never returns (as
+/// a broken CUDA install's import hooks can).
+fn hung_python(ws: &Workspace, pid_file: &Path) -> PathBuf {
     let site = ws.path().join("site");
     std::fs::create_dir_all(site.join("torch")).unwrap();
     std::fs::create_dir_all(site.join("torch-2.9.0.dist-info")).unwrap();
@@ -135,8 +135,10 @@ fn hung_torch(ws: &Workspace, pid_file: &Path) -> PathBuf {
         "Metadata-Version: 2.1\nName: torch\nVersion: 2.9.0\n",
     )
     .unwrap();
+    // Plain doctor never imports torch (it reads its files), so the hang sits where every
+    // python start runs it: `sitecustomize`, found on PYTHONPATH.
     std::fs::write(
-        site.join("torch/__init__.py"),
+        site.join("sitecustomize.py"),
         format!(
             "import subprocess, time\n\
              p = subprocess.Popen(['sleep', '1000'])\n\
@@ -166,10 +168,10 @@ fn read_pid(path: &Path) -> i32 {
 }
 
 #[test]
-fn a_hung_import_torch_ends_at_the_probe_deadline_with_its_grandchild() {
+fn a_hung_python_start_ends_at_the_probe_deadline_with_its_grandchild() {
     let ws = Workspace::new();
     let pid_file = ws.path().join("grandchild.pid");
-    let site = hung_torch(&ws, &pid_file);
+    let site = hung_python(&ws, &pid_file);
     let out = ws
         .kiln()
         .args(["doctor", "--json", "--python", "python3"])
@@ -196,7 +198,7 @@ fn a_hung_import_torch_ends_at_the_probe_deadline_with_its_grandchild() {
 fn a_killed_doctor_takes_the_hung_probe_and_its_grandchild_along() {
     let ws = Workspace::new();
     let pid_file = ws.path().join("grandchild.pid");
-    let site = hung_torch(&ws, &pid_file);
+    let site = hung_python(&ws, &pid_file);
     let mut doctor = std::process::Command::new(assert_cmd::cargo::cargo_bin("kiln"))
         .args(["doctor", "--json", "--python", "python3"])
         .current_dir(ws.path())

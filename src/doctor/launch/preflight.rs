@@ -105,7 +105,12 @@ pub(crate) fn launch_checks(
         all.extend_from_slice(more);
         reload(&all)
     };
-    let again = evaluate(&with(&[])?, &with, here, profiles, up)?;
+    // A suggestion the recipe cannot take (`--set port=…` where the port is no variable of it)
+    // is not tried: the checks stand as they are.
+    let Ok(applied) = with(&[]) else {
+        return Ok(found);
+    };
+    let again = evaluate(&applied, &with, here, profiles, up)?;
     let still: Vec<String> = again
         .checks
         .iter()
