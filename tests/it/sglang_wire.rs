@@ -26,7 +26,8 @@ struct Server {
 }
 
 impl Server {
-    /// Start it with `flags` and wait until `/health_generate` answers 200.
+    /// Start it with `flags` and wait until `/health_generate` answers 200 (its log is dropped,
+    /// a Python error shows on stderr).
     fn start(flags: &[&str]) -> Server {
         let port = free_port();
         let child = Command::new("python3")
@@ -35,7 +36,7 @@ impl Server {
             .args(["--startup-s", "0.2", "--step-ms", "0.5"])
             .args(flags)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::inherit())
             .spawn()
             .expect("python3 runs the SGLang stand-in");
         let server = Server {

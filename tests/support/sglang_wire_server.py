@@ -85,8 +85,6 @@ class State:
         self.args = args
         # http_server.py:478 `server_status == ServerStatus.Starting` answers 503 until warm-up.
         self.up = False
-        self.requests = 0
-        self.lock = threading.Lock()
 
 
 def steps(n, spec_draft):
@@ -292,8 +290,6 @@ class Handler(BaseHTTPRequestHandler):
         # No status check: http_server.py:649-684 takes a request as soon as uvicorn is up (the
         # warm-up itself is one).
         body = self.read_body()
-        with s.lock:
-            s.requests += 1
         created = time.time()
         rid = uuid.uuid4().hex
         if path == "/generate":
