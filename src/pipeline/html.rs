@@ -13,24 +13,11 @@ use super::Report;
 use crate::bench::plot::escape;
 use crate::serve::verdict::Status;
 
-/// `YYYY-MM-DD HH:MM UTC` of a Unix time (Howard Hinnant's days-to-civil).
+/// `YYYY-MM-DD HH:MM UTC` of a Unix time.
 fn utc(unix: u64) -> String {
-    let days = (unix / 86_400) as i64;
-    let secs = unix % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
-        secs / 3600,
-        (secs % 3600) / 60
-    )
+    // One date conversion in the crate: the image's, `YYYY-MM-DDTHH:MM:SSZ`.
+    let iso = crate::image::archive::rfc3339(unix);
+    format!("{} {} UTC", &iso[..10], &iso[11..16])
 }
 
 /// Escaped text with Markdown code spans (`like this`) as `<code>`.
