@@ -113,8 +113,16 @@ pub(crate) fn read(path: &Path) -> Result<Vec<Image>, FatbinError> {
         path: path.to_path_buf(),
         source,
     };
-    let file = File::open(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
+    // A file kiln did not write: opened without blocking (a FIFO), read only if regular.
+    let file = crate::bounded::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(FatbinError::NotElf {
+            path: path.to_path_buf(),
+            why: "not a regular file".into(),
+        });
+    }
+    let len = meta.len();
     let mut head = [0u8; 64];
     let got = read_upto(&file, 0, &mut head).map_err(io)?;
     let head = &head[..got];
@@ -311,6 +319,19 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A FIFO where a library should be (planted in site-packages) is refused at once: the
+    /// open does not wait for a writer.
+    #[test]
+    fn a_fifo_in_place_of_a_library_is_refused_never_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("libtorch_cuda.so");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = read(&fifo).unwrap_err().to_string();
+        assert!(err.contains("not a regular file"), "{err}");
+    }
 
     /// A fatbin with one entry per (kind, arch, flags), payloads of `payload` zero bytes.
     fn fatbin(entries: &[(u16, u32, u64)], payload: u64) -> Vec<u8> {

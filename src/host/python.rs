@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) use super::torch::TorchFacts;
 use crate::dist;
 use crate::process::{self, CommandSpec};
 
@@ -16,20 +17,6 @@ const SCRIPT: &str = include_str!("python_facts.py");
 /// killed), and the most of its output kiln keeps.
 const TIMEOUT: Duration = Duration::from_secs(60);
 const FACTS_CAP: usize = 8 << 20;
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(crate) struct TorchFacts {
-    pub version: Option<String>,
-    /// `torch.version.cuda` ("13.0"); None for CPU builds.
-    pub cuda: Option<String>,
-    /// The architectures its CUDA libraries carry code for (`sm_90`, `compute_120`).
-    #[serde(default)]
-    pub arch_list: Vec<String>,
-    /// The libraries `arch_list` was read from.
-    pub arch_source: Option<String>,
-    /// Why torch's files could not be read.
-    pub error: Option<String>,
-}
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct PythonFacts {

@@ -4,13 +4,28 @@
 
 use std::path::{Path, PathBuf};
 
-use super::python::TorchFacts;
 use crate::fatbin;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct TorchFacts {
+    pub version: Option<String>,
+    /// `torch.version.cuda` ("13.0"); None for CPU builds.
+    pub cuda: Option<String>,
+    /// The architectures its CUDA libraries carry code for (`sm_90`, `compute_120`).
+    #[serde(default)]
+    pub arch_list: Vec<String>,
+    /// The libraries `arch_list` was read from.
+    pub arch_source: Option<String>,
+    /// Why torch's files could not be read.
+    pub error: Option<String>,
+}
 
 /// torch's facts from the package directory `dir` (`…/site-packages/torch`).
 pub(crate) fn from_files(dir: &Path) -> TorchFacts {
     let version_py = dir.join("version.py");
-    let text = match std::fs::read_to_string(&version_py) {
+    // A file kiln did not write: never waited on (a FIFO), never read past 1 MiB.
+    let text = match crate::bounded::read_state(&version_py, 1 << 20) {
         Ok(t) => t,
         Err(e) => {
             return TorchFacts {
