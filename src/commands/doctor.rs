@@ -11,13 +11,20 @@ use crate::report::{style, Block};
 
 pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
     crate::report::json_lines(args.json);
-    let mut known: Vec<&'static str> = doctor::all_checks().iter().map(|d| d.id).collect();
+    let defs = doctor::all_checks();
+    let mut known: Vec<&'static str> = defs.iter().map(|d| d.id).collect();
     known.extend(doctor::launch::IDS);
     for id in &args.checks {
         if !known.contains(&id.as_str()) {
-            let hint = match did_you_mean(id, known.iter().copied()) {
-                Some(s) => format!("did you mean `{s}`?"),
-                None => format!("known checks: {}", known.join(", ")),
+            let hint = if let Some(s) = did_you_mean(id, known.iter().copied()) {
+                format!("did you mean `{s}`?")
+            } else {
+                let mut lines: Vec<String> = defs
+                    .iter()
+                    .map(|d| format!("`{}`: {}", d.id, d.about))
+                    .collect();
+                lines.extend(doctor::launch::IDS.iter().map(|i| format!("`{i}`")));
+                format!("known checks:\n  {}", lines.join("\n  "))
             };
             return Err(Error::usage(format!("unknown check `{id}`"), Some(hint)));
         }

@@ -117,13 +117,10 @@ fn provision(
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
     let mem_budget = crate::host::available_memory_bytes().unwrap_or(u64::MAX);
-    let unproven = crate::steps::Unproven::default();
     let ctx = StepContext {
         memo: &memo,
         facts: &settings.facts,
         paths: &settings.paths,
-        strict: args.strict,
-        unproven: &unproven,
         progress: &(),
     };
     engine::execute(

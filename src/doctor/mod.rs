@@ -75,8 +75,7 @@ impl Check {
 /// A check: its stable id, what it is about, and the function computing its verdict.
 pub(crate) struct CheckDef {
     pub id: &'static str,
-    /// What the check is about: read where checks are declared and in docs/doctor.md.
-    #[allow(dead_code)]
+    /// What the check is about: the list `kiln doctor NO-SUCH-CHECK` prints.
     pub about: &'static str,
     pub run: fn(&DoctorFacts) -> Check,
 }

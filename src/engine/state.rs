@@ -24,9 +24,6 @@ pub(crate) struct Receipt {
     pub finished_unix: u64,
     pub duration_ms: u64,
     pub kiln_version: String,
-    /// Checks the step could not run (`sass` without cuobjdump): it is unproven, not proven.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub unproven: Vec<String>,
 }
 
 /// One recipe's run state: receipts, logs, the memo and the lock (paths from [`StatePaths`]),

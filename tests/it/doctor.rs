@@ -424,6 +424,14 @@ fn an_unknown_check_id_is_a_usage_error_with_a_suggestion() {
         stderr.contains("hint: did you mean `driver.floor`?"),
         "{stderr}"
     );
+    // Nothing close: every check, with what it is about.
+    let out = doctor(&ws, None).arg("qqqqqqqqqqqq").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("`driver.floor`: Driver is new enough for the CUDA toolkit"),
+        "{stderr}"
+    );
     let out = doctor(&ws, None)
         .args(["--site-packages", "no/such/dir"])
         .output()
