@@ -79,7 +79,8 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
     );
     eval.allow_two = !args.one_server && recipe.vars.contains_key("port");
     if let Some(Budget::Time(b)) = budget {
-        eval.deadline = Some(started + b);
+        // `--budget 18446744073709551615s` saturates: no deadline past what an Instant holds.
+        eval.deadline = started.checked_add(b);
     }
     let ranked = tune::search(method, variants, &request, full, &mut eval);
     let launches = eval.launches();
