@@ -11,12 +11,11 @@ use crate::pipeline;
 use crate::tune::estimate::{Budget, Estimate, History};
 use crate::tune::evaluate::Evaluator;
 use crate::tune::results::Results;
-use crate::tune::{self, knobs, race, render, Axis, Method, Rung};
+use crate::tune::{self, knobs, race, render, Method, Rung};
 
 pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
     crate::process::catch_interrupts();
-    let axes = args.vary.iter().map(|s| Axis::parse(s));
-    let axes = axes.collect::<Result<Vec<_>>>()?;
+    let axes = tune::parse_axes(&args.vary)?;
     let budget = Budget::from_flag(args.budget.as_deref())?;
     let recipe = settings.load_recipe(&args.recipe)?;
     let chosen = pipeline::Variant::pick(&recipe, Some(&args.profile))?;
