@@ -20,6 +20,8 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
     let recipe = settings.load_recipe(&args.recipe)?;
     let chosen = pipeline::Variant::pick(&recipe, Some(&args.profile))?;
     let (name, profile) = (chosen.name.to_string(), chosen.profile);
+    // Refused before any launch: the results and winner files are named after it.
+    crate::tune::results::file_stem(&name)?;
     let api = crate::serve::profile_api(profile);
     let request = knobs::classify(&recipe, api, &axes)?;
     let method = Method::parse(&args.method);
