@@ -639,3 +639,58 @@ pub fn stop_recorded(paths: &StatePaths, recipe: &str) -> Result<Stopped> {
         Err(why) => Stopped::Stale(r, why.to_string()),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record of launch `id` of `r --profile p` whose header sits at `offset` of `log`.
+    fn record(log: &Path, offset: u64, id: &str) -> Record {
+        serde_json::from_value(serde_json::json!({
+            "recipe": "r", "profile": "p", "pid": 1, "url": null, "api": "openai",
+            "log": log, "started_unix": 0, "log_offset": offset, "launch_id": id,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_launch_header_counts_only_with_its_own_nonce_at_the_recorded_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("server.log");
+        let nonce = launch_nonce();
+        assert_eq!(nonce.len(), 32);
+        assert_ne!(nonce, launch_nonce(), "a nonce per launch");
+        let earlier = "=== kiln serve r --profile p [launch 0]: server\nold line\n";
+        let header = format!("=== kiln serve r --profile p [launch {nonce}]: server\n");
+        std::fs::write(&log, format!("{earlier}{header}new line\n")).unwrap();
+        let at = earlier.len() as u64;
+        assert_eq!(
+            launch_lines(&record(&log, at, &nonce)),
+            Some(vec!["new line".to_string()])
+        );
+        // The header without its nonce, another launch's nonce, no nonce recorded, or the
+        // offset of an earlier header: none is this launch's boundary.
+        for (offset, id) in [(at, "0"), (at, "deadbeef"), (at, ""), (0, nonce.as_str())] {
+            assert_eq!(
+                launch_lines(&record(&log, offset, id)),
+                None,
+                "{offset} {id}"
+            );
+        }
+        let bare = "=== kiln serve r --profile p: server\nnew line\n";
+        std::fs::write(&log, bare).unwrap();
+        assert_eq!(
+            launch_lines(&record(&log, 0, &nonce)),
+            None,
+            "no nonce in the header"
+        );
+        // A record without a nonce (written before there were any) matches no header at all,
+        // not even one with an empty tag that a line of server output could print.
+        std::fs::write(
+            &log,
+            "=== kiln serve r --profile p [launch ]: server\nnew line\n",
+        )
+        .unwrap();
+        assert_eq!(launch_lines(&record(&log, 0, "")), None, "an empty nonce");
+    }
+}
