@@ -216,6 +216,8 @@ if [[ $modes == *" ngl "* ]]; then
   "$kiln" tune llama-cuda --profile tuned --vary=-ngl=999,12 --json --dry-run >"$res/tune-ngl-dry.jsonl" 2>&1
   stop_server
   cp "$KILN_HOME/tune/llama-cuda/tuned.json" "$res/tune-ngl.json" 2>/dev/null
+  # The build, for a later call's `prebuilt` mode (CARRY/llama-server.gz).
+  gzip -9c "$KILN_HOME/work/llama-cuda/bin/llama-server" >"$OUT/llama-server.gz" 2>/dev/null
   collect
 fi
 
