@@ -232,6 +232,11 @@ pub struct BenchArgs {
     /// Give up on one request after this many seconds [default: 120 + 0.2 per max token]
     #[arg(long, value_name = "SECS")]
     pub request_timeout: Option<u64>,
+
+    /// Fail (exit 1) on warnings too (noise, short runs); without it they are advisories: a
+    /// warning and exit 0, as in `kiln up`
+    #[arg(long)]
+    pub strict: bool,
 }
 
 #[derive(Debug, Args)]

@@ -51,7 +51,7 @@ pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
         crate::output::write(plot, "the plot", svg.as_bytes())?;
         show::say(&format!("plot written to {}", plot.display()));
     }
-    Error::finding(report.exit_code(), || match &report.gate {
+    Error::finding(report.exit_code(args.strict), || match &report.gate {
         Some(g) if !g.passed => (
             format!(
                 "{} median {:.2} is {:.2}x the baseline's {:.2} (the gate is {:.2}x)",
@@ -61,7 +61,10 @@ pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
         ),
         _ => (
             format!("bench warning: {}", report.warnings.join("; ")),
-            Some("rerun on a quiet machine, or read the warnings as advisories".into()),
+            Some(
+                "rerun on a quiet machine, or drop `--strict` to read the warnings as advisories"
+                    .into(),
+            ),
         ),
     })
 }
