@@ -195,9 +195,10 @@ pub struct BenchArgs {
     #[arg(long, default_value = "http://127.0.0.1:30000")]
     pub url: String,
 
-    /// API: `sglang` (/generate) or `openai` (/v1/completions)
-    #[arg(long, default_value = "sglang", value_parser = ["sglang", "openai"])]
-    pub api: String,
+    /// API: `sglang` (/generate) or `openai` (/v1/completions) [default: asked of the server:
+    /// `/get_model_info`, the `Server` header, `/v1/models`]
+    #[arg(long, value_parser = ["sglang", "openai"])]
+    pub api: Option<String>,
 
     /// Tokens per run (requested with ignore_eos)
     #[arg(long, default_value_t = 2048)]

@@ -10,7 +10,6 @@ use crate::pipeline::{self, BenchOptions};
 
 pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
     crate::report::json_lines(args.json);
-    let api = Api::parse(&args.api)?;
     if let Some(plot) = &args.plot {
         crate::output::check(plot, "the plot", true)?; // refused before minutes of benchmarking
     }
@@ -24,6 +23,13 @@ pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
             p.clone(),
         )),
         None => None,
+    };
+    let api = if let Some(a) = &args.api {
+        Api::parse(a)?
+    } else {
+        let (api, how) = bench::client::detect(&args.url)?;
+        show::say(&format!("API: {} ({how}; `--api` sets it)", api.name()));
+        api
     };
     let opts = BenchOptions {
         max_tokens: args.max_tokens,

@@ -130,3 +130,101 @@ fn bench_runs_are_typed_json_events() {
         "{stdout}"
     );
 }
+
+/// Bare `kiln bench --url` against SGLang: `/get_model_info` names it, and the runs go to
+/// `/generate` (the stand-in answers nothing else with tokens).
+#[test]
+fn bare_bench_finds_sglang_by_its_model_info() {
+    let s = StandIn::start(&[]);
+    let out = bench(&s.url, &[]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(
+        all.contains("API: sglang (") && all.contains("/get_model_info answered with a model_path"),
+        "{all}"
+    );
+    assert!(all.contains("Run 2/2: 40 tokens"), "{all}");
+}
+
+/// Bare `kiln bench --url` against the real llama.cpp llama-server (tiny-cpu's build and
+/// model): its `Server: llama.cpp` header picks the OpenAI API.
+#[test]
+fn bare_bench_finds_llama_server_by_its_server_header() {
+    let prefix = crate::bench::tiny_cpu();
+    let port = free_port();
+    let child = Command::new(prefix.join("bin/llama-server"))
+        .arg("-m")
+        .arg(prefix.join("model/tiny.gguf"))
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "-t",
+            "1",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let s = StandIn {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    let until = Instant::now() + Duration::from_secs(60);
+    while ureq::get(&format!("{}/health", s.url))
+        .call()
+        .map_or(true, |r| r.status() != 200)
+    {
+        assert!(Instant::now() < until, "llama-server never became healthy");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = bench(&s.url, &[]);
+    let all = text(&out);
+    assert!(out.status.code().is_some_and(|c| c <= 1), "{all}");
+    assert!(
+        all.contains("API: openai (its Server header says llama.cpp"),
+        "{all}"
+    );
+    assert!(all.contains("Run 2/2:"), "{all}");
+}
+
+/// A server that is neither (Python's own file server: 404 for both probes) is an error that
+/// says what it answered and which flag to pass.
+#[test]
+fn bare_bench_against_an_unknown_server_names_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let child = Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            "--bind",
+            "127.0.0.1",
+            &port.to_string(),
+        ])
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let s = StandIn {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    let until = Instant::now() + Duration::from_secs(30);
+    while ureq::get(&s.url).call().is_err() {
+        assert!(Instant::now() < until, "http.server never answered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = bench(&s.url, &[]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(
+        all.contains("cannot tell which API")
+            && all.contains("/get_model_info gave HTTP 404")
+            && all.contains("`--api sglang`")
+            && all.contains("`--api openai`"),
+        "{all}"
+    );
+}
