@@ -82,10 +82,15 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print kiln's man page (roff): `kiln man | man -l -`; `kiln man patch apply` for one command
+    /// Print kiln's man page (roff): `kiln man | man -l -`; `kiln man patch apply` for one
+    /// command; plain text where `man` is not on PATH (or with `--text`)
     Man {
         /// The command whose page to print, e.g. `up` or `patch apply` [default: the main page]
         command: Vec<String>,
+
+        /// Print the page as plain text instead of roff
+        #[arg(long)]
+        text: bool,
     },
 }
 
