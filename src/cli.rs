@@ -82,10 +82,15 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print kiln's man page (roff): `kiln man | man -l -`; `kiln man patch apply` for one command
+    /// Print kiln's man page (roff): `kiln man | man -l -`; `kiln man patch apply` for one
+    /// command; plain text where `man` is not on PATH (or with `--text`)
     Man {
         /// The command whose page to print, e.g. `up` or `patch apply` [default: the main page]
         command: Vec<String>,
+
+        /// Print the page as plain text instead of roff
+        #[arg(long)]
+        text: bool,
     },
 }
 
@@ -195,9 +200,10 @@ pub struct BenchArgs {
     #[arg(long, default_value = "http://127.0.0.1:30000")]
     pub url: String,
 
-    /// API: `sglang` (/generate) or `openai` (/v1/completions)
-    #[arg(long, default_value = "sglang", value_parser = ["sglang", "openai"])]
-    pub api: String,
+    /// API: `sglang` (/generate) or `openai` (/v1/completions) [default: asked of the server:
+    /// `/get_model_info`, the `Server` header, `/v1/models`]
+    #[arg(long, value_parser = ["sglang", "openai"])]
+    pub api: Option<String>,
 
     /// Tokens per run (requested with ignore_eos)
     #[arg(long, default_value_t = 2048)]
@@ -232,6 +238,11 @@ pub struct BenchArgs {
     /// Give up on one request after this many seconds [default: 120 + 0.2 per max token]
     #[arg(long, value_name = "SECS")]
     pub request_timeout: Option<u64>,
+
+    /// Fail (exit 1) on warnings too (noise, short runs); without it they are advisories: a
+    /// warning and exit 0, as in `kiln up`
+    #[arg(long)]
+    pub strict: bool,
 }
 
 #[derive(Debug, Args)]

@@ -426,6 +426,18 @@ fn http_error(url: &str, e: ureq::Error, deadline: Duration) -> Error {
 
 /// GET `url` with a short timeout: the status code and body, or `None` when nothing answered.
 pub fn get(url: &str, timeout: Duration) -> Option<(u16, String)> {
+    probe(url, timeout).map(|a| (a.status, a.body))
+}
+
+/// What a GET was answered with.
+struct Answer {
+    status: u16,
+    /// The `Server` header.
+    server: Option<String>,
+    body: String,
+}
+
+fn probe(url: &str, timeout: Duration) -> Option<Answer> {
     let agent = ureq::AgentBuilder::new()
         .timeout(timeout)
         .redirects(0)
@@ -436,11 +448,65 @@ pub fn get(url: &str, timeout: Duration) -> Option<(u16, String)> {
             ureq::Error::Transport(t) => Err(Error::other(t.to_string(), None)),
         })
     });
-    match sent.map(|(r, _)| r) {
-        Ok(r) => {
-            let code = r.status();
-            Some((code, r.into_string().unwrap_or_default()))
+    let (r, _) = sent.ok()?;
+    Some(Answer {
+        status: r.status(),
+        server: r.header("Server").map(str::to_string),
+        body: r.into_string().unwrap_or_default(),
+    })
+}
+
+/// Which API the server at `base` speaks, and how that was told: SGLang answers
+/// `/get_model_info` with its `model_path`; llama.cpp's llama-server names itself in the
+/// `Server` header; any other OpenAI-compatible server lists its models at `/v1/models`.
+/// A server none of these tell apart is an error naming the `--api` to pass.
+pub fn detect(base: &str) -> Result<(Api, String)> {
+    let base = base.trim_end_matches('/');
+    let timeout = Duration::from_secs(10);
+    let json = |a: &Answer| serde_json::from_str::<Value>(&a.body).ok();
+    let info_url = format!("{base}/get_model_info");
+    let models_url = format!("{base}/v1/models");
+    let info = probe(&info_url, timeout);
+    if let Some(a) = &info {
+        if a.status == 200 && json(a).is_some_and(|v| v.get("model_path").is_some()) {
+            return Ok((
+                Api::Sglang,
+                format!("{info_url} answered with a model_path"),
+            ));
         }
-        Err(_) => None,
     }
+    let models = probe(&models_url, timeout);
+    let server = info
+        .iter()
+        .chain(models.iter())
+        .find_map(|a| a.server.clone());
+    if let Some(s) = server.as_deref().filter(|s| s.starts_with("llama.cpp")) {
+        return Ok((Api::Openai, format!("its Server header says {}", clip(s))));
+    }
+    if let Some(a) = &models {
+        if a.status == 200 && json(a).is_some_and(|v| v.get("data").is_some_and(Value::is_array)) {
+            return Ok((Api::Openai, format!("{models_url} lists its models")));
+        }
+    }
+    if info.is_none() && models.is_none() {
+        return Err(Error::other(
+            format!("cannot reach {base}: nothing answered {info_url} or {models_url}"),
+            Some("is the server running? start it with `kiln serve`, or point --url at it".into()),
+        ));
+    }
+    let said = |a: &Option<Answer>| {
+        a.as_ref()
+            .map_or("no answer".into(), |a| format!("HTTP {}", a.status))
+    };
+    Err(Error::usage(
+        format!(
+            "cannot tell which API {base} speaks: /get_model_info gave {}, /v1/models gave {}{}",
+            said(&info),
+            said(&models),
+            server.map_or(String::new(), |s| format!(", Server: {}", clip(&s)))
+        ),
+        Some(
+            "pass `--api sglang` (POST /generate) or `--api openai` (POST /v1/completions)".into(),
+        ),
+    ))
 }

@@ -10,7 +10,6 @@ use crate::pipeline::{self, BenchOptions};
 
 pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
     crate::report::json_lines(args.json);
-    let api = Api::parse(&args.api)?;
     if let Some(plot) = &args.plot {
         crate::output::check(plot, "the plot", true)?; // refused before minutes of benchmarking
     }
@@ -24,6 +23,13 @@ pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
             p.clone(),
         )),
         None => None,
+    };
+    let api = if let Some(a) = &args.api {
+        Api::parse(a)?
+    } else {
+        let (api, how) = bench::client::detect(&args.url)?;
+        show::say(&format!("API: {} ({how}; `--api` sets it)", api.name()));
+        api
     };
     let opts = BenchOptions {
         max_tokens: args.max_tokens,
@@ -51,7 +57,7 @@ pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
         crate::output::write(plot, "the plot", svg.as_bytes())?;
         show::say(&format!("plot written to {}", plot.display()));
     }
-    Error::finding(report.exit_code(), || match &report.gate {
+    Error::finding(report.exit_code(args.strict), || match &report.gate {
         Some(g) if !g.passed => (
             format!(
                 "{} median {:.2} is {:.2}x the baseline's {:.2} (the gate is {:.2}x)",
@@ -61,7 +67,10 @@ pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
         ),
         _ => (
             format!("bench warning: {}", report.warnings.join("; ")),
-            Some("rerun on a quiet machine, or read the warnings as advisories".into()),
+            Some(
+                "rerun on a quiet machine, or drop `--strict` to read the warnings as advisories"
+                    .into(),
+            ),
         ),
     })
 }

@@ -8,6 +8,7 @@ mod cache;
 mod doctor;
 mod image;
 mod man_sections;
+mod man_text;
 mod patch;
 mod plan;
 mod preflight;
@@ -51,7 +52,7 @@ pub fn run(cli: Cli) -> Result<u8> {
         Command::Image(args) => image::run(&settings, &args),
         Command::Cache(args) => cache::run(&settings, &args),
         Command::Completions { shell } => shell_help::completions(shell),
-        Command::Man { command } => shell_help::man(&command),
+        Command::Man { command, text } => shell_help::man(&command, text),
     }
 }
 

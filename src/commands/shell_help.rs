@@ -18,7 +18,8 @@ pub(super) fn completions(shell: clap_complete::Shell) -> Result<u8> {
     print_all(&out)
 }
 
-pub(super) fn man(path: &[String]) -> Result<u8> {
+/// The roff page, or plain text when asked (`text`) or when no `man` on PATH could read roff.
+pub(super) fn man(path: &[String], text: bool) -> Result<u8> {
     // `kiln man "patch apply"` and `kiln man patch apply` name the same page.
     let words: Vec<&str> = path.iter().flat_map(|p| p.split_whitespace()).collect();
     let mut cmd = Cli::command();
@@ -51,7 +52,21 @@ pub(super) fn man(path: &[String]) -> Result<u8> {
         page = sub;
     }
     let out = render(page, &full)?;
+    if text || !man_on_path() {
+        return print_all(super::man_text::plain(&String::from_utf8_lossy(&out)).as_bytes());
+    }
     print_all(&out)
+}
+
+/// Whether an executable `man` is on PATH.
+fn man_on_path() -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join("man"))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
 }
 
 /// The roff page of `cmd`, whose words from `kiln` on are `full`.

@@ -63,7 +63,10 @@ pub(super) fn ab(c: &crate::bench::ab::Comparison, baseline: &str, candidate: &s
 pub(super) fn bench(report: &crate::bench::Report, history: &Path) {
     let r = crate::report::current();
     let event = BenchEvent { report, history };
-    r.result(&Block::new("bench", report.render(), &event));
+    r.result(&Block::new("bench", report.table(), &event));
+    for w in &report.warnings {
+        r.warning(w);
+    }
     r.note(&format!("appended to {}", history.display()));
 }
 
@@ -126,20 +129,16 @@ pub(super) fn served(profile: &str, url: &str, pid: u32, detached: bool) {
 pub(super) struct Narration {
     say: fn(&str),
     progress: fn(&str),
-    line: fn(&str),
+    line: fn(&crate::bench::RunLine),
 }
 
 pub(super) fn narrator() -> Narration {
     Narration {
         say,
         progress: say,
-        line: |s| {
-            #[derive(Serialize)]
-            struct BenchRun<'a> {
-                line: &'a str,
-            }
-            let block = Block::new("bench_run", s, &BenchRun { line: s });
-            crate::report::current().result(&block);
+        line: |run| {
+            let text = run.measured.line(run.run, run.of);
+            crate::report::current().result(&Block::new("bench_run", text, run));
         },
     }
 }

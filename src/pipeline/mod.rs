@@ -70,7 +70,7 @@ pub struct Session<'a> {
 pub struct Narrator<'n> {
     pub say: &'n mut dyn FnMut(&str),
     pub progress: &'n mut dyn FnMut(&str),
-    pub line: &'n mut dyn FnMut(&str),
+    pub line: &'n mut dyn FnMut(&crate::bench::RunLine),
 }
 
 /// Options of the `kiln up` pipeline.

@@ -11,6 +11,7 @@
 
 mod archive_safety;
 mod bench;
+mod bench_cli;
 mod bounded_reads;
 mod coarse_clock;
 mod common;

@@ -107,3 +107,42 @@ fn man_pages_render() {
         "{stderr}"
     );
 }
+
+/// Where no `man` is on PATH, `kiln man` prints the page as text a person reads: headings, the
+/// options and their help, no roff requests or escapes; `--text` asks for the same where `man` is.
+#[test]
+fn man_without_man_on_path_is_plain_text() {
+    let ws = Workspace::new();
+    let bare = ws.path().join("no-man-bin");
+    std::fs::create_dir_all(&bare).unwrap();
+    let out = ws
+        .kiln()
+        .args(["man", "up"])
+        .env("PATH", &bare)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.starts_with("KILN-UP(1)\n\nNAME\n       kiln-up - "),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nOPTIONS\n")
+            && text.contains("\n       --strict\n              Fail (exit 1)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nEXIT STATUS\n") && text.contains("\nEXAMPLES\n"),
+        "{text}"
+    );
+    for roff in ["\\f", "\\-", "\\(", "\n.TP", "\n.SH", ".TH "] {
+        assert!(!text.contains(roff), "raw roff {roff:?} left in:\n{text}");
+    }
+    let asked = ws.kiln().args(["man", "up", "--text"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&asked.stdout), text);
+}
