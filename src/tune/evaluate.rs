@@ -211,7 +211,8 @@ impl<'a> Evaluator<'a> {
             return Ok(());
         };
         let url = self.url(l).map_err(|m| Error::other(m, None))?;
-        let got = ab::collect_with(&url, l.running.api, self.ab_tokens, &self.extra(v))?;
+        let extra = greedy_extra(self.extra(v));
+        let got = ab::collect_with(&url, l.running.api, self.ab_tokens, &extra)?;
         let cmp = ab::compare(reference, &got, (self.ab_tokens / 2) as usize);
         e.evidence.push(format!(
             "greedy A/B: {} ({:.1}% tokens agree)",
@@ -438,9 +439,45 @@ fn free_port() -> Option<u16> {
         .ok()
 }
 
+/// The A/B compares greedy outputs, so its requests decode greedily whatever the variant sets:
+/// the variant's `temperature` and `top_k` give way to 0 and 1 (its other knobs stay; with one
+/// candidate token they cannot change the pick).
+fn greedy_extra(extra: Vec<(String, serde_json::Value)>) -> Vec<(String, serde_json::Value)> {
+    let mut out: Vec<_> = extra
+        .into_iter()
+        .filter(|(k, _)| k != "temperature" && k != "top_k")
+        .collect();
+    out.push(("temperature".to_string(), serde_json::json!(0)));
+    out.push(("top_k".to_string(), serde_json::json!(1)));
+    out
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Room;
+    use super::{greedy_extra, Room};
+    use serde_json::json;
+
+    #[test]
+    fn the_greedy_ab_decodes_greedily_whatever_the_variant_samples_with() {
+        // A `--vary temperature=1.5 --vary top_k=40 --vary top_p=0.9` variant's request fields.
+        let variant = vec![
+            ("temperature".to_string(), json!(1.5)),
+            ("top_k".to_string(), json!(40)),
+            ("top_p".to_string(), json!(0.9)),
+        ];
+        let got = greedy_extra(variant);
+        assert_eq!(
+            got,
+            vec![
+                ("top_p".to_string(), json!(0.9)),
+                ("temperature".to_string(), json!(0)),
+                ("top_k".to_string(), json!(1)),
+            ]
+        );
+        // A variant that sets neither still asks for top_k 1 (temperature 0 alone leaves
+        // llama.cpp's sampler chain in place).
+        assert_eq!(greedy_extra(vec![]).len(), 2);
+    }
     use crate::host::gpu::parse_csv;
 
     #[test]
