@@ -25,7 +25,7 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
     let api = crate::serve::profile_api(profile);
     let request = knobs::classify(&recipe, api, &axes)?;
     let method = Method::parse(&args.method);
-    let variants = tune::sample(tune::grid(&axes), budget.and_then(Budget::variants));
+    let variants = tune::sample(&axes, budget.and_then(Budget::variants))?;
     let full = Rung {
         warmup: args.warmup,
         runs: args.runs,
