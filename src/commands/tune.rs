@@ -44,7 +44,7 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
         show::say(&line);
     }
     if args.dry_run {
-        let names = variants.iter().map(tune::Variant::name);
+        let names = variants.iter().map(tune::Variant::shown);
         println!(
             "{}\n{}",
             names.collect::<Vec<_>>().join("\n"),
@@ -170,7 +170,7 @@ fn conclude(
     let (path, m) = winner.write(load, dir)?;
     println!(
         "winner: {} ({:.1} tok/s): {}",
-        best.variant.name(),
+        best.variant.shown(),
         m,
         path.display()
     );

@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::{knobs, Entry, Evaluate, LaunchId, Measurement, Rung, Variant};
+use crate::bench::wire::escape_controls;
 use crate::bench::{self, ab};
 use crate::error::{Error, Result};
 use crate::host::gpu::Gpu;
@@ -113,6 +114,12 @@ impl<'a> Evaluator<'a> {
             .collect()
     }
 
+    /// A milestone on its way to the terminal: a `--vary` value or a launch error carrying one
+    /// cannot move the cursor or retitle the terminal (OSC/CSI escapes are escaped).
+    fn tell(&mut self, s: &str) {
+        (self.say)(&escape_controls(s));
+    }
+
     fn url(&self, l: &Launched) -> std::result::Result<String, String> {
         l.running
             .record
@@ -135,7 +142,7 @@ impl<'a> Evaluator<'a> {
             paths: self.paths,
             facts: self.facts,
         };
-        (self.say)(&format!("tune: launch {id}: `{}`", key.name()));
+        self.tell(&format!("tune: launch {id}: `{}`", key.name()));
         let before = (id == 1 && self.allow_two)
             .then(crate::host::gpu::query_gpus)
             .flatten();
@@ -169,7 +176,7 @@ impl<'a> Evaluator<'a> {
             return;
         };
         self.room = Some(room);
-        (self.say)(&format!(
+        self.tell(&format!(
             "tune: one server takes {} MiB of GPU memory and {} MiB are free: {}",
             room.one_mib,
             room.free_mib,
@@ -254,7 +261,7 @@ impl<'a> Evaluator<'a> {
             .iter()
             .map(|r| r.decode_tok_s.unwrap_or(r.e2e_tok_s))
             .collect();
-        (self.say)(&format!(
+        self.tell(&format!(
             "tune: `{}` (launch {launch}): {:.1} tok/s, CV {:.1}% ({} x {} tokens)",
             v.name(),
             headline.median,
@@ -278,7 +285,7 @@ impl Evaluate for Evaluator<'_> {
     fn launch(&mut self, key: &Variant) -> std::result::Result<LaunchId, String> {
         self.try_launch(key).map_err(|e| {
             let msg = e.to_string();
-            (self.say)(&format!("tune: `{}` failed: {msg}", key.name()));
+            self.tell(&format!("tune: `{}` failed: {msg}", key.name()));
             msg.lines().next().unwrap_or("").to_string()
         })
     }
@@ -312,7 +319,7 @@ impl Evaluate for Evaluator<'_> {
         }
         got.map_err(|e| {
             let msg = e.to_string();
-            (self.say)(&format!("tune: `{}` failed: {msg}", v.name()));
+            self.tell(&format!("tune: `{}` failed: {msg}", v.name()));
             msg.lines().next().unwrap_or("").to_string()
         })
     }

@@ -119,6 +119,12 @@ impl Variant {
             .collect()
     }
 
+    /// [`Variant::name`] for a terminal or a picture: control characters escaped, so an
+    /// OSC/CSI sequence in a `--vary` value is shown, not obeyed.
+    pub(crate) fn shown(&self) -> String {
+        crate::bench::wire::escape_controls(&self.name())
+    }
+
     pub(crate) fn name(&self) -> String {
         self.settings
             .iter()
