@@ -41,6 +41,9 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
         &name,
         &settings.paths.reports(&recipe.name).join("report.json"),
     );
+    for w in &history.warnings {
+        show::say(&format!("warning: {w}"));
+    }
     let estimate = Estimate::plan(method, variants.len(), keys, full, args.ab_tokens, &history);
     let what = format!("`{name}` of {} ({method:?})", recipe.name);
     for line in estimate.announcement(&what, budget, api, &request) {
@@ -147,7 +150,7 @@ fn conclude(
         results.wall_s,
         estimate
             .wall()
-            .map_or("-".into(), tune::estimate::human_duration)
+            .map_or("-".into(), tune::estimate::human_range)
     );
     // Every variant with its figures, verdicts and why it is out, ranked (the winner first).
     crate::report::current().result(&Block::new("tune_ranked", text, results));
