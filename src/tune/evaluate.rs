@@ -193,23 +193,7 @@ impl<'a> Evaluator<'a> {
             return;
         };
         let verdicts = pipeline::verdicts(l, served);
-        e.evidence.retain(|line| !line.starts_with("verdict "));
-        for v in &verdicts {
-            e.evidence.push(format!(
-                "verdict {}: {}: {}",
-                v.feature,
-                v.status.label(),
-                v.reason
-            ));
-        }
-        if let Some(bad) = verdicts.iter().find(|v| !v.status.proven_active()) {
-            e.disqualified = Some(format!(
-                "{} {}: {}",
-                bad.feature,
-                bad.status.label(),
-                bad.reason
-            ));
-        }
+        record_verdicts(e, &verdicts);
     }
 
     fn greedy_ab(&self, launch: LaunchId, v: &Variant, e: &mut Entry) -> Result<()> {
@@ -446,6 +430,29 @@ fn free_port() -> Option<u16> {
         .ok()
 }
 
+/// A variant's verdicts into its entry: each one an evidence line; the first that is not proven
+/// active disqualifies it. Each verdict already judges by what the variant's own launch asked
+/// for (`serve::verdict`: `-ngl 12` getting 12 of 17 layers is active, as asked).
+fn record_verdicts(e: &mut Entry, verdicts: &[crate::serve::verdict::Verdict]) {
+    e.evidence.retain(|line| !line.starts_with("verdict "));
+    for v in verdicts {
+        e.evidence.push(format!(
+            "verdict {}: {}: {}",
+            v.feature,
+            v.status.label(),
+            v.reason
+        ));
+    }
+    if let Some(bad) = verdicts.iter().find(|v| !v.status.proven_active()) {
+        e.disqualified = Some(format!(
+            "{} {}: {}",
+            bad.feature,
+            bad.status.label(),
+            bad.reason
+        ));
+    }
+}
+
 /// The A/B compares greedy outputs, so its requests decode greedily whatever the variant sets:
 /// the variant's `temperature` and `top_k` give way to 0 and 1 (its other knobs stay; with one
 /// candidate token they cannot change the pick).
@@ -461,7 +468,73 @@ fn greedy_extra(extra: Vec<(String, serde_json::Value)>) -> Vec<(String, serde_j
 
 #[cfg(test)]
 mod tests {
-    use super::{greedy_extra, Room};
+    use super::{greedy_extra, record_verdicts, Room};
+    use crate::tune::{Entry, Variant};
+
+    /// `kiln tune llama-cuda --profile tuned --vary=-ngl=999,12`, judged on the real H200
+    /// llama-server log (`llama-cuda-baseline.log`, launched with `-ngl 999`), its offload lines
+    /// as llama.cpp prints them for what each variant got.
+    fn judged(ngl: &str, got: &str) -> Entry {
+        use crate::serve::signatures::Signatures;
+        use crate::serve::verdict::{judge, Evidence};
+        let capture =
+            include_str!("../../tests/fixtures/gpu-llama/h200-run2/llama-cuda-baseline.log");
+        let log: Vec<String> = capture
+            .lines()
+            .skip(1) // kiln's `=== kiln serve ...` header
+            .map(|l| {
+                l.replace(
+                    "offloaded 17/17 layers",
+                    &format!("offloaded {got}/17 layers"),
+                )
+            })
+            .collect();
+        let sigs =
+            Signatures::resolve("llama-server", std::path::Path::new("/nonexistent")).unwrap();
+        let profile = crate::recipe::Profile {
+            cmd: vec!["llama-server".into()],
+            args: ["-m", "target.gguf", "-ngl", ngl, "-fa", "off"]
+                .map(String::from)
+                .to_vec(),
+            ..crate::recipe::Profile::default()
+        };
+        let ev = Evidence {
+            log: &log,
+            after_traffic: true,
+            ..Evidence::default()
+        };
+        let mut e = Entry::new(Variant {
+            settings: vec![("-ngl".into(), ngl.into())],
+        });
+        record_verdicts(&mut e, &judge(&sigs, &profile, &ev));
+        e
+    }
+
+    #[test]
+    fn a_variant_that_asks_for_12_layers_and_gets_12_is_benchmarked_not_disqualified() {
+        let asked_12 = judged("12", "12");
+        assert!(asked_12.disqualified.is_none(), "{asked_12:?}");
+        assert!(
+            asked_12
+                .evidence
+                .iter()
+                .any(|l| l.contains("offload") && l.contains("as asked (12 asked)")),
+            "{:?}",
+            asked_12.evidence
+        );
+        // The same 12 layers under `-ngl 999` fell back; 17 of 17 under it is active.
+        let fell = judged("999", "12");
+        assert!(
+            fell.disqualified
+                .as_deref()
+                .is_some_and(|d| d.starts_with("offload ")),
+            "{fell:?}"
+        );
+        assert!(judged("999", "17").disqualified.is_none());
+        // Fewer than asked is still a fallback.
+        assert!(judged("12", "11").disqualified.is_some());
+    }
+
     use serde_json::json;
 
     #[test]
