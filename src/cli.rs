@@ -300,6 +300,11 @@ pub struct TuneArgs {
     #[arg(long)]
     pub dry_run: bool,
 
+    /// JSON lines on stdout: `tune_plan` (dry run), `tune_ranked` (every variant's figures and
+    /// verdicts), `tune_winner`; a failure is an `error` event, the last is `outcome`
+    #[arg(long)]
+    pub json: bool,
+
     /// Never hold two servers at once (the race keeps its leader up while it measures the next)
     #[arg(long)]
     pub one_server: bool,

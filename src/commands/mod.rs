@@ -95,6 +95,7 @@ pub(crate) fn output(cli: &Cli) -> crate::report::Output {
         Command::Serve(a) => a.json,
         Command::Bench(a) => a.json,
         Command::Verify(a) => a.json,
+        Command::Tune(a) => a.json,
         Command::Patch(a) => match &a.action {
             PatchAction::Apply(t) | PatchAction::Check(t) | PatchAction::Revert(t) => t.json,
         },

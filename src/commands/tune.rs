@@ -4,10 +4,13 @@
 
 use std::time::Instant;
 
+use serde::Serialize;
+
 use super::{show, Settings};
 use crate::cli::TuneArgs;
 use crate::error::{Error, Result};
 use crate::pipeline;
+use crate::report::Block;
 use crate::tune::estimate::{Budget, Estimate, History};
 use crate::tune::evaluate::Evaluator;
 use crate::tune::results::Results;
@@ -25,7 +28,7 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
     let api = crate::serve::profile_api(profile);
     let request = knobs::classify(&recipe, api, &axes)?;
     let method = Method::parse(&args.method);
-    let variants = tune::sample(tune::grid(&axes), budget.and_then(Budget::variants));
+    let variants = tune::sample(&axes, budget.and_then(Budget::variants))?;
     let full = Rung {
         warmup: args.warmup,
         runs: args.runs,
@@ -38,18 +41,31 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
         &name,
         &settings.paths.reports(&recipe.name).join("report.json"),
     );
+    for w in &history.warnings {
+        show::say(&format!("warning: {w}"));
+    }
     let estimate = Estimate::plan(method, variants.len(), keys, full, args.ab_tokens, &history);
     let what = format!("`{name}` of {} ({method:?})", recipe.name);
     for line in estimate.announcement(&what, budget, api, &request) {
         show::say(&line);
     }
     if args.dry_run {
-        let names = variants.iter().map(tune::Variant::name);
-        println!(
+        let names = variants.iter().map(tune::Variant::shown);
+        let text = format!(
             "{}\n{}",
             names.collect::<Vec<_>>().join("\n"),
             estimate.line()
         );
+        let event = PlanEvent {
+            recipe: &recipe.name,
+            profile: &name,
+            method,
+            variants: &variants,
+            launches: keys,
+            estimate: estimate.line(),
+            estimated_wall_s: estimate.wall().map(|d| d.as_secs_f64()),
+        };
+        crate::report::current().result(&Block::new("tune_plan", text, &event));
         return Ok(0);
     }
     // Before any launch (a dry run launches nothing).
@@ -127,15 +143,17 @@ fn conclude(
     estimate: &Estimate,
 ) -> Result<u8> {
     let (ranked, name, method) = (results.entries, results.profile, results.method);
-    print!("{}", render::table(ranked));
-    println!(
-        "{} launches in {:.1} s ({method:?}; estimated {})",
+    let text = format!(
+        "{}{} launches in {:.1} s ({method:?}; estimated {})",
+        render::table(ranked),
         results.launches,
         results.wall_s,
         estimate
             .wall()
-            .map_or("-".into(), tune::estimate::human_duration)
+            .map_or("-".into(), tune::estimate::human_range)
     );
+    // Every variant with its figures, verdicts and why it is out, ranked (the winner first).
+    crate::report::current().result(&Block::new("tune_ranked", text, results));
     let title = format!("kiln tune {} `{name}`: tok/s per variant", recipe.name);
     let (json_path, svg_path) = results.write(dir, &render::svg(&title, ranked))?;
     show::say(&format!(
@@ -168,12 +186,19 @@ fn conclude(
         request: results.per_request,
     };
     let (path, m) = winner.write(load, dir)?;
-    println!(
+    let text = format!(
         "winner: {} ({:.1} tok/s): {}",
-        best.variant.name(),
+        best.variant.shown(),
         m,
         path.display()
     );
+    let event = WinnerEvent {
+        profile: name,
+        variant: &best.variant,
+        tok_s: m,
+        file: &path,
+    };
+    crate::report::current().result(&Block::new("tune_winner", text, &event));
     Ok(0)
 }
 
@@ -195,4 +220,25 @@ fn greedy_reference(
     let base = pipeline::Variant::pick(recipe, Some(b))?;
     let s = settings.session(recipe);
     pipeline::greedy_outputs(s, base, ab_tokens, &mut show::say).map(Some)
+}
+
+/// `kiln tune --dry-run`: what would run (a `tune_plan` event).
+#[derive(Serialize)]
+struct PlanEvent<'a> {
+    recipe: &'a str,
+    profile: &'a str,
+    method: Method,
+    variants: &'a [tune::Variant],
+    launches: usize,
+    estimate: String,
+    estimated_wall_s: Option<f64>,
+}
+
+/// The winner and its profile file (a `tune_winner` event).
+#[derive(Serialize)]
+struct WinnerEvent<'a> {
+    profile: &'a str,
+    variant: &'a tune::Variant,
+    tok_s: f64,
+    file: &'a std::path::Path,
 }

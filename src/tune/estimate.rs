@@ -66,6 +66,10 @@ pub(crate) struct History {
     pub tok_s: Vec<(f64, f64)>,
     /// Where they came from, for the user.
     pub source: String,
+    /// What was read back but not used: a file that is not kiln's JSON, figures out of range.
+    pub warnings: Vec<String>,
+    /// Figures refused so far (counted into one warning).
+    dropped: usize,
 }
 
 impl History {
@@ -74,11 +78,22 @@ impl History {
     /// (`kiln up`'s JSON).
     pub(crate) fn read(tune_dir: &Path, profile: &str, report: &Path) -> History {
         let mut h = History::default();
+        let warnings = std::cell::RefCell::new(Vec::new());
         let read = |path: &Path| {
+            if !path.exists() {
+                return None;
+            }
             // Regular files only, bounded: a FIFO or /dev/zero here is refused, never waited on.
-            crate::bounded::read_io(path, crate::bounded::INDEX_CAP)
+            let v = crate::bounded::read_io(path, crate::bounded::INDEX_CAP)
                 .ok()
-                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+            if v.is_none() {
+                warnings.borrow_mut().push(format!(
+                    "{} is not a readable JSON file: the estimate leaves it out",
+                    path.display()
+                ));
+            }
+            v
         };
         let complete = |h: &History| !h.launch_s.is_empty() && !h.tok_s.is_empty();
         let own = tune_dir.join(format!("{profile}.json"));
@@ -89,7 +104,8 @@ impl History {
                     "{} past launch(es) of `{profile}` in its last tune result",
                     h.launch_s.len()
                 );
-                return h;
+                h.warnings.extend(warnings.take());
+                return h.with_dropped();
             }
         }
         let mut files = 0;
@@ -108,11 +124,15 @@ impl History {
                 "{} past launch(es) in {files} tune result(s) of this recipe",
                 h.launch_s.len()
             );
-            return h;
+            h.warnings.extend(warnings.take());
+            return h.with_dropped();
         }
         // What the tune results lack (a run whose every variant was disqualified measured no
         // rate), from the last `kiln up` report.
-        let Some(v) = read(report) else { return h };
+        let Some(v) = read(report) else {
+            h.warnings.extend(warnings.take());
+            return h.with_dropped();
+        };
         let launches_known = !h.launch_s.is_empty();
         if !launches_known {
             // Its stop and a verdict request: ~0.5 s.
@@ -136,7 +156,25 @@ impl History {
                 format!("the last `kiln up` report ({})", report.display())
             };
         }
-        h
+        if !launches_known
+            && v["ready_after_s"].is_number()
+            && seconds(&v["ready_after_s"]).is_none()
+        {
+            h.dropped += 1;
+        }
+        h.warnings.extend(warnings.take());
+        h.with_dropped()
+    }
+
+    /// One warning for the figures [`seconds`] and [`rate_of`] refused.
+    fn with_dropped(mut self) -> History {
+        if self.dropped > 0 {
+            self.warnings.push(format!(
+                "{} figure(s) read back from past results are not finite, negative or out of range: the estimate leaves them out",
+                self.dropped
+            ));
+        }
+        self
     }
 
     /// A tune result's launches (what each cost besides its measurements), judging (its launches'
@@ -145,6 +183,10 @@ impl History {
         let mut judged = 0.0;
         for l in v["launch_records"].as_array().into_iter().flatten() {
             let phases = ["ready_s", "qualify_s", "stop_s"].map(|k| seconds(&l[k]));
+            self.dropped += ["ready_s", "qualify_s", "stop_s"]
+                .iter()
+                .filter(|k| l[**k].is_number() && seconds(&l[**k]).is_none())
+                .count();
             if let [Some(ready), qualify, stop] = phases {
                 self.launch_s.push(ready + stop.unwrap_or(0.0));
                 judged += qualify.unwrap_or(0.0);
@@ -158,7 +200,9 @@ impl History {
             for m in e["measurements"].as_array().into_iter().flatten() {
                 let tokens = m["rung"]["max_tokens"].as_f64().unwrap_or(1.0);
                 let runs = m["runs"].as_array().into_iter().flatten();
-                let rates = runs.filter_map(rate_of);
+                let runs: Vec<&serde_json::Value> = runs.collect();
+                self.dropped += runs.iter().filter(|r| rate_of(r).is_none()).count();
+                let rates = runs.into_iter().filter_map(rate_of);
                 self.tok_s
                     .extend(rates.filter(|t| *t > 0.0).map(|t| (tokens, t)));
             }
@@ -304,7 +348,7 @@ impl Estimate {
             (Some(r), Some(t), Some(w)) => format!(
                 "{head} × ~{r:.1} s + ~{} tokens at ~{t:.0} tok/s ≈ {} (from {})",
                 human_tokens(self.tokens),
-                human_duration(w),
+                human_range(w),
                 self.source
             ),
             _ => format!(
@@ -312,6 +356,27 @@ impl Estimate {
                 human_tokens(self.tokens)
             ),
         }
+    }
+}
+
+/// What the walls of searches the estimate was not fitted to came to, as a multiple of the
+/// estimate printed before each: 0.80× to 1.54× over the nine H200 runs in BENCHMARKS.md
+/// ("The estimate out of sample"), rounded outward to 0.05. The printed range is the estimate
+/// times these.
+pub(crate) const OUT_OF_SAMPLE: (f64, f64) = (0.80, 1.55);
+
+/// "about 40–78 s": the estimate `w` widened by [`OUT_OF_SAMPLE`]; one unit when both ends share it.
+pub(crate) fn human_range(w: Duration) -> String {
+    let scale = |k: f64| Duration::try_from_secs_f64(w.as_secs_f64() * k).unwrap_or(Duration::MAX);
+    let (lo, hi) = (
+        human_duration(scale(OUT_OF_SAMPLE.0)),
+        human_duration(scale(OUT_OF_SAMPLE.1)),
+    );
+    match (lo.split_once(' '), hi.split_once(' ')) {
+        (Some((a, unit_a)), Some((b, unit_b))) if unit_a == unit_b => {
+            format!("about {a}–{b} {unit_b}")
+        }
+        _ => format!("about {lo}–{hi}"),
     }
 }
 
@@ -439,17 +504,42 @@ mod tests {
             r#"{"ready_after_s": -3.0, "bench": {"decode_tok_s": {"median": -1.0}}}"#,
         )
         .unwrap();
+        std::fs::write(dir.path().join("junk.json"), "not json").unwrap();
         let h = History::read(dir.path(), "p", &report);
         assert!(h.launch_s.is_empty() && h.tok_s.is_empty(), "{h:?}");
+        // Dropped, and said: two ready_s, two runs, the report's ready_after_s; the junk file.
+        assert!(
+            h.warnings
+                .iter()
+                .any(|w| w.starts_with("5 figure(s) read back"))
+                && h.warnings.iter().any(|w| w.ends_with(
+                    "junk.json is not a readable JSON file: the estimate leaves it out"
+                )),
+            "{:?}",
+            h.warnings
+        );
         let huge = History {
             launch_s: vec![6e5],
             judge_s: vec![],
             tok_s: vec![(1.0, 1e-300)],
             source: "x".into(),
+            ..History::default()
         };
         let e = Estimate::plan(Method::Grid, 8, 8, full(), 64, &huge);
         assert!(e.wall().is_some());
         e.line();
+    }
+
+    #[test]
+    fn the_estimate_is_a_range_as_wide_as_its_measured_out_of_sample_error() {
+        // The issue's H200 runs: a race estimated at 50 s took 70.1 s, a grid at 3.3 min 4.2 min.
+        let race = human_range(Duration::from_secs(50));
+        assert_eq!(race, "about 40–78 s");
+        assert!(70.1 >= 50.0 * OUT_OF_SAMPLE.0 && 70.1 <= 50.0 * OUT_OF_SAMPLE.1);
+        assert_eq!(human_range(Duration::from_secs(198)), "about 2.6–5.1 min");
+        assert_eq!(human_range(Duration::from_secs(100)), "about 80 s–2.6 min");
+        // Saturates, no panic.
+        human_range(Duration::MAX);
     }
 
     #[test]
@@ -460,6 +550,7 @@ mod tests {
             judge_s: vec![],
             tok_s: vec![(1.0, 90.0)],
             source: "a test".into(),
+            ..History::default()
         };
         let grid = Estimate::plan(Method::Grid, 8, 8, full(), 64, &h);
         let race = Estimate::plan(Method::Race, 8, 8, full(), 64, &h);

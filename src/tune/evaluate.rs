@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::{knobs, Entry, Evaluate, LaunchId, Measurement, Rung, Variant};
+use crate::bench::wire::escape_controls;
 use crate::bench::{self, ab};
 use crate::error::{Error, Result};
 use crate::host::gpu::Gpu;
@@ -113,6 +114,12 @@ impl<'a> Evaluator<'a> {
             .collect()
     }
 
+    /// A milestone on its way to the terminal: a `--vary` value or a launch error carrying one
+    /// cannot move the cursor or retitle the terminal (OSC/CSI escapes are escaped).
+    fn tell(&mut self, s: &str) {
+        (self.say)(&escape_controls(s));
+    }
+
     fn url(&self, l: &Launched) -> std::result::Result<String, String> {
         l.running
             .record
@@ -135,7 +142,7 @@ impl<'a> Evaluator<'a> {
             paths: self.paths,
             facts: self.facts,
         };
-        (self.say)(&format!("tune: launch {id}: `{}`", key.name()));
+        self.tell(&format!("tune: launch {id}: `{}`", key.name()));
         let before = (id == 1 && self.allow_two)
             .then(crate::host::gpu::query_gpus)
             .flatten();
@@ -169,7 +176,7 @@ impl<'a> Evaluator<'a> {
             return;
         };
         self.room = Some(room);
-        (self.say)(&format!(
+        self.tell(&format!(
             "tune: one server takes {} MiB of GPU memory and {} MiB are free: {}",
             room.one_mib,
             room.free_mib,
@@ -186,23 +193,7 @@ impl<'a> Evaluator<'a> {
             return;
         };
         let verdicts = pipeline::verdicts(l, served);
-        e.evidence.retain(|line| !line.starts_with("verdict "));
-        for v in &verdicts {
-            e.evidence.push(format!(
-                "verdict {}: {}: {}",
-                v.feature,
-                v.status.label(),
-                v.reason
-            ));
-        }
-        if let Some(bad) = verdicts.iter().find(|v| !v.status.proven_active()) {
-            e.disqualified = Some(format!(
-                "{} {}: {}",
-                bad.feature,
-                bad.status.label(),
-                bad.reason
-            ));
-        }
+        record_verdicts(e, &verdicts);
     }
 
     fn greedy_ab(&self, launch: LaunchId, v: &Variant, e: &mut Entry) -> Result<()> {
@@ -211,7 +202,8 @@ impl<'a> Evaluator<'a> {
             return Ok(());
         };
         let url = self.url(l).map_err(|m| Error::other(m, None))?;
-        let got = ab::collect_with(&url, l.running.api, self.ab_tokens, &self.extra(v))?;
+        let extra = greedy_extra(self.extra(v));
+        let got = ab::collect_with(&url, l.running.api, self.ab_tokens, &extra)?;
         let cmp = ab::compare(reference, &got, (self.ab_tokens / 2) as usize);
         e.evidence.push(format!(
             "greedy A/B: {} ({:.1}% tokens agree)",
@@ -253,7 +245,7 @@ impl<'a> Evaluator<'a> {
             .iter()
             .map(|r| r.decode_tok_s.unwrap_or(r.e2e_tok_s))
             .collect();
-        (self.say)(&format!(
+        self.tell(&format!(
             "tune: `{}` (launch {launch}): {:.1} tok/s, CV {:.1}% ({} x {} tokens)",
             v.name(),
             headline.median,
@@ -277,7 +269,7 @@ impl Evaluate for Evaluator<'_> {
     fn launch(&mut self, key: &Variant) -> std::result::Result<LaunchId, String> {
         self.try_launch(key).map_err(|e| {
             let msg = e.to_string();
-            (self.say)(&format!("tune: `{}` failed: {msg}", key.name()));
+            self.tell(&format!("tune: `{}` failed: {msg}", key.name()));
             msg.lines().next().unwrap_or("").to_string()
         })
     }
@@ -311,7 +303,7 @@ impl Evaluate for Evaluator<'_> {
         }
         got.map_err(|e| {
             let msg = e.to_string();
-            (self.say)(&format!("tune: `{}` failed: {msg}", v.name()));
+            self.tell(&format!("tune: `{}` failed: {msg}", v.name()));
             msg.lines().next().unwrap_or("").to_string()
         })
     }
@@ -438,9 +430,134 @@ fn free_port() -> Option<u16> {
         .ok()
 }
 
+/// A variant's verdicts into its entry: each one an evidence line; the first that is not proven
+/// active disqualifies it. Each verdict already judges by what the variant's own launch asked
+/// for (`serve::verdict`: `-ngl 12` getting 12 of 17 layers is active, as asked).
+fn record_verdicts(e: &mut Entry, verdicts: &[crate::serve::verdict::Verdict]) {
+    e.evidence.retain(|line| !line.starts_with("verdict "));
+    for v in verdicts {
+        e.evidence.push(format!(
+            "verdict {}: {}: {}",
+            v.feature,
+            v.status.label(),
+            v.reason
+        ));
+    }
+    if let Some(bad) = verdicts.iter().find(|v| !v.status.proven_active()) {
+        e.disqualified = Some(format!(
+            "{} {}: {}",
+            bad.feature,
+            bad.status.label(),
+            bad.reason
+        ));
+    }
+}
+
+/// The A/B compares greedy outputs, so its requests decode greedily whatever the variant sets:
+/// the variant's `temperature` and `top_k` give way to 0 and 1 (its other knobs stay; with one
+/// candidate token they cannot change the pick).
+fn greedy_extra(extra: Vec<(String, serde_json::Value)>) -> Vec<(String, serde_json::Value)> {
+    let mut out: Vec<_> = extra
+        .into_iter()
+        .filter(|(k, _)| k != "temperature" && k != "top_k")
+        .collect();
+    out.push(("temperature".to_string(), serde_json::json!(0)));
+    out.push(("top_k".to_string(), serde_json::json!(1)));
+    out
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Room;
+    use super::{greedy_extra, record_verdicts, Room};
+    use crate::tune::{Entry, Variant};
+
+    /// `kiln tune llama-cuda --profile tuned --vary=-ngl=999,12`, judged on the real H200
+    /// llama-server log (`llama-cuda-baseline.log`, launched with `-ngl 999`), its offload lines
+    /// as llama.cpp prints them for what each variant got.
+    fn judged(ngl: &str, got: &str) -> Entry {
+        use crate::serve::signatures::Signatures;
+        use crate::serve::verdict::{judge, Evidence};
+        let capture =
+            include_str!("../../tests/fixtures/gpu-llama/h200-run2/llama-cuda-baseline.log");
+        let log: Vec<String> = capture
+            .lines()
+            .skip(1) // kiln's `=== kiln serve ...` header
+            .map(|l| {
+                l.replace(
+                    "offloaded 17/17 layers",
+                    &format!("offloaded {got}/17 layers"),
+                )
+            })
+            .collect();
+        let sigs =
+            Signatures::resolve("llama-server", std::path::Path::new("/nonexistent")).unwrap();
+        let profile = crate::recipe::Profile {
+            cmd: vec!["llama-server".into()],
+            args: ["-m", "target.gguf", "-ngl", ngl, "-fa", "off"]
+                .map(String::from)
+                .to_vec(),
+            ..crate::recipe::Profile::default()
+        };
+        let ev = Evidence {
+            log: &log,
+            after_traffic: true,
+            ..Evidence::default()
+        };
+        let mut e = Entry::new(Variant {
+            settings: vec![("-ngl".into(), ngl.into())],
+        });
+        record_verdicts(&mut e, &judge(&sigs, &profile, &ev));
+        e
+    }
+
+    #[test]
+    fn a_variant_that_asks_for_12_layers_and_gets_12_is_benchmarked_not_disqualified() {
+        let asked_12 = judged("12", "12");
+        assert!(asked_12.disqualified.is_none(), "{asked_12:?}");
+        assert!(
+            asked_12
+                .evidence
+                .iter()
+                .any(|l| l.contains("offload") && l.contains("as asked (12 asked)")),
+            "{:?}",
+            asked_12.evidence
+        );
+        // The same 12 layers under `-ngl 999` fell back; 17 of 17 under it is active.
+        let fell = judged("999", "12");
+        assert!(
+            fell.disqualified
+                .as_deref()
+                .is_some_and(|d| d.starts_with("offload ")),
+            "{fell:?}"
+        );
+        assert!(judged("999", "17").disqualified.is_none());
+        // Fewer than asked is still a fallback.
+        assert!(judged("12", "11").disqualified.is_some());
+    }
+
+    use serde_json::json;
+
+    #[test]
+    fn the_greedy_ab_decodes_greedily_whatever_the_variant_samples_with() {
+        // A `--vary temperature=1.5 --vary top_k=40 --vary top_p=0.9` variant's request fields.
+        let variant = vec![
+            ("temperature".to_string(), json!(1.5)),
+            ("top_k".to_string(), json!(40)),
+            ("top_p".to_string(), json!(0.9)),
+        ];
+        let got = greedy_extra(variant);
+        assert_eq!(
+            got,
+            vec![
+                ("top_p".to_string(), json!(0.9)),
+                ("temperature".to_string(), json!(0)),
+                ("top_k".to_string(), json!(1)),
+            ]
+        );
+        // A variant that sets neither still asks for top_k 1 (temperature 0 alone leaves
+        // llama.cpp's sampler chain in place).
+        assert_eq!(greedy_extra(vec![]).len(), 2);
+    }
     use crate::host::gpu::parse_csv;
 
     #[test]

@@ -119,6 +119,12 @@ impl Variant {
             .collect()
     }
 
+    /// [`Variant::name`] for a terminal or a picture: control characters escaped, so an
+    /// OSC/CSI sequence in a `--vary` value is shown, not obeyed.
+    pub(crate) fn shown(&self) -> String {
+        crate::bench::wire::escape_controls(&self.name())
+    }
+
     pub(crate) fn name(&self) -> String {
         self.settings
             .iter()
@@ -128,7 +134,9 @@ impl Variant {
     }
 }
 
-/// Every combination, the first axis varying slowest.
+/// Every combination, the first axis varying slowest, built axis by axis: the tests' cross-check
+/// of [`sample`]'s index decoding.
+#[cfg(test)]
 pub(crate) fn grid(axes: &[Axis]) -> Vec<Variant> {
     let mut out = vec![Variant { settings: vec![] }];
     for axis in axes {
@@ -146,20 +154,61 @@ pub(crate) fn grid(axes: &[Axis]) -> Vec<Variant> {
     out
 }
 
-/// At most `budget` variants, spread evenly over the grid (first and last included).
-pub(crate) fn sample(variants: Vec<Variant>, budget: Option<usize>) -> Vec<Variant> {
-    let n = variants.len();
-    match budget {
-        Some(b) if b >= 1 && b < n => {
-            let picks: Vec<usize> = if b == 1 {
+/// How many variants `axes` make (saturating: 60 values on each of 11 axes do not overflow).
+pub(crate) fn grid_len(axes: &[Axis]) -> u128 {
+    axes.iter()
+        .fold(1u128, |n, a| n.saturating_mul(a.values.len() as u128))
+}
+
+/// The `index`th variant of the grid (the first axis varying slowest), decoded in mixed radix:
+/// no other variant is built.
+fn grid_nth(axes: &[Axis], mut index: u128) -> Variant {
+    let mut settings = vec![(String::new(), String::new()); axes.len()];
+    for (slot, axis) in settings.iter_mut().zip(axes).rev() {
+        let radix = (axis.values.len() as u128).max(1);
+        let digit = (index % radix) as usize;
+        index /= radix;
+        if let Some(value) = axis.values.get(digit) {
+            *slot = (axis.key.clone(), value.clone());
+        }
+    }
+    Variant { settings }
+}
+
+/// At most `budget` variants, spread evenly over the grid (first and last included), picked by
+/// index so that `--budget 3` over 5 axes of 60 values builds 3 variants, not 777 million.
+/// Without a budget the whole grid, refused past [`MAX_GRID`] with a hint to set one.
+pub(crate) fn sample(axes: &[Axis], budget: Option<usize>) -> Result<Vec<Variant>> {
+    let n = grid_len(axes);
+    let picks: Vec<u128> = match budget {
+        Some(b) if b >= 1 && (b as u128) < n => {
+            let b = b as u128;
+            if b == 1 {
                 vec![0]
             } else {
-                (0..b).map(|i| i * (n - 1) / (b - 1)).collect()
-            };
-            picks.into_iter().map(|i| variants[i].clone()).collect()
+                // i * (n - 1) / (b - 1), split so that it cannot overflow.
+                (0..b).map(|i| spread(i, n - 1, b - 1)).collect()
+            }
         }
-        _ => variants,
-    }
+        _ if n > MAX_GRID => {
+            return Err(Error::usage(
+                format!(
+                    "the --vary axes make {n} variants, more than {MAX_GRID} kiln tunes in one run"
+                ),
+                Some("set `--budget N` to sample N of them evenly, or vary fewer values".into()),
+            ))
+        }
+        _ => (0..n).collect(),
+    };
+    Ok(picks.into_iter().map(|i| grid_nth(axes, i)).collect())
+}
+
+/// The most variants tuned without `--budget N`.
+pub(crate) const MAX_GRID: u128 = 100_000;
+
+/// `i * last / steps`, floored, for `i <= steps`, without overflowing.
+fn spread(i: u128, last: u128, steps: u128) -> u128 {
+    (last / steps) * i + (last % steps) * i / steps
 }
 
 /// How long one measurement is: warm-up requests, measured runs, tokens per request.
@@ -349,7 +398,8 @@ mod tests {
         assert_eq!(g.len(), 8);
         assert_eq!(g[0].name(), "draft_max=2 -ub=1");
         assert_eq!(g[7].name(), "draft_max=16 -ub=2");
-        let s = sample(g.clone(), Some(3));
+        let s = sample(&axes, Some(3)).unwrap();
+        assert_eq!(sample(&axes, None).unwrap(), g);
         let names: Vec<String> = s.iter().map(Variant::name).collect();
         assert_eq!(
             names,
@@ -362,5 +412,32 @@ mod tests {
         let request: BTreeSet<String> = ["-ub".to_string()].into();
         assert_eq!(g[1].launch_key(&request).name(), "draft_max=2");
         assert_eq!(g[1].request(&request), [("-ub".into(), "2".into())]);
+    }
+
+    #[test]
+    fn a_budget_picks_variants_by_index_and_never_builds_the_product() {
+        // 5 axes × 60 values: 777,600,000 variants, tens of GB if they were built.
+        let values = (0..60).map(|v| v.to_string()).collect::<Vec<_>>().join(",");
+        let axes: Vec<Axis> = ["a", "b", "c", "d", "e"]
+            .iter()
+            .map(|k| Axis::parse(&format!("{k}={values}")).unwrap())
+            .collect();
+        assert_eq!(grid_len(&axes), 60u128.pow(5));
+        let s = sample(&axes, Some(3)).unwrap();
+        let names: Vec<String> = s.iter().map(Variant::name).collect();
+        assert_eq!(
+            names,
+            [
+                "a=0 b=0 c=0 d=0 e=0",
+                // index (60^5 - 1) / 2 = 388,799,999 in base 60: 29 59 59 59 59
+                "a=29 b=59 c=59 d=59 e=59",
+                "a=59 b=59 c=59 d=59 e=59"
+            ]
+        );
+        // Without a budget such a grid is refused, not enumerated.
+        let err = sample(&axes, None).unwrap_err();
+        assert!(err.to_string().contains("777600000 variants"), "{err}");
+        // The index arithmetic does not overflow where i * (n - 1) would.
+        assert_eq!(spread(3, u128::MAX, 3), u128::MAX);
     }
 }

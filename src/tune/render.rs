@@ -19,7 +19,7 @@ use crate::recipe::{Profile, Recipe};
 pub(crate) fn table(entries: &[Entry]) -> String {
     let width = entries
         .iter()
-        .map(|e| e.variant.name().len())
+        .map(|e| e.variant.shown().chars().count())
         .max()
         .unwrap_or(7)
         .max(7);
@@ -33,7 +33,7 @@ pub(crate) fn table(entries: &[Entry]) -> String {
         .map_or(0, |m| m.rung.max_tokens);
     let mut rank = 0;
     for e in entries {
-        let name = e.variant.name();
+        let name = e.variant.shown();
         match (&e.disqualified, e.last()) {
             (None, Some(m)) => {
                 rank += 1;
@@ -61,10 +61,13 @@ pub(crate) fn table(entries: &[Entry]) -> String {
                 );
             }
             (reason, _) => {
-                let why = reason
-                    .as_deref()
-                    .or(e.out.as_deref())
-                    .unwrap_or("no measurement");
+                // A launch error can quote a `--vary` value: escaped like the name.
+                let why = escape_controls(
+                    reason
+                        .as_deref()
+                        .or(e.out.as_deref())
+                        .unwrap_or("no measurement"),
+                );
                 let label = if reason.is_some() {
                     "disqualified"
                 } else {
@@ -106,7 +109,7 @@ pub(crate) fn svg(title: &str, entries: &[Entry]) -> String {
             "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
             left - 8.0,
             y + 16.0,
-            escape(&e.variant.name())
+            escape(&e.variant.shown())
         );
         match (&e.disqualified, e.last()) {
             (None, Some(m)) => {
@@ -129,7 +132,9 @@ pub(crate) fn svg(title: &str, entries: &[Entry]) -> String {
                     s,
                     "<text x=\"{left}\" y=\"{:.1}\" fill=\"#868e96\">disqualified: {}</text>",
                     y + 16.0,
-                    escape(reason.as_deref().unwrap_or("no measurement"))
+                    escape(&escape_controls(
+                        reason.as_deref().unwrap_or("no measurement")
+                    ))
                 );
             }
         }
@@ -308,7 +313,30 @@ fn profile_table(p: &Profile, baseline: Option<&str>) -> toml::Table {
 
 #[cfg(test)]
 mod tests {
-    use super::{profile_table, WinnerFile};
+    use super::{profile_table, table, WinnerFile};
+    use crate::tune::{Entry, Variant};
+
+    #[test]
+    fn an_osc_or_csi_escape_in_a_vary_value_is_shown_not_obeyed() {
+        // OSC 0 (retitle the terminal, BEL-terminated) and CSI 2J (clear the screen).
+        let value = "a\u{1b}]0;pwned\u{7}b\u{1b}[2J";
+        let mut e = Entry::new(Variant {
+            settings: vec![("tag".into(), value.into())],
+        });
+        e.disqualified = Some(format!("launch failed: bad tag {value}"));
+        let shown = table(&[e.clone()]);
+        assert!(
+            !shown.contains('\u{1b}') && !shown.contains('\u{7}'),
+            "{shown:?}"
+        );
+        assert!(
+            shown.contains("tag=a\\u{1b}]0;pwned\\u{7}b\\u{1b}[2J")
+                && shown.contains("bad tag a\\u{1b}]0"),
+            "{shown}"
+        );
+        let picture = super::svg("t", &[e]);
+        assert!(!picture.contains('\u{1b}'), "{picture:?}");
+    }
     use crate::recipe::Profile;
 
     #[test]

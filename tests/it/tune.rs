@@ -279,3 +279,93 @@ fn zero_measured_runs_is_refused_before_anything_launches() {
         );
     }
 }
+
+/// Every stdout line of a `--json` run, parsed (a line that is not JSON fails the test).
+fn json_lines(stdout: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+#[test]
+fn json_gives_typed_events_the_plan_every_variants_figures_and_verdicts_and_the_winner() {
+    let prefix = tiny_cpu();
+    let ws = Workspace::new();
+    let dry =
+        short_runs(tune_tuned(&ws, &prefix).args(["--vary=top_k=1,40", "--dry-run", "--json"]))
+            .output()
+            .unwrap();
+    assert_eq!(
+        dry.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&dry.stderr)
+    );
+    let events = json_lines(&dry.stdout);
+    assert_eq!(events[0]["schema"], 1, "{events:?}");
+    let plan = events.iter().find(|e| e["event"] == "tune_plan").unwrap();
+    assert_eq!(plan["profile"], "tuned");
+    assert_eq!(plan["method"], "race");
+    assert_eq!(plan["launches"], 1, "{plan}");
+    assert_eq!(
+        plan["variants"][1]["settings"],
+        serde_json::json!([["top_k", "40"]])
+    );
+    assert!(
+        plan["estimate"]
+            .as_str()
+            .unwrap()
+            .starts_with("2 variant(s), 1 launch(es)"),
+        "{plan}"
+    );
+    assert_eq!(events.last().unwrap()["event"], "outcome");
+
+    let out =
+        short_runs(tune_tuned(&ws, &prefix).args(["--vary=top_k=1,40", "--method=grid", "--json"]))
+            .output()
+            .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = json_lines(&out.stdout);
+    assert_eq!(events[0]["schema"], 1);
+    let ranked = events.iter().find(|e| e["event"] == "tune_ranked").unwrap();
+    let entries = ranked["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 2, "{ranked}");
+    assert_eq!(ranked["launches"], 1);
+    for e in entries {
+        assert!(e["disqualified"].is_null(), "{e}");
+        let m = &e["measurements"][0];
+        assert!(
+            m["tok_s"].as_f64().unwrap() > 0.0 && m["launch"] == 1,
+            "{e}"
+        );
+        // The verdicts and the A/B of its launch ride along.
+        let evidence: Vec<&str> = e["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|l| l.as_str())
+            .collect();
+        assert!(evidence.iter().any(|l| l.starts_with("verdict ")), "{e}");
+    }
+    let winner = events.iter().find(|e| e["event"] == "tune_winner").unwrap();
+    assert_eq!(winner["profile"], "tuned");
+    assert!(winner["tok_s"].as_f64().unwrap() > 0.0, "{winner}");
+    assert!(
+        winner["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("tuned-best.toml"),
+        "{winner}"
+    );
+    assert_eq!(winner["variant"], entries[0]["variant"]);
+    assert_eq!(
+        events.last().unwrap(),
+        &serde_json::json!({"event": "outcome", "ok": true, "exit_code": 0})
+    );
+}
