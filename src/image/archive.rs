@@ -44,6 +44,9 @@ pub(crate) struct LayerInfo {
     pub prefix: PathBuf,
     pub digest: String,
     pub size: u64,
+    pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
 }
 
 #[derive(Debug)]
@@ -158,6 +161,9 @@ fn write_archive(
             prefix: prefix.clone(),
             digest,
             size,
+            files: summary.files,
+            dirs: summary.dirs,
+            symlinks: summary.symlinks,
         });
     }
     let config = config_json(opts, &layers);
