@@ -1,6 +1,7 @@
 //! One reproducible tar layer from a directory tree: entries sorted by name, one fixed mtime,
-//! owner 0:0 and no user names, permission bits (exec bits included) and symlinks kept. File
-//! contents stream through; nothing is held in memory beyond one copy buffer.
+//! owner 0:0 and no user names, permission bits (exec bits included), symlinks and hard links
+//! (tar's link entries) kept, names as bytes (not UTF-8 ones too). File contents stream through;
+//! nothing is held in memory beyond one copy buffer.
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -21,6 +22,9 @@ pub(crate) struct LayerSummary {
     pub skipped: Vec<PathBuf>,
     /// Sparse files (fewer bytes allocated than their size): packed in full, see archive.rs.
     pub sparse: Vec<(PathBuf, u64, u64)>,
+    /// The first name in the layer of each file with more than one link, by (device, inode):
+    /// its other names are tar hard-link entries to it.
+    first_names: std::collections::HashMap<(u64, u64), PathBuf>,
 }
 
 /// Files a layer never holds, by (device, inode): the export's own temp file and output, when
@@ -125,7 +129,22 @@ fn walk<W: Write>(
                 .append_link(&mut header, &entry_rel, &target)
                 .map_err(|e| io_at("cannot pack the link", &path, e))?;
             summary.symlinks += 1;
+        } else if let Some(first) = (kind.is_file() && meta.nlink() > 1)
+            .then(|| summary.first_names.get(&(meta.dev(), meta.ino())))
+            .flatten()
+        {
+            // Another name of a file already in the layer: tar's hard-link entry, as `tar` writes.
+            let mut header = header(EntryType::Link, meta.mode(), mtime);
+            builder
+                .append_link(&mut header, &entry_rel, first)
+                .map_err(|e| io_at("cannot pack the hard link", &path, e))?;
+            summary.files += 1;
         } else if kind.is_file() {
+            if meta.nlink() > 1 {
+                summary
+                    .first_names
+                    .insert((meta.dev(), meta.ino()), entry_rel.clone());
+            }
             let allocated = meta.blocks() * 512;
             if allocated + (1 << 20) < meta.len() {
                 summary.sparse.push((path.clone(), allocated, meta.len()));
