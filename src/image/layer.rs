@@ -68,6 +68,42 @@ pub(crate) fn write_layer<W: Write>(
     Ok((out, summary))
 }
 
+/// The longest path the kernel takes in one call (Linux's PATH_MAX, its NUL included).
+const PATH_MAX: usize = 4096;
+
+/// Refuses, before anything is written, a tree holding a path the export could not open: one of
+/// PATH_MAX bytes or more. Only names are read (no file is opened or stat'ed).
+pub(crate) fn check_path_lengths(prefix: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut dirs = vec![prefix.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let entries = fs::read_dir(&dir).map_err(|e| io_at("cannot list", &dir, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| io_at("cannot list", &dir, e))?;
+            let path = entry.path();
+            if path.as_os_str().as_bytes().len() >= PATH_MAX {
+                let shown = path.to_string_lossy();
+                let head: String = shown.chars().take(60).collect();
+                let tail: String = {
+                    let t: Vec<char> = shown.chars().rev().take(60).collect();
+                    t.into_iter().rev().collect()
+                };
+                return Err(Error::usage(
+                    format!(
+                        "{head}…{tail} ({} bytes) is longer than PATH_MAX ({PATH_MAX}): the export cannot open it",
+                        path.as_os_str().len()
+                    ),
+                    Some("move it to a shorter path, or export a prefix that does not hold it; nothing was written".to_string()),
+                ));
+            }
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.push(path);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `/opt/kiln/x` → `opt/kiln/x`; rejects relative paths and `..`.
 pub(crate) fn relative_in_image(prefix: &Path) -> Result<PathBuf> {
     let mut rel = PathBuf::new();

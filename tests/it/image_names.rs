@@ -76,3 +76,45 @@ fn a_non_utf8_name_and_a_hard_link_come_back_exactly() {
         "{listing}"
     );
 }
+
+/// A path of PATH_MAX bytes or more cannot be opened: the export refuses it before it writes
+/// anything, naming it (its start and end) and its length.
+#[test]
+fn a_path_deeper_than_path_max_is_refused_before_anything_is_written() {
+    let ws = Workspace::new();
+    let prefix = ws.path().join("opt/deep");
+    std::fs::create_dir_all(&prefix).unwrap();
+    std::fs::write(prefix.join("shallow"), "kept\n").unwrap();
+    // 25 directories of 200 bytes, made one `cd` at a time (no single call sees the whole path).
+    let script = "set -e; for i in $(seq 25); do n=$(printf 'd%.0s' $(seq 200)); mkdir $n; cd $n; done; echo x > leaf";
+    let made = Command::new("bash")
+        .args(["-c", script])
+        .current_dir(&prefix)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let out = ws
+        .kiln()
+        .args(["image", "export", "--prefix"])
+        .arg(&prefix)
+        .args(["-o", "deep.tar"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let first = err.lines().next().unwrap();
+    let start: String = prefix.to_string_lossy().chars().take(60).collect();
+    assert!(first.starts_with(&format!("error: {start}")), "{err}");
+    assert!(
+        first.contains("is longer than PATH_MAX (4096): the export cannot open it"),
+        "{err}"
+    );
+    assert!(err.contains("hint: move it to a shorter path"), "{err}");
+    // Nothing was written: no archive, no temp file beside it.
+    let left: Vec<_> = std::fs::read_dir(ws.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().contains("deep.tar"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
