@@ -345,6 +345,11 @@ pub struct PlanArgs {
 pub struct ImageArgs {
     #[command(subcommand)]
     pub command: ImageCommand,
+
+    /// JSON lines on stdout: the `dockerfile` or `image_exported` event (typed fields), progress
+    /// as `note`/`transfer`; the first event has `schema`, the last is `outcome`
+    #[arg(long, global = true)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]

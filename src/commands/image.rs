@@ -3,11 +3,45 @@
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
+use serde::Serialize;
+
 use super::Settings;
 use crate::cli::{ImageArgs, ImageCommand, ImageDockerfileArgs, ImageExportArgs, RecipeArgs};
 use crate::error::{Error, Result};
 use crate::image::archive::{self, ExportOptions};
 use crate::image::dockerfile::{self, RecipeSource};
+use crate::report::Block;
+
+/// The `dockerfile` event: what was rendered, and where it went.
+#[derive(Serialize)]
+struct DockerfileEvent<'a> {
+    recipe: &'a str,
+    base: &'a str,
+    profile: Option<&'a str>,
+    /// The file written (`-o`); None: the text went to stdout (a human) or is `text` (JSON).
+    output: Option<&'a Path>,
+    text: &'a str,
+}
+
+/// The `image_exported` event: the archive and each layer, as numbers and digests.
+#[derive(Serialize)]
+struct ExportedEvent<'a> {
+    output: &'a Path,
+    archive_size: u64,
+    manifest_digest: String,
+    tag: Option<&'a str>,
+    layers: Vec<LayerEvent<'a>>,
+}
+
+#[derive(Serialize)]
+struct LayerEvent<'a> {
+    prefix: &'a Path,
+    digest: String,
+    size: u64,
+    files: u64,
+    dirs: u64,
+    symlinks: u64,
+}
 
 pub(super) fn run(settings: &Settings, args: &ImageArgs) -> Result<u8> {
     match &args.command {
@@ -34,14 +68,24 @@ fn run_dockerfile(settings: &Settings, args: &ImageDockerfileArgs) -> Result<u8>
         ))?)
     };
     let text = dockerfile::render(&recipe, &source, &args.base, args.profile.as_deref())?;
-    match &args.output {
-        Some(path) => {
-            let cwd = std::env::current_dir()
-                .map_err(|e| Error::io("cannot read the current directory", e))?;
-            crate::output::write(&cwd.join(path), "the Dockerfile", text.as_bytes())?;
-        }
-        None => print!("{text}"),
+    if let Some(path) = &args.output {
+        let cwd = std::env::current_dir()
+            .map_err(|e| Error::io("cannot read the current directory", e))?;
+        crate::output::write(&cwd.join(path), "the Dockerfile", text.as_bytes())?;
     }
+    let event = DockerfileEvent {
+        recipe: &recipe.name,
+        base: &args.base,
+        profile: args.profile.as_deref(),
+        output: args.output.as_deref(),
+        text: &text,
+    };
+    let shown = if args.output.is_some() {
+        ""
+    } else {
+        text.as_str()
+    };
+    crate::report::current().result(&Block::new("dockerfile", shown, &event));
     Ok(0)
 }
 
@@ -141,6 +185,25 @@ fn run_export(settings: &Settings, args: &ImageExportArgs) -> Result<u8> {
         crate::units::human_bytes(exported.archive_size as f64),
         exported.layers.len()
     ));
-    println!("sha256:{}", exported.manifest_digest);
+    let event = ExportedEvent {
+        output: &args.output,
+        archive_size: exported.archive_size,
+        manifest_digest: format!("sha256:{}", exported.manifest_digest),
+        tag: args.tag.as_deref(),
+        layers: exported
+            .layers
+            .iter()
+            .map(|l| LayerEvent {
+                prefix: &l.prefix,
+                digest: format!("sha256:{}", l.digest),
+                size: l.size,
+                files: l.files,
+                dirs: l.dirs,
+                symlinks: l.symlinks,
+            })
+            .collect(),
+    };
+    let text = event.manifest_digest.clone();
+    reporter.result(&Block::new("image_exported", text, &event));
     Ok(0)
 }

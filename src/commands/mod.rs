@@ -100,6 +100,7 @@ pub(crate) fn output(cli: &Cli) -> crate::report::Output {
             PatchAction::Apply(t) | PatchAction::Check(t) | PatchAction::Revert(t) => t.json,
         },
         Command::Cache(a) => matches!(a.command, CacheCommand::Ls { json: true }),
+        Command::Image(a) => a.json,
         _ => false,
     };
     crate::report::Output {

@@ -61,9 +61,17 @@ pub(super) fn launch_checks(
             set,
         })?)
     };
+    let shipped = |name: &str, set: &[String]| {
+        settings.load(&settings.recipe_spec(&RecipeArgs {
+            recipe_flag: None,
+            recipe: Some(name.to_string()),
+            set: set.to_vec(),
+        })?)
+    };
     let here = Here {
         paths: &settings.paths,
         gpus: settings.facts.gpus(),
+        shipped: &shipped,
     };
     launch_preflight::launch_checks(recipe, &reload, &here, profiles, up)
 }

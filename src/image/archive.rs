@@ -44,6 +44,9 @@ pub(crate) struct LayerInfo {
     pub prefix: PathBuf,
     pub digest: String,
     pub size: u64,
+    pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
 }
 
 #[derive(Debug)]
@@ -58,6 +61,9 @@ pub(crate) struct Exported {
 /// output is packed when `output` is inside an exported prefix. `note` receives progress lines.
 pub(crate) fn export(opts: &ExportOptions, output: &Path, note: &dyn Fn(&str)) -> Result<Exported> {
     crate::output::check(output, "the image archive", false)?;
+    for prefix in &opts.prefixes {
+        layer::check_path_lengths(prefix)?;
+    }
     let temp = crate::output::temp_beside(output);
     let identity = |m: std::fs::Metadata| {
         use std::os::unix::fs::MetadataExt;
@@ -158,6 +164,9 @@ fn write_archive(
             prefix: prefix.clone(),
             digest,
             size,
+            files: summary.files,
+            dirs: summary.dirs,
+            symlinks: summary.symlinks,
         });
     }
     let config = config_json(opts, &layers);

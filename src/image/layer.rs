@@ -1,6 +1,7 @@
 //! One reproducible tar layer from a directory tree: entries sorted by name, one fixed mtime,
-//! owner 0:0 and no user names, permission bits (exec bits included) and symlinks kept. File
-//! contents stream through; nothing is held in memory beyond one copy buffer.
+//! owner 0:0 and no user names, permission bits (exec bits included), symlinks and hard links
+//! (tar's link entries) kept, names as bytes (not UTF-8 ones too). File contents stream through;
+//! nothing is held in memory beyond one copy buffer.
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -21,6 +22,9 @@ pub(crate) struct LayerSummary {
     pub skipped: Vec<PathBuf>,
     /// Sparse files (fewer bytes allocated than their size): packed in full, see archive.rs.
     pub sparse: Vec<(PathBuf, u64, u64)>,
+    /// The first name in the layer of each file with more than one link, by (device, inode):
+    /// its other names are tar hard-link entries to it.
+    first_names: std::collections::HashMap<(u64, u64), PathBuf>,
 }
 
 /// Files a layer never holds, by (device, inode): the export's own temp file and output, when
@@ -62,6 +66,42 @@ pub(crate) fn write_layer<W: Write>(
         .into_inner()
         .map_err(|e| Error::io("cannot finish the layer", e))?;
     Ok((out, summary))
+}
+
+/// The longest path the kernel takes in one call (Linux's PATH_MAX, its NUL included).
+const PATH_MAX: usize = 4096;
+
+/// Refuses, before anything is written, a tree holding a path the export could not open: one of
+/// PATH_MAX bytes or more. Only names are read (no file is opened or stat'ed).
+pub(crate) fn check_path_lengths(prefix: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut dirs = vec![prefix.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let entries = fs::read_dir(&dir).map_err(|e| io_at("cannot list", &dir, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| io_at("cannot list", &dir, e))?;
+            let path = entry.path();
+            if path.as_os_str().as_bytes().len() >= PATH_MAX {
+                let shown = path.to_string_lossy();
+                let head: String = shown.chars().take(60).collect();
+                let tail: String = {
+                    let t: Vec<char> = shown.chars().rev().take(60).collect();
+                    t.into_iter().rev().collect()
+                };
+                return Err(Error::usage(
+                    format!(
+                        "{head}…{tail} ({} bytes) is longer than PATH_MAX ({PATH_MAX}): the export cannot open it",
+                        path.as_os_str().len()
+                    ),
+                    Some("move it to a shorter path, or export a prefix that does not hold it; nothing was written".to_string()),
+                ));
+            }
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.push(path);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `/opt/kiln/x` → `opt/kiln/x`; rejects relative paths and `..`.
@@ -125,7 +165,22 @@ fn walk<W: Write>(
                 .append_link(&mut header, &entry_rel, &target)
                 .map_err(|e| io_at("cannot pack the link", &path, e))?;
             summary.symlinks += 1;
+        } else if let Some(first) = (kind.is_file() && meta.nlink() > 1)
+            .then(|| summary.first_names.get(&(meta.dev(), meta.ino())))
+            .flatten()
+        {
+            // Another name of a file already in the layer: tar's hard-link entry, as `tar` writes.
+            let mut header = header(EntryType::Link, meta.mode(), mtime);
+            builder
+                .append_link(&mut header, &entry_rel, first)
+                .map_err(|e| io_at("cannot pack the hard link", &path, e))?;
+            summary.files += 1;
         } else if kind.is_file() {
+            if meta.nlink() > 1 {
+                summary
+                    .first_names
+                    .insert((meta.dev(), meta.ino()), entry_rel.clone());
+            }
             let allocated = meta.blocks() * 512;
             if allocated + (1 << 20) < meta.len() {
                 summary.sparse.push((path.clone(), allocated, meta.len()));

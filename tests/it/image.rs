@@ -174,6 +174,98 @@ fn export_twice_is_byte_identical_and_loads_in_docker_skopeo_and_umoci() {
     assert_eq!(std::fs::read_to_string(long).unwrap(), "data\n");
 }
 
+/// `kiln image export --json` and `kiln image dockerfile --json`: every stdout line is a typed
+/// event; the result's numbers and digests are the archive's own (read back with `tar`).
+#[test]
+fn image_json_events_are_typed_and_match_the_archive() {
+    let ws = Workspace::new();
+    let prefix = make_prefix(ws.path());
+    let out = ws
+        .kiln()
+        .args(["image", "export", "--json", "--prefix"])
+        .arg(&prefix)
+        .args(["-o", "img.tar", "--tag", "kiln-json:1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let events = crate::reporter::events(&stdout);
+    assert_eq!(events[0]["schema"], 1, "{stdout}");
+    assert_eq!(events.last().unwrap()["event"], "outcome", "{stdout}");
+    // Progress is notes; no line is bare text (each parsed as an event above).
+    assert!(events.iter().any(|e| e["event"] == "note"), "{stdout}");
+    let done = crate::reporter::json_event(&stdout, "image_exported");
+    let archive = ws.path().join("img.tar");
+    assert_eq!(done["output"], "img.tar");
+    assert_eq!(done["tag"], "kiln-json:1");
+    assert_eq!(
+        done["archive_size"].as_u64().unwrap(),
+        std::fs::metadata(&archive).unwrap().len()
+    );
+    // `tar -xOf ARCHIVE MEMBER` / `tar -tvf ARCHIVE`.
+    let tar_out = |flags: &str, member: Option<&str>| {
+        let o = Command::new("tar")
+            .arg(flags)
+            .arg(&archive)
+            .args(member)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let index: serde_json::Value =
+        serde_json::from_str(&tar_out("-xOf", Some("index.json"))).unwrap();
+    assert_eq!(
+        done["manifest_digest"], index["manifests"][0]["digest"],
+        "{index:#}"
+    );
+    let layers = done["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 1);
+    let layer = &layers[0];
+    assert_eq!(layer["prefix"], prefix.to_str().unwrap());
+    // busybox, hello and the data file; bin/sh -> busybox.
+    assert_eq!(
+        (layer["files"].as_u64(), layer["symlinks"].as_u64()),
+        (Some(3), Some(1))
+    );
+    assert!(layer["dirs"].as_u64().unwrap() >= 3, "{layer}");
+    let blob = format!(
+        "blobs/sha256/{}",
+        &layer["digest"].as_str().unwrap()["sha256:".len()..]
+    );
+    let listing = tar_out("-tvf", None);
+    let line = listing
+        .lines()
+        .find(|l| l.ends_with(&blob))
+        .unwrap_or_else(|| panic!("no layer {blob} in:\n{listing}"));
+    assert!(
+        line.split_whitespace()
+            .any(|f| f.parse::<u64>().ok() == layer["size"].as_u64()),
+        "{line} vs {layer}"
+    );
+
+    // The Dockerfile as an event: its text is what a human gets on stdout.
+    let plain = ws
+        .kiln()
+        .args(["image", "dockerfile", "demo"])
+        .output()
+        .unwrap();
+    let out = ws
+        .kiln()
+        .args(["image", "dockerfile", "demo", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let d = crate::reporter::json_event(&stdout, "dockerfile");
+    assert_eq!(d["recipe"], "demo");
+    assert!(
+        d["base"].is_string() && d["output"].is_null() && d["profile"].is_null(),
+        "{d}"
+    );
+    assert_eq!(d["text"], String::from_utf8_lossy(&plain.stdout).as_ref());
+}
+
 #[test]
 fn export_reports_a_missing_prefix() {
     let ws = Workspace::new();

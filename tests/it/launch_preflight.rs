@@ -99,6 +99,33 @@ fn output(cmd: &mut assert_cmd::Command) -> (i32, String) {
     )
 }
 
+/// Without a GPU the shipped recipes that fit are found the same way: llama-cuda's own preflight
+/// fails here (no GPU for its server), the CPU recipe's passes.
+#[test]
+fn on_a_gpu_less_host_only_the_cpu_recipe_is_named_as_fitting() {
+    let ws = Workspace::new();
+    let (code, err) = output(on_host(&ws, None).args(["serve", "glm5-nvfp4-sm120"]));
+    assert_eq!(code, 1, "{err}");
+    let hint = err
+        .lines()
+        .find(|l| l.starts_with("hint: what would run:"))
+        .unwrap_or_else(|| panic!("no hint in:\n{err}"));
+    assert_eq!(
+        hint,
+        "hint: what would run: `kiln up tiny-cpu` (shipped recipes that fit this host)"
+    );
+    // The recipe named instead really passes its launch preflight here.
+    let (_, r) = json(on_host(&ws, None).args(["doctor", "--recipe", "tiny-cpu"]));
+    let launch_fails: Vec<&Value> = r["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["id"].as_str().unwrap().starts_with("launch.") && c["status"] == "fail")
+        .collect();
+    assert!(launch_fails.is_empty(), "{launch_fails:#?}");
+    assert!(r.to_string().contains("\"launch."), "{r:#}");
+}
+
 #[test]
 fn the_default_recipe_on_one_h200_stops_before_any_step_with_what_would_run() {
     let ws = Workspace::new();
@@ -133,14 +160,15 @@ fn the_default_recipe_on_one_h200_stops_before_any_step_with_what_would_run() {
     let hint = lines[error + 1];
     for alt in [
         "no setting of this recipe fits this host (with `--set tp=1` launch.quantization still fails)",
-        "`kiln up llama-cuda`",
+        // The shipped recipes whose own launch preflight passes on this H200, each tried.
+        "`kiln up llama-cuda`, `kiln up tiny-cpu` (shipped recipes that fit this host)",
         "`kiln up --no-serve` to provision only",
     ] {
         assert!(hint.contains(alt), "{alt}: {hint}");
     }
     assert!(!hint.contains("`--set tp=1` to fit"), "{hint}");
     assert!(
-        lines[tp + 1].contains("hint: with `--set tp=1` launch.quantization still fails: no setting of this recipe fits this host; `kiln up llama-cuda` runs the whole loop on this GPU"),
+        lines[tp + 1].contains("hint: with `--set tp=1` launch.quantization still fails: no setting of this recipe fits this host; shipped recipes that fit it: `kiln up llama-cuda`, `kiln up tiny-cpu`"),
         "{err}"
     );
     // Before any step: no step started, no log, nothing downloaded.
@@ -729,7 +757,7 @@ fn a_set_is_offered_only_when_the_preflight_passes_with_it_applied() {
     let (_, r) = json(on_host(&ws, Some("derived-h200x1")).args(["doctor", "--recipe", "tp.toml"]));
     let fix = gpus_fix(&r);
     assert!(
-        fix.starts_with("with `--set tp=1` launch.quantization still fails: no setting of this recipe fits this host; `kiln up llama-cuda`"),
+        fix.starts_with("with `--set tp=1` launch.quantization still fails: no setting of this recipe fits this host; shipped recipes that fit it: `kiln up llama-cuda`"),
         "{fix}"
     );
     let (_, err) = output(on_host(&ws, Some("derived-h200x1")).args(["serve", "tp.toml"]));

@@ -27,6 +27,7 @@ mod fuzz;
 mod gpu_replay;
 mod held_output;
 mod image;
+mod image_names;
 mod input_limits;
 mod launch_preflight;
 mod net_deadlines;

@@ -43,6 +43,9 @@ pub(crate) const IDS: [&str; 10] = [
     "launch.jit-disk",
 ];
 
+/// How a check's summary ends when a value only the user can give is missing (`--set model=PATH`).
+pub(crate) const NO_VALUE: &str = "which has no value";
+
 /// One profile, resolved: what it would launch.
 pub(crate) struct Launch<'a> {
     pub recipe: &'a str,
@@ -403,7 +406,7 @@ fn checkpoint(
     };
     if let Some(var) = l.unset_in(value) {
         return none(
-            Check::fail(id, format!("{} comes from `${{{var}}}`, which has no value", names[0]))
+            Check::fail(id, format!("{} comes from `${{{var}}}`, {NO_VALUE}", names[0]))
                 .fix(format!("pass `--set {var}=PATH` (a local checkpoint directory); `kiln up --no-serve` provisions without it")),
         );
     }

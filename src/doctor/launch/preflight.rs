@@ -75,6 +75,41 @@ fn up_profiles<'r>(recipe: &'r Recipe, profile: Option<&str>) -> Result<Vec<&'r 
 pub(crate) struct Here<'a> {
     pub paths: &'a StatePaths,
     pub gpus: &'a [Gpu],
+    /// Loads the shipped recipe NAME with `--set VAR=VALUE`s (to find the ones that fit here).
+    pub shipped: &'a dyn Fn(&str, &[String]) -> Result<Recipe>,
+}
+
+/// The shipped recipes other than `except` whose `kiln up` launch preflight, run as shipped
+/// against this host (pure: nothing launches), fails nothing but what only the user supplies
+/// (a model path from a variable without a value).
+fn shipped_that_fit(here: &Here, except: &str) -> Vec<String> {
+    crate::recipe::shipped::recipe_names()
+        .into_iter()
+        .filter(|n| n != except)
+        .filter(|n| {
+            let reload = |set: &[String]| (here.shipped)(n, set);
+            let Ok(recipe) = reload(&[]) else {
+                return false;
+            };
+            if recipe.profiles.is_empty() && recipe.unavailable_profiles.is_empty() {
+                return false;
+            }
+            evaluate(&recipe, &reload, here, &[None], true).is_ok_and(|l| {
+                l.checks
+                    .iter()
+                    .all(|c| c.status != Status::Fail || c.summary.ends_with(super::NO_VALUE))
+            })
+        })
+        .collect()
+}
+
+/// `kiln up NAME` for each shipped recipe that fits, joined.
+fn up_each(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`kiln up {n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Launch checks that a setting cannot change: what the user must still supply (a model path).
@@ -97,6 +132,13 @@ pub(crate) fn launch_checks(
     up: bool,
 ) -> Result<Launched> {
     let mut found = evaluate(recipe, reload, here, profiles, up)?;
+    let host_shaped = found
+        .checks
+        .iter()
+        .any(|c| c.status == Status::Fail && matches!(c.id, "launch.gpus" | "launch.quantization"));
+    if host_shaped {
+        found.fits = shipped_that_fit(here, &found.recipe);
+    }
     let Some(set) = found.checks.iter().find_map(suggested_set) else {
         return Ok(found);
     };
@@ -130,10 +172,10 @@ pub(crate) fn launch_checks(
             v
         });
     if !still.is_empty() {
-        let instead = if here.gpus.is_empty() || found.recipe == "llama-cuda" {
+        let instead = if found.fits.is_empty() {
             String::new()
         } else {
-            "; `kiln up llama-cuda` runs the whole loop on this GPU".to_string()
+            format!("; shipped recipes that fit it: {}", up_each(&found.fits))
         };
         for c in found
             .checks
@@ -255,7 +297,7 @@ fn evaluate(
         profiles: names.iter().map(|n| (*n).to_string()).collect(),
         checks,
         passing,
-        gpus: host.gpus.len(),
+        fits: Vec::new(),
         tried: None,
     })
 }
@@ -267,7 +309,9 @@ pub(crate) struct Launched {
     pub(crate) checks: Vec<Check>,
     /// Other profiles of the recipe without a failure here.
     passing: Vec<String>,
-    gpus: usize,
+    /// Shipped recipes whose launch preflight passes here (looked for when the host, not a
+    /// setting, stops this one: too few GPUs, a quantization the GPU lacks).
+    fits: Vec<String>,
     /// The `--set` a failed check suggested, and the checks that still fail with it applied.
     tried: Option<(String, Vec<String>)>,
 }
@@ -329,11 +373,11 @@ impl Launched {
         for p in &self.passing {
             alt.push(format!("`--profile {p}`"));
         }
-        let host_shaped = self.checks.iter().any(|c| {
-            c.status == Status::Fail && matches!(c.id, "launch.gpus" | "launch.quantization")
-        });
-        if host_shaped && self.gpus > 0 && self.recipe != "llama-cuda" {
-            alt.push("`kiln up llama-cuda` (the whole loop on any NVIDIA GPU)".into());
+        if !self.fits.is_empty() {
+            alt.push(format!(
+                "{} (shipped recipes that fit this host)",
+                up_each(&self.fits)
+            ));
         }
         if up {
             alt.push("`kiln up --no-serve` to provision only (no model needed)".into());

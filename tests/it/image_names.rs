@@ -1,0 +1,120 @@
+//! `kiln image export` keeps names exactly: a non-UTF-8 file name stays those bytes and a hard
+//! link stays a hard link (tar's link entry), read back by extracting the layer with real `tar`.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::process::Command;
+
+use crate::common::Workspace;
+
+#[test]
+fn a_non_utf8_name_and_a_hard_link_come_back_exactly() {
+    let ws = Workspace::new();
+    let prefix = ws.path().join("opt/names");
+    std::fs::create_dir_all(&prefix).unwrap();
+    let latin1 = OsStr::from_bytes(b"caf\xe9.txt");
+    std::fs::write(prefix.join(latin1), "latin-1\n").unwrap();
+    std::fs::write(prefix.join("a-first"), "shared\n").unwrap();
+    std::fs::hard_link(prefix.join("a-first"), prefix.join("b-second")).unwrap();
+    let out = ws
+        .kiln()
+        .args(["image", "export", "--json", "--prefix"])
+        .arg(&prefix)
+        .args(["-o", "names.tar"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let done = crate::reporter::json_event(&String::from_utf8_lossy(&out.stdout), "image_exported");
+    let digest = done["layers"][0]["digest"].as_str().unwrap();
+    let blob = format!("blobs/sha256/{}", &digest["sha256:".len()..]);
+    // Extract the archive, then its one layer, with the system's tar.
+    let image = ws.path().join("image");
+    let root = ws.path().join("root");
+    std::fs::create_dir_all(&image).unwrap();
+    std::fs::create_dir_all(&root).unwrap();
+    let tar = |archive: &std::path::Path, into: &std::path::Path| {
+        let o = Command::new("tar")
+            .arg("-xf")
+            .arg(archive)
+            .arg("-C")
+            .arg(into)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+    };
+    tar(&ws.path().join("names.tar"), &image);
+    tar(&image.join(&blob), &root);
+    let back = root.join(prefix.strip_prefix("/").unwrap());
+    assert_eq!(
+        std::fs::read_to_string(back.join(latin1)).unwrap(),
+        "latin-1\n"
+    );
+    let first = std::fs::metadata(back.join("a-first")).unwrap();
+    let second = std::fs::metadata(back.join("b-second")).unwrap();
+    assert_eq!(
+        first.ino(),
+        second.ino(),
+        "b-second is no longer a hard link"
+    );
+    assert_eq!(first.nlink(), 2);
+    assert_eq!(
+        std::fs::read_to_string(back.join("b-second")).unwrap(),
+        "shared\n"
+    );
+    // The link is a link entry in the layer, not a second copy of the bytes.
+    let listing = Command::new("tar")
+        .arg("-tvf")
+        .arg(image.join(&blob))
+        .output()
+        .unwrap();
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.starts_with('h') && l.ends_with("a-first")),
+        "{listing}"
+    );
+}
+
+/// A path of PATH_MAX bytes or more cannot be opened: the export refuses it before it writes
+/// anything, naming it (its start and end) and its length.
+#[test]
+fn a_path_deeper_than_path_max_is_refused_before_anything_is_written() {
+    let ws = Workspace::new();
+    let prefix = ws.path().join("opt/deep");
+    std::fs::create_dir_all(&prefix).unwrap();
+    std::fs::write(prefix.join("shallow"), "kept\n").unwrap();
+    // 25 directories of 200 bytes, made one `cd` at a time (no single call sees the whole path).
+    let script = "set -e; for i in $(seq 25); do n=$(printf 'd%.0s' $(seq 200)); mkdir $n; cd $n; done; echo x > leaf";
+    let made = Command::new("bash")
+        .args(["-c", script])
+        .current_dir(&prefix)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let out = ws
+        .kiln()
+        .args(["image", "export", "--prefix"])
+        .arg(&prefix)
+        .args(["-o", "deep.tar"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let first = err.lines().next().unwrap();
+    let start: String = prefix.to_string_lossy().chars().take(60).collect();
+    assert!(first.starts_with(&format!("error: {start}")), "{err}");
+    assert!(
+        first.contains("is longer than PATH_MAX (4096): the export cannot open it"),
+        "{err}"
+    );
+    assert!(err.contains("hint: move it to a shorter path"), "{err}");
+    // Nothing was written: no archive, no temp file beside it.
+    let left: Vec<_> = std::fs::read_dir(ws.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().contains("deep.tar"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
