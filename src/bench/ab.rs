@@ -96,8 +96,11 @@ pub struct PromptResult {
 #[derive(Debug, Clone, Serialize)]
 pub struct Comparison {
     pub prompts: Vec<PromptResult>,
-    /// Σ agreeing prefix / Σ tokens.
+    /// Σ agreeing prefix / Σ length, in `unit`.
     pub agreement: f64,
+    /// What the agreement counts: `tokens`, `characters`, or `tokens and characters` when the
+    /// prompts were compared differently (the per-prompt `unit` says which).
+    pub unit: &'static str,
     pub min_prefix: usize,
     pub verdict: &'static str,
 }
@@ -174,8 +177,10 @@ pub fn compare(baseline: &[Output], candidate: &[Output], min_prefix: usize) -> 
     } else {
         "identical"
     };
+    let unit = overall_unit(&prompts);
     Comparison {
         prompts,
+        unit,
         agreement: if total > 0 {
             agree as f64 / total as f64
         } else {
@@ -183,6 +188,16 @@ pub fn compare(baseline: &[Output], candidate: &[Output], min_prefix: usize) -> 
         },
         min_prefix,
         verdict,
+    }
+}
+
+/// The unit of the prompts' comparisons (the count of outputs left aside).
+fn overall_unit(prompts: &[PromptResult]) -> &'static str {
+    let mut units = prompts.iter().map(|p| p.unit).filter(|u| *u != "outputs");
+    match units.next() {
+        None => "tokens",
+        Some(first) if units.all(|u| u == first) => first,
+        Some(_) => "tokens and characters",
     }
 }
 
@@ -223,8 +238,9 @@ impl Comparison {
             s.push('\n');
         }
         s.push_str(&format!(
-            "token agreement {:.1}% ; verdict: {}\n",
+            "agreement {:.1}% of {} ; verdict: {}\n",
             self.agreement * 100.0,
+            self.unit,
             self.verdict
         ));
         s
@@ -290,5 +306,30 @@ mod tests {
         );
         let late = compare(&[one], &[Output::of_text("Paris is the capitol.", 5)], 2);
         assert_eq!(late.verdict, "diverged late");
+    }
+
+    #[test]
+    fn the_agreement_names_what_it_counts_in_every_output() {
+        let text = |t: &str| Output::of_text(t, 5);
+        let chars = compare(
+            &[text("Paris is the capital.")],
+            &[text("Paris was it.")],
+            2,
+        );
+        assert_eq!(chars.unit, "characters");
+        let shown = chars.render("base", "cand");
+        assert!(shown.contains("agreement 28.6% of characters ;"), "{shown}");
+        assert!(!shown.contains("token"), "{shown}");
+        let json = serde_json::to_value(&chars).unwrap();
+        assert_eq!(
+            (json["unit"].clone(), json["prompts"][0]["unit"].clone()),
+            ("characters".into(), "characters".into())
+        );
+        let ids = compare(&[toks("a b c")], &[toks("a b c")], 1);
+        assert!(ids
+            .render("b", "c")
+            .contains("agreement 100.0% of tokens ;"));
+        let mixed = compare(&[toks("a b"), text("xy")], &[toks("a b"), text("xy")], 1);
+        assert_eq!(mixed.unit, "tokens and characters");
     }
 }

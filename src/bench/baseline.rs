@@ -12,6 +12,44 @@ use crate::error::{Error, Result};
 
 const HINT: &str = "record one with `kiln bench --json > FILE` (its `bench` event is read), or pass the state dir's bench/history.jsonl";
 
+/// What llama-server's `/props` says that is drawn anew or changes state at every launch and
+/// cannot change speed: the random multimodal `media_marker` (tools/server/server-common.cpp
+/// `get_media_marker`: `<__media_` + random_string() + `__>` unless LLAMA_MEDIA_MARKER pins it)
+/// and whether it is sleeping. Left out of the bench fingerprint so a baseline from an earlier
+/// launch of the same settings still gates.
+pub(super) const LLAMA_PROPS_PER_LAUNCH: &[&str] = &["media_marker", "is_sleeping"];
+
+/// Launch flags that say where the server listens or which process it is, not how fast it is:
+/// left out of the fingerprint's settings (kiln picks a free port per launch).
+const PER_LAUNCH_FLAGS: &[&str] = &["--port", "--host", "--pid", "--log-file"];
+
+/// Whether launch flag `flag` is per-launch (see [`PER_LAUNCH_FLAGS`]).
+pub(super) fn is_per_launch_flag(flag: &str) -> bool {
+    PER_LAUNCH_FLAGS.contains(&flag)
+}
+
+/// The slowest median a baseline may hold: 0.001 tok/s is one token in over 16 minutes, slower
+/// than any request kiln waits for; below it the value was not measured (0, 1e-300, edited).
+const MIN_MEDIAN: f64 = 1e-3;
+
+/// The gate divides by the baseline's median: one that is not a finite speed of at least
+/// [`MIN_MEDIAN`] (0, negative, 1e-300, subnormal, NaN, infinite) would let any result pass
+/// or none.
+pub(super) fn check_median(median: f64, metric: &str, path: &Path) -> Result<()> {
+    if median.is_finite() && median >= MIN_MEDIAN {
+        return Ok(());
+    }
+    Err(Error::usage(
+        format!(
+            "the baseline {} has a median {metric} of {median:e}, which no result can be compared with",
+            path.display()
+        ),
+        Some(format!(
+            "a baseline must hold a measured speed of at least {MIN_MEDIAN} tok/s; {HINT}"
+        )),
+    ))
+}
+
 /// Read a baseline (see the module). A line that is not whole (torn by a crash or a full disk)
 /// is skipped and told to `warn` with its `file:line`; a file with no result is an error at
 /// `file:line:col`.
@@ -179,5 +217,98 @@ mod tests {
     fn a_history_without_a_whole_record_names_its_last_line() {
         let e = read("{\"url\": 1}\n\n{\"url\": 2}\n").0.unwrap_err();
         assert!(e.starts_with("FILE:3:"), "{e}");
+    }
+
+    #[test]
+    fn a_baseline_median_that_was_not_measured_is_refused() {
+        let path = Path::new("base.json");
+        for bad in [0.0, -0.0, -5.0, 1e-300, 5e-324, f64::NAN, f64::INFINITY] {
+            let e = check_median(bad, "decode tok/s", path).unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with("the baseline base.json has a median decode tok/s of"),
+                "{bad}: {e}"
+            );
+            assert!(
+                e.hint()
+                    .unwrap_or_default()
+                    .contains("at least 0.001 tok/s"),
+                "{bad}"
+            );
+        }
+        for good in [MIN_MEDIAN, 0.5, 57.3, 1e6] {
+            assert!(check_median(good, "e2e tok/s", path).is_ok(), "{good}");
+        }
+    }
+
+    /// Two launches of the same llama-server settings, as /props answers them (tools/server/
+    /// server-context.cpp get_res_props, trimmed): they differ only in what is per launch.
+    fn props(marker: &str, sleeping: bool, n_ctx: u64, slots: u64) -> Value {
+        serde_json::json!({
+            "default_generation_settings": {"params": {"seed": 4_294_967_295_u64, "top_k": 40}, "n_ctx": n_ctx},
+            "total_slots": slots,
+            "model_alias": "tiny",
+            "model_path": "/m/tiny.gguf",
+            "media_marker": marker,
+            "build_info": "b1-abc",
+            "is_sleeping": sleeping,
+        })
+    }
+
+    fn props_hash(v: Value) -> (String, std::collections::BTreeMap<String, String>) {
+        let get = move |p: &str| (p == "/props").then(|| v.clone());
+        let (_, _, hash, settings) =
+            super::super::protocol::fingerprint(crate::bench::Api::Openai, &get);
+        (hash, settings)
+    }
+
+    #[test]
+    fn the_fingerprint_leaves_out_what_each_launch_draws_anew() {
+        assert_eq!(LLAMA_PROPS_PER_LAUNCH, ["media_marker", "is_sleeping"]);
+        let first = props_hash(props("<__media_a8Xq01__>", false, 4096, 1));
+        let second = props_hash(props("<__media_Zt7Pw3__>", true, 4096, 1));
+        assert_eq!(first, second, "media_marker and is_sleeping are per launch");
+        assert_ne!(
+            first.0,
+            props_hash(props("<__media_a8Xq01__>", false, 8192, 1)).0,
+            "n_ctx"
+        );
+        assert_ne!(
+            first.0,
+            props_hash(props("<__media_a8Xq01__>", false, 4096, 4)).0,
+            "slots"
+        );
+    }
+
+    #[test]
+    fn launch_flags_that_say_where_it_listens_are_not_settings() {
+        let argv = |port: &str, t: &str| -> Vec<String> {
+            [
+                "llama-server",
+                "-m",
+                "/m/tiny.gguf",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                port,
+                "-t",
+                t,
+            ]
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+        };
+        let kept = |a: Vec<String>| -> Vec<(String, String)> {
+            super::super::launch_settings(&a)
+                .into_iter()
+                .filter(|(f, _)| !is_per_launch_flag(f))
+                .collect()
+        };
+        for flag in ["--port", "--host", "--pid", "--log-file"] {
+            assert!(is_per_launch_flag(flag), "{flag}");
+        }
+        assert!(!is_per_launch_flag("-t") && !is_per_launch_flag("-ngl"));
+        assert_eq!(kept(argv("40123", "2")), kept(argv("40777", "2")));
+        assert_ne!(kept(argv("40123", "2")), kept(argv("40123", "4")));
     }
 }

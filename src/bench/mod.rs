@@ -170,7 +170,11 @@ pub fn server_fingerprint(
     };
     let (server, model, endpoint_hash, mut settings) = protocol::fingerprint(api, &get);
     if let Some(argv) = launch {
-        settings.extend(launch_settings(argv));
+        settings.extend(
+            launch_settings(argv)
+                .into_iter()
+                .filter(|(flag, _)| !baseline::is_per_launch_flag(flag)),
+        );
     }
     let hash = if settings.is_empty() {
         endpoint_hash
@@ -426,11 +430,8 @@ impl Report {
             "decode tok/s" => base.decode_tok_s.unwrap_or(base.e2e_tok_s),
             _ => base.e2e_tok_s,
         };
-        let ratio = if then.median > 0.0 {
-            now.median / then.median
-        } else {
-            f64::INFINITY
-        };
+        baseline::check_median(then.median, metric, base_path)?;
+        let ratio = now.median / then.median;
         self.gate = Some(Gate {
             baseline_median: then.median,
             median: now.median,

@@ -184,9 +184,11 @@ pub(super) fn fingerprint(
                         settings.insert(name.to_string(), value.to_string());
                     }
                 }
-                // Everything /props says but the state it is in (sleeping or not).
+                // Everything /props says but its per-launch values (see the list).
                 if let Some(o) = v.as_object_mut() {
-                    o.remove("is_sleeping");
+                    for volatile in super::baseline::LLAMA_PROPS_PER_LAUNCH {
+                        o.remove(*volatile);
+                    }
                 }
                 (
                     escape_controls(&build),

@@ -215,11 +215,12 @@ fn served(h: &mut String, r: &Served) {
     if let (Some(c), Some(base)) = (&r.ab, &r.baseline) {
         let _ = writeln!(
             h,
-            "<h2>Greedy A/B{}</h2>\n<p><code>{}</code> against <code>{}</code>: token agreement {:.1}%, verdict <span class=\"{}\">{}</span></p>",
+            "<h2>Greedy A/B{}</h2>\n<p><code>{}</code> against <code>{}</code>: agreement {:.1}% of {}, verdict <span class=\"{}\">{}</span></p>",
             escape(&from(r, "greedy_ab")),
             escape(&r.profile),
             escape(base),
             c.agreement * 100.0,
+            c.unit,
             match c.verdict {
                 "identical" => "ok",
                 "diverged late" => "warn",
@@ -227,7 +228,7 @@ fn served(h: &mut String, r: &Served) {
             },
             escape(c.verdict)
         );
-        h.push_str("<table>\n<tr><th>prompt</th><th>agreeing tokens</th><th>status</th><th>first divergence</th></tr>\n");
+        let _ = writeln!(h, "<table>\n<tr><th>prompt</th><th>agreeing {}</th><th>status</th><th>first divergence</th></tr>", c.unit);
         for p in &c.prompts {
             let head: String = p
                 .prompt

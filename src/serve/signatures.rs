@@ -540,4 +540,62 @@ mod tests {
             "{e}"
         );
     }
+
+    #[test]
+    fn a_profile_names_a_file_by_path_or_under_signatures() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("signatures")).unwrap();
+        std::fs::create_dir_all(d.join("a")).unwrap();
+        for f in ["x.toml", "a/b", "signatures/mine.toml"] {
+            std::fs::write(d.join(f), "").unwrap();
+        }
+        assert_eq!(Signatures::locate("x.toml", d), Some(d.join("x.toml")));
+        assert_eq!(Signatures::locate("a/b", d), Some(d.join("a/b")));
+        assert_eq!(
+            Signatures::locate("mine", d),
+            Some(d.join("signatures/mine.toml"))
+        );
+        assert_eq!(Signatures::locate("sglang-0.5.9", d), None);
+    }
+
+    #[test]
+    fn the_first_cause_in_file_order_with_a_matching_line_wins() {
+        let s = Signatures::resolve("sglang-0.5.9", Path::new("/nonexistent")).unwrap();
+        let lines = [
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+            "KeyError: 12",
+        ]
+        .map(String::from);
+        let (cause, line) = s.classify(&lines).unwrap();
+        assert_eq!(
+            (cause.id.as_str(), line.as_str()),
+            ("capability-table", "KeyError: 12")
+        );
+        let (cause, _) = s.classify(&lines[..1]).unwrap();
+        assert_eq!(cause.id, "cuda-oom");
+        assert!(s.classify(&["all fine".to_string()]).is_none());
+    }
+
+    #[test]
+    fn a_gate_is_flags_with_min_or_env_with_off() {
+        let text = embedded::named(embedded::SIGNATURES, "sglang-0.5.9").unwrap();
+        for (cut, what) in [
+            ("min = 2, default = 1, ", "flags without min"),
+            (
+                r#", off = ["1", "true", "TRUE", "True"]"#,
+                "env without off",
+            ),
+        ] {
+            assert!(text.contains(cut), "{what}");
+            let e = Signatures::parse(&text.replacen(cut, "", 1), "s.toml")
+                .err()
+                .map(|e| e.render())
+                .unwrap_or_default();
+            assert!(
+                e.contains("a gate is either `flags` with `min`"),
+                "{what}: {e}"
+            );
+        }
+    }
 }

@@ -1106,4 +1106,27 @@ mod tests {
         .collect();
         assert_eq!(proven, [Status::Active]);
     }
+
+    #[test]
+    fn the_six_statuses_read_as_the_docs_name_them() {
+        let all = [
+            Status::Active,
+            Status::FellBack,
+            Status::Crashed,
+            Status::Conflicting,
+            Status::Configured,
+            Status::Unknown,
+        ];
+        assert_eq!(
+            all.map(Status::label),
+            [
+                "active",
+                "fell back",
+                "crashed",
+                "conflicting",
+                "configured",
+                "unknown"
+            ]
+        );
+    }
 }
