@@ -149,6 +149,8 @@ fn bench(base: &str) -> (Option<i32>, String) {
             "bench",
             "--url",
             base,
+            "--api",
+            "sglang",
             "--runs",
             "1",
             "--warmup",

@@ -194,12 +194,13 @@ fn kiln_bench_over_sglang_openai_completions_counts_by_its_usage_chunk() {
 
 /// A `/generate` stream that ends before its final out (no `finish_reason`, no `data: [DONE]`:
 /// http_server.py:668 always sends it after the last out) is not a clean run: each run says it
-/// returned fewer tokens than asked, and the bench exits with a warning.
+/// returned fewer tokens than asked, a warning (an advisory, as in `kiln up`: exit 0, and 1 with
+/// `--strict`, which bench_cli.rs pins).
 #[test]
 fn an_sglang_stream_cut_before_its_final_chunk_is_not_a_clean_run() {
     let server = Server::start(&["--cut-after", "20"]);
     let (code, report, said) = bench(&server.url, 48);
-    assert_eq!(code, Some(1), "{said}");
+    assert_eq!(code, Some(0), "{said}");
     for r in report["runs"].as_array().unwrap() {
         assert_eq!(r["tokens"], 20, "{r}");
     }

@@ -478,9 +478,9 @@ fn the_bench_counts_what_it_received() {
         err.contains("the server reported 8000 completion tokens (the server's usage) for a request of at most 64"),
         "{err}"
     );
-    // One piece claiming 30: counted as 1, with a warning.
+    // One piece claiming 30: counted as 1, with a warning (which fails it under --strict).
     let (port, _) = http(|_, _, _| stream(1, 1, Some(30)));
-    let out = bench(&ws, port, &["--json"]);
+    let out = bench(&ws, port, &["--json", "--strict"]);
     assert_eq!(out.status.code(), Some(1));
     let report = crate::reporter::json_event(&String::from_utf8_lossy(&out.stdout), "bench")
         ["report"]
