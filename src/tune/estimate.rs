@@ -201,7 +201,10 @@ impl History {
                 let tokens = m["rung"]["max_tokens"].as_f64().unwrap_or(1.0);
                 let runs = m["runs"].as_array().into_iter().flatten();
                 let runs: Vec<&serde_json::Value> = runs.collect();
-                self.dropped += runs.iter().filter(|r| rate_of(r).is_none()).count();
+                // A run that decoded nothing (0 tok/s) is no figure, but nothing wrong either.
+                let refused =
+                    |r: &&&serde_json::Value| r.as_f64() != Some(0.0) && rate_of(r).is_none();
+                self.dropped += runs.iter().filter(refused).count();
                 let rates = runs.into_iter().filter_map(rate_of);
                 self.tok_s
                     .extend(rates.filter(|t| *t > 0.0).map(|t| (tokens, t)));
