@@ -36,7 +36,11 @@ pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
                     })
                 })
                 .transpose()?;
-            let removed = cache.gc(max_age.map(|d| d.as_secs()))?;
+            let mut removed = cache.gc(max_age.map(|d| d.as_secs()))?;
+            removed.extend(
+                crate::cache::steps::StepCache::new(&settings.paths.steps())
+                    .gc(max_age.map(|d| d.as_secs()))?,
+            );
             for (id, why) in &removed {
                 println!("removed {}: {why}", id.chars().take(24).collect::<String>());
             }
