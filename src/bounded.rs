@@ -18,6 +18,17 @@ pub(crate) const BASELINE_CAP: u64 = 256 << 20;
 pub(crate) const SOURCE_CAP: u64 = 64 << 20;
 pub(crate) const INDEX_CAP: u64 = 64 << 20;
 
+/// Cap for state and cache files kiln wrote itself and reads back (records, memos, caches):
+/// what was planted there in their place (a FIFO, `/dev/zero`) is refused, never waited on.
+pub(crate) const STATE_CAP: u64 = 64 << 20;
+
+/// The text of a state or cache file (see [`STATE_CAP`]), or why not: a missing file stays
+/// `NotFound`; anything but a regular UTF-8 file within `cap` is an error.
+pub(crate) fn read_state(path: &Path, cap: u64) -> std::io::Result<String> {
+    String::from_utf8(read_io(path, cap)?)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
 /// Open `path` for reading without blocking on a FIFO or becoming a controlling terminal.
 pub(crate) fn open(path: &Path) -> std::io::Result<std::fs::File> {
     std::fs::OpenOptions::new()

@@ -109,7 +109,8 @@ pub struct UpArgs {
     #[command(flatten)]
     pub recipe: RecipeArgs,
 
-    /// Show what would run, run nothing
+    /// Show what would run and run the preflights (exit non-zero where the run would stop);
+    /// run nothing
     #[arg(long)]
     pub dry_run: bool,
 
@@ -134,7 +135,8 @@ pub struct UpArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Skip the doctor preflight (driver, driver floor, disk) before running steps
+    /// Skip the doctor preflight (driver, driver floor, disk) before running steps, and the
+    /// launch preflight of the profiles it will serve
     #[arg(long)]
     pub no_doctor: bool,
 

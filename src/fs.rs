@@ -14,6 +14,35 @@ pub(crate) fn create_dir(path: &Path) -> Result<()> {
         .map_err(|e| Error::io(format!("cannot create {}", path.display()), e))
 }
 
+/// Run `op` again for as long as a signal interrupts it (`EINTR`): a sync, open or rename that
+/// a signal cut short has not failed, and a run whose steps succeeded must not fail for it.
+pub(crate) fn retry_interrupted<T>(
+    mut op: impl FnMut() -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    loop {
+        match op() {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            other => return other,
+        }
+    }
+}
+
+/// `fsync` a file, retried on `EINTR`.
+pub(crate) fn sync_file(file: &File) -> std::io::Result<()> {
+    retry_interrupted(|| file.sync_all())
+}
+
+/// `fsync` a directory (its entries: renames and removals in it), retried on `EINTR`.
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    let d = retry_interrupted(|| File::open(dir))?;
+    sync_file(&d)
+}
+
+/// `rename`, retried on `EINTR`.
+pub(crate) fn rename(from: &Path, to: &Path) -> std::io::Result<()> {
+    retry_interrupted(|| std::fs::rename(from, to))
+}
+
 /// The temp name a write to `path` goes through: `.NAME.tmp-PID` beside it (see [`temp_owner`]).
 fn temp_for(path: &Path) -> std::path::PathBuf {
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -27,9 +56,15 @@ fn temp_for(path: &Path) -> std::path::PathBuf {
 /// Create `path` as a new file for writing (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0666 less the
 /// umask): never through a symlink or onto a file someone placed there first.
 pub(crate) fn create_new(path: &Path) -> std::io::Result<File> {
+    create_new_with_mode(path, 0o666)
+}
+
+/// [`create_new`] with the permission bits `mode` (less the umask).
+fn create_new_with_mode(path: &Path, mode: u32) -> std::io::Result<File> {
     File::options()
         .write(true)
         .create_new(true)
+        .mode(mode)
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
 }
@@ -38,10 +73,14 @@ pub(crate) fn create_new(path: &Path) -> std::io::Result<File> {
 /// earlier process that had this pid (or anything planted under the name, a symlink included)
 /// is unlinked first, never written through.
 fn create_temp(tmp: &Path) -> std::io::Result<File> {
-    match create_new(tmp) {
+    create_temp_with_mode(tmp, 0o666)
+}
+
+fn create_temp_with_mode(tmp: &Path, mode: u32) -> std::io::Result<File> {
+    match create_new_with_mode(tmp, mode) {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             std::fs::remove_file(tmp)?;
-            create_new(tmp)
+            create_new_with_mode(tmp, mode)
         }
         other => other,
     }
@@ -50,6 +89,16 @@ fn create_temp(tmp: &Path) -> std::io::Result<File> {
 /// Write `bytes` to `path` so readers see the old content or the new, never a mix. The temp file
 /// (`.NAME.tmp-PID`, see [`temp_owner`]) is removed when the write fails (a full disk).
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_with_mode(path, bytes, 0o666)
+}
+
+/// [`write_atomic`] for a file only its owner may read (mode 0600 from its creation on): a
+/// record that holds a command line, a log of a user's secrets.
+pub(crate) fn write_atomic_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_with_mode(path, bytes, 0o600)
+}
+
+fn write_atomic_with_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     // A bare file name's parent is "", which cannot be opened to sync: it is ".".
     let dir = path
         .parent()
@@ -58,15 +107,15 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     create_dir(dir)?;
     let tmp = temp_for(path);
     let ctx = |e| Error::io(format!("cannot write {}", path.display()), e);
-    let written = create_temp(&tmp)
-        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
-        .and_then(|()| std::fs::rename(&tmp, path));
+    let written = create_temp_with_mode(&tmp, mode)
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| sync_file(&f)))
+        .and_then(|()| rename(&tmp, path));
     if let Err(e) = written {
         // A full disk must not also leave a temp file behind.
         let _ = std::fs::remove_file(&tmp);
         return Err(ctx(e));
     }
-    File::open(dir).and_then(|d| d.sync_all()).map_err(ctx)
+    sync_dir(dir).map_err(ctx)
 }
 
 /// Replace `path` by rename without fsync, for caches that a lost or torn write only makes
@@ -76,7 +125,7 @@ pub(crate) fn replace_unsynced(path: &Path, bytes: &[u8]) -> std::io::Result<()>
     let tmp = temp_for(path);
     let written = create_temp(&tmp)
         .and_then(|mut f| f.write_all(bytes))
-        .and_then(|()| std::fs::rename(&tmp, path));
+        .and_then(|()| rename(&tmp, path));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
@@ -94,7 +143,7 @@ pub(crate) fn append_line(path: &Path, line: &[u8]) -> std::io::Result<()> {
         .create(true)
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)?;
-    f.lock()?;
+    retry_interrupted(|| f.lock())?;
     let len = f.metadata()?.len();
     let mut record = Vec::with_capacity(line.len() + 2);
     if len > 0 {
@@ -106,7 +155,9 @@ pub(crate) fn append_line(path: &Path, line: &[u8]) -> std::io::Result<()> {
     }
     record.extend_from_slice(line);
     record.push(b'\n');
-    let written = f.write_all(&record).and_then(|()| f.sync_data());
+    let written = f
+        .write_all(&record)
+        .and_then(|()| retry_interrupted(|| f.sync_data()));
     if written.is_err() {
         let _ = f.set_len(len);
     }
@@ -125,7 +176,7 @@ pub(crate) fn timestamp_granularity(dir: &Path, cache: &Path) -> std::time::Dura
     let Ok(dev) = std::fs::metadata(dir).map(|m| m.dev()) else {
         return Duration::ZERO;
     };
-    let cached = std::fs::read_to_string(cache).ok().and_then(|t| {
+    let cached = crate::bounded::read_state(cache, 4096).ok().and_then(|t| {
         let (d, ns) = t.trim().split_once(' ')?;
         (d.parse::<u64>().ok()? == dev).then(|| ns.parse::<u64>().ok())?
     });
@@ -238,5 +289,27 @@ mod tests {
         assert_eq!(temp_owner(".hashmemo.json.tmp-7"), Some(7));
         assert_eq!(temp_owner("build.json"), None);
         assert_eq!(temp_owner(".x.tmp-notapid"), None);
+    }
+
+    #[test]
+    fn a_sync_a_signal_interrupts_is_retried_and_other_errors_are_not() {
+        let mut interrupted = 3;
+        let synced = retry_interrupted(|| {
+            if interrupted > 0 {
+                interrupted -= 1;
+                Err(std::io::Error::from(std::io::ErrorKind::Interrupted))
+            } else {
+                Ok("synced")
+            }
+        });
+        assert_eq!(synced.unwrap(), "synced");
+        assert_eq!(interrupted, 0);
+        let mut calls = 0;
+        let full = retry_interrupted(|| -> std::io::Result<()> {
+            calls += 1;
+            Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+        });
+        assert_eq!(full.unwrap_err().raw_os_error(), Some(libc::ENOSPC));
+        assert_eq!(calls, 1);
     }
 }

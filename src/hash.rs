@@ -149,7 +149,7 @@ pub struct HashMemo {
 
 impl HashMemo {
     pub fn load(path: &Path) -> HashMemo {
-        let entries = std::fs::read(path)
+        let entries = crate::bounded::read_io(path, crate::bounded::STATE_CAP)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default();

@@ -18,6 +18,7 @@ pub(crate) mod doctor;
 pub(crate) mod embedded;
 pub(crate) mod engine;
 pub mod error;
+pub(crate) mod fatbin;
 pub(crate) mod fs;
 pub mod hash;
 pub mod host;

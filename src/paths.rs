@@ -54,6 +54,25 @@ impl StatePaths {
         let cache = std::env::var_os("KILN_CACHE_DIR")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from);
+        for (what, path) in [
+            ("state directory", Some(&root)),
+            ("cache directory", cache.as_ref()),
+        ] {
+            if let Some(path) = path.filter(|p| p.to_str().is_none()) {
+                return Err(Error::usage(
+                    format!(
+                        "the {what} {} is not valid UTF-8: kiln writes the paths under it into \
+                         its JSON receipts, logs and reports, which hold text only",
+                        path.display()
+                    ),
+                    Some(
+                        "choose a directory whose path is UTF-8 (--state-dir DIR, KILN_HOME, \
+                         KILN_CACHE_DIR)"
+                            .to_string(),
+                    ),
+                ));
+            }
+        }
         Ok(StatePaths::new(root, cache))
     }
 
@@ -84,7 +103,8 @@ impl StatePaths {
         let origin = std::fs::canonicalize(origin)
             .map_or_else(|_| origin.to_string(), |p| p.display().to_string());
         let marker = self.run_dir(name).join("origin");
-        let claimed = |marker: &Path| std::fs::read_to_string(marker).ok();
+        let claimed =
+            |marker: &Path| crate::bounded::read_state(marker, crate::bounded::STATE_CAP).ok();
         let owner = claimed(&marker).or_else(|| {
             use std::io::Write;
             let _ = std::fs::create_dir_all(self.run_dir(name));

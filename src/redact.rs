@@ -72,9 +72,12 @@ impl Redactor {
     /// pairs (a child's environment).
     pub(crate) fn from_env<'a>(extra: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
         let mut secrets: Vec<String> = Vec::new();
-        for (k, v) in std::env::vars() {
-            if is_secret_name(&k) {
-                secrets.push(v.clone());
+        // `vars_os`: a value that is not UTF-8 is as much a secret (what reaches a log is its
+        // lossy text), and `vars` would panic on it.
+        for (k, v) in std::env::vars_os() {
+            let v = v.to_string_lossy();
+            if is_secret_name(&k.to_string_lossy()) {
+                secrets.push(v.to_string());
             }
             secrets.extend(url_passwords(&v));
         }

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with the carry from bench/gpu-loop/pack.sh
 # (CARRY, default .carry/). Modes, run in this order, any subset:
+#   doctor      plain `kiln doctor` on the machine's python (torch never imported): the first call
+#               of the lease (empty facts cache, torch's libraries not yet in the page cache), then
+#               warm; what it read of torch; then the seed recipe's preflight, `kiln up
+#               glm5-nvfp4-sm120 --dry-run` (the hint that would run; FlashInfer's 9.0a target)
 #   up          machine facts, `kiln up llama-cuda --profile tuned --set llama_bench=on`: build,
 #               serve, prove, bench, and llama.cpp's own llama-bench (the ceiling) from the same tree
 #   ensure      `kiln up llama-cuda --no-serve`: a no-op on a warm machine, the build on a fresh one
@@ -14,6 +18,8 @@
 #               screening rung (1 warm-up, 3 x 256 tokens): the spread between measurements of one
 #               launch against the spread inside each
 #   prebuilt    a llama-server built earlier (CARRY/llama-server.gz) instead of the build
+#   ngl         `kiln tune llama-cuda --profile tuned --vary=-ngl=999,12`: a variant that asks for 12
+#               of 17 layers on the GPU and gets 12 is as asked, and is benchmarked (issue 30)
 # Everything lands in $OUT: summary.txt and results.tar.gz (reports, logs, tune tables, figures).
 set -uo pipefail
 modes=" ${*:-up} "
@@ -58,6 +64,25 @@ timed() { # label cmd...: runs it, says its exit status and wall time
   echo "$label: exit $rc, wall $((ms / 1000)).$(printf %03d $((ms % 1000))) s" | tee -a "$summary"
   return $rc
 }
+
+if [[ $modes == *" doctor "* ]]; then
+  say "doctor: plain, cold (first call, empty facts cache) then warm; python3 = $(command -v python3)"
+  dh=/root/kiln-doctor-state
+  rm -rf "$dh"
+  timed "doctor cold" env KILN_HOME=$dh "$kiln" doctor >"$res/doctor-cold.out" 2>"$res/doctor-cold.err"
+  for i in 1 2 3; do
+    timed "doctor warm $i" env KILN_HOME=$dh "$kiln" doctor >"$res/doctor-warm.out" 2>"$res/doctor-warm.err"
+  done
+  rm -rf "$dh/cache/python-facts"
+  timed "doctor cold facts cache, warm page cache" env KILN_HOME=$dh "$kiln" doctor >/dev/null 2>&1
+  env KILN_HOME=$dh "$kiln" doctor python.torch torch.arch sass.packages -v 2>&1 | tee -a "$summary"
+  say "the seed recipe's preflight: kiln up glm5-nvfp4-sm120 --dry-run"
+  timed "up --dry-run glm5-nvfp4-sm120" env KILN_HOME=/root/kiln-dry-state "$kiln" up glm5-nvfp4-sm120 --dry-run \
+    --set prefix=/root/kiln-dry-opt >"$res/dry-run.out" 2>"$res/dry-run.err"
+  grep -E "warning|launch.gpus|launch.quantization|hint|error" "$res/dry-run.err" | tee -a "$summary"
+  env KILN_HOME=/root/kiln-dry-state "$kiln" doctor --recipe glm5-nvfp4-sm120 toolchain.arch -v 2>&1 | tee -a "$summary"
+  collect
+fi
 
 if [[ $modes == *" up "* ]]; then
   say "machine"
@@ -178,6 +203,19 @@ for i in range(1, 11):
 if len(meds) > 1:
     print(f"between measurements: mean {st.mean(meds):.1f}, CV {st.stdev(meds)/st.mean(meds)*100:.2f} %, range {min(meds):.1f}-{max(meds):.1f}")
 PY
+  collect
+fi
+
+if [[ $modes == *" ngl "* ]]; then
+  say "kiln tune llama-cuda --profile tuned --vary=-ngl=999,12"
+  "$kiln" tune llama-cuda --profile tuned --vary=-ngl=999,12 --dry-run 2>&1 | head -3 | tee -a "$summary"
+  timed "tune ngl" "$kiln" tune llama-cuda --profile tuned --vary=-ngl=999,12 --max-tokens 256 \
+    "${src[@]}" >"$res/tune-ngl.out" 2>"$res/tune-ngl.err"
+  cat "$res/tune-ngl.out" | tee -a "$summary"
+  grep -iE "offload|layers|disqualif|fell back|as asked|tok/s" "$res/tune-ngl.err" | tail -20 | tee -a "$summary"
+  "$kiln" tune llama-cuda --profile tuned --vary=-ngl=999,12 --json --dry-run >"$res/tune-ngl-dry.jsonl" 2>&1
+  stop_server
+  cp "$KILN_HOME/tune/llama-cuda/tuned.json" "$res/tune-ngl.json" 2>/dev/null
   collect
 fi
 

@@ -56,8 +56,8 @@ pub(crate) fn export(cache: &WheelCache, out: &Path) -> Result<usize> {
     let tmp = crate::output::temp_beside(out);
     let written = File::create(&tmp)
         .and_then(|f| write_tar(cache, &entries, &manifest, f))
-        .and_then(|f| f.sync_all())
-        .and_then(|()| std::fs::rename(&tmp, out));
+        .and_then(|f| crate::fs::sync_file(&f))
+        .and_then(|()| crate::fs::rename(&tmp, out));
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
         return Err(ctx(e));

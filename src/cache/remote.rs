@@ -283,8 +283,7 @@ fn fetch_into(
     let file = out
         .into_inner()
         .map_err(|e| Error::io("cannot write the wheel", e.into_error()))?;
-    file.sync_all()
-        .map_err(|e| Error::io("cannot write the wheel", e))?;
+    crate::fs::sync_file(&file).map_err(|e| Error::io("cannot write the wheel", e))?;
     if sha256 != remote.sha256 || size != remote.entry.size {
         return Err(Error::other(
             format!(

@@ -2,25 +2,29 @@
 //! pick), collect facts, run the checks that recipe needs and the launch preflight of its
 //! profiles, print, bundle.
 
-use std::path::PathBuf;
-
 use super::Settings;
 use crate::cli::{DoctorArgs, RecipeArgs};
 use crate::diagnostic::did_you_mean;
 use crate::doctor::{self, Inputs};
 use crate::error::{Error, Result};
-use crate::recipe::{Recipe, StepKind};
 use crate::report::{style, Block};
 
 pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
     crate::report::json_lines(args.json);
-    let mut known: Vec<&'static str> = doctor::all_checks().iter().map(|d| d.id).collect();
+    let defs = doctor::all_checks();
+    let mut known: Vec<&'static str> = defs.iter().map(|d| d.id).collect();
     known.extend(doctor::launch::IDS);
     for id in &args.checks {
         if !known.contains(&id.as_str()) {
-            let hint = match did_you_mean(id, known.iter().copied()) {
-                Some(s) => format!("did you mean `{s}`?"),
-                None => format!("known checks: {}", known.join(", ")),
+            let hint = if let Some(s) = did_you_mean(id, known.iter().copied()) {
+                format!("did you mean `{s}`?")
+            } else {
+                let mut lines: Vec<String> = defs
+                    .iter()
+                    .map(|d| format!("`{}`: {}", d.id, d.about))
+                    .collect();
+                lines.extend(doctor::launch::IDS.iter().map(|i| format!("`{i}`")));
+                format!("known checks:\n  {}", lines.join("\n  "))
             };
             return Err(Error::usage(format!("unknown check `{id}`"), Some(hint)));
         }
@@ -58,8 +62,10 @@ pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
     // A named recipe (or `--set`) supplies its venv, toolkit and flags; the default one only
     // says which checks matter (and whose launch preflight runs).
     match &recipe {
-        Some(r) if args.recipe.is_some() || !args.set.is_empty() => apply_recipe(r, &mut inputs),
-        Some(r) => inputs.needs = Some(needs_of(r)),
+        Some(r) if args.recipe.is_some() || !args.set.is_empty() => {
+            doctor::recipe::apply(r, &mut inputs);
+        }
+        Some(r) => inputs.needs = Some(doctor::recipe::needs_of(r)),
         None => {}
     }
     // The probes' process groups (a hung `import torch` and its children) end with a killed doctor.
@@ -122,77 +128,4 @@ fn finding(report: &doctor::Report, json: bool) -> (String, Option<String>) {
     };
     let message = format!("doctor: {n} check(s) {what}: {}", ids.join(", "));
     (message, Some(hint.into()))
-}
-
-/// What a recipe tells the doctor: its venv's python, toolkit and driver floor, prefix, server
-/// flags, and what it needs of the host.
-pub(super) fn apply_recipe(recipe: &Recipe, inputs: &mut Inputs) {
-    inputs.needs = Some(needs_of(recipe));
-    for step in &recipe.steps {
-        match &step.kind {
-            StepKind::Python(p) if inputs.python.is_none() => {
-                let python = p.venv.join("bin/python");
-                if python.exists() {
-                    inputs.python = Some(python.display().to_string());
-                }
-            }
-            StepKind::Cuda(c) => {
-                inputs.toolkit_version = Some(c.version.clone());
-                if let Some(floor) = &c.driver_floor {
-                    inputs.driver_floor = Some(floor.clone());
-                }
-            }
-            _ => {}
-        }
-    }
-    inputs.prefix = recipe.vars.get("prefix").map(PathBuf::from);
-    inputs.server_flags = recipe
-        .profiles
-        .values()
-        .flat_map(|p| p.args.iter().cloned())
-        .collect();
-}
-
-/// What a recipe needs of the host: a GPU, torch, SGLang, a toolchain build.
-fn needs_of(recipe: &Recipe) -> doctor::Needs {
-    let mut needs = doctor::Needs {
-        recipe: recipe.name.clone(),
-        ..doctor::Needs::default()
-    };
-    for step in &recipe.steps {
-        match &step.kind {
-            StepKind::Python(p) => {
-                let installs = |name: &str| {
-                    p.install.iter().chain(&p.build).any(|i| {
-                        crate::dist::normalize(
-                            i.split(['=', '<', '>', '!', '~', ' ', '@', '[', ';'])
-                                .next()
-                                .unwrap_or(""),
-                        ) == name
-                    })
-                };
-                needs.torch |= installs("torch") || installs("sglang");
-                needs.sglang |= installs("sglang");
-                needs.toolchain |= installs("torch") || installs("flash-attn");
-            }
-            StepKind::Cuda(_) => {
-                needs.gpu = true;
-                needs.toolchain = true;
-            }
-            _ => {}
-        }
-    }
-    for p in recipe.profiles.values() {
-        match doctor::launch::table::server_of(&p.cmd) {
-            Some(s) if s.name == "SGLang" => needs.sglang = true,
-            Some(s) => {
-                let args = doctor::launch::flags::Args::parse(&p.args);
-                needs.gpu |= args.value(s.gpu_layers).is_some_and(|n| n != "0");
-            }
-            None => {}
-        }
-    }
-    needs.gpu |= needs.torch || needs.sglang;
-    needs.torch |= needs.sglang;
-    needs
 }

@@ -21,9 +21,13 @@ pub(super) fn run(settings: &Settings, recipe: &Recipe, reporter: &dyn Reporter)
         pinned_cc: settings.facts.pinned("gpu.cc").map(str::to_string),
         ..Inputs::default()
     };
-    super::doctor::apply_recipe(recipe, &mut inputs);
+    doctor::recipe::apply(recipe, &mut inputs);
     let report = doctor::run(doctor::facts::collect(&inputs), &[]);
-    let (lines, verdict) = preflight::gate(&report, settings.facts.pinned("gpu.driver").is_some());
+    let (lines, verdict) = preflight::gate(
+        &report,
+        settings.facts.pinned("gpu.driver").is_some(),
+        recipe.vars.contains_key("cuda_source"),
+    );
     for line in lines {
         reporter.note(&line);
     }

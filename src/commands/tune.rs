@@ -11,16 +11,17 @@ use crate::pipeline;
 use crate::tune::estimate::{Budget, Estimate, History};
 use crate::tune::evaluate::Evaluator;
 use crate::tune::results::Results;
-use crate::tune::{self, knobs, race, render, Axis, Method, Rung};
+use crate::tune::{self, knobs, race, render, Method, Rung};
 
 pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
     crate::process::catch_interrupts();
-    let axes = args.vary.iter().map(|s| Axis::parse(s));
-    let axes = axes.collect::<Result<Vec<_>>>()?;
+    let axes = tune::parse_axes(&args.vary)?;
     let budget = Budget::from_flag(args.budget.as_deref())?;
     let recipe = settings.load_recipe(&args.recipe)?;
     let chosen = pipeline::Variant::pick(&recipe, Some(&args.profile))?;
     let (name, profile) = (chosen.name.to_string(), chosen.profile);
+    // Refused before any launch: the results and winner files are named after it.
+    crate::tune::results::file_stem(&name)?;
     let api = crate::serve::profile_api(profile);
     let request = knobs::classify(&recipe, api, &axes)?;
     let method = Method::parse(&args.method);
@@ -79,7 +80,8 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
     );
     eval.allow_two = !args.one_server && recipe.vars.contains_key("port");
     if let Some(Budget::Time(b)) = budget {
-        eval.deadline = Some(started + b);
+        // `--budget 18446744073709551615s` saturates: no deadline past what an Instant holds.
+        eval.deadline = started.checked_add(b);
     }
     let ranked = tune::search(method, variants, &request, full, &mut eval);
     let launches = eval.launches();

@@ -33,6 +33,18 @@ pub(super) fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
         let plan = engine::plan(&recipe, &state, &settings.facts, &selection, &memo)?;
         engine::plan::record(&recipe, &plan, &state, &settings.facts, &selection, &memo);
         super::plan::show(&recipe, &plan, true);
+        // The same answer the run would give: its preflights run (nothing else does), and where
+        // they refuse, the dry run exits non-zero with their error.
+        let reporter = super::reporter(args.json);
+        let mut stage = "preflight";
+        preflights(
+            settings,
+            args,
+            &recipe,
+            &plan,
+            reporter.as_ref(),
+            &mut stage,
+        )?;
         return Ok(0);
     }
     let mut stage = "steps";
@@ -92,22 +104,7 @@ fn provision(
     for w in crate::recipe::cuda_arch::family_conflicts(recipe) {
         reporter.warning(&w);
     }
-    if plan.count("stale") > 0 {
-        *stage = "preflight";
-        super::preflight::host_tools(recipe, &plan, reporter.as_ref())?;
-        let gpu_stack = recipe
-            .steps
-            .iter()
-            // A toolkit without a driver floor is installed to compile only (no GPU needed).
-            .any(
-                |s| matches!(&s.kind, crate::recipe::StepKind::Cuda(c) if c.driver_floor.is_some()),
-            );
-        if gpu_stack && !args.no_doctor {
-            super::preflight::run(settings, recipe, reporter.as_ref())?;
-        }
-        *stage = "steps";
-    }
-    super::preflight::launch_up(settings, args, recipe, reporter.as_ref(), stage)?;
+    preflights(settings, args, recipe, &plan, reporter.as_ref(), stage)?;
     // Only runs that start processes need the watchdog (a no-op re-run stays a few stats).
     let watchdog = match plan.count("stale") {
         0 => None,
@@ -120,13 +117,10 @@ fn provision(
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
     let mem_budget = crate::host::available_memory_bytes().unwrap_or(u64::MAX);
-    let unproven = crate::steps::Unproven::default();
     let ctx = StepContext {
         memo: &memo,
         facts: &settings.facts,
         paths: &settings.paths,
-        strict: args.strict,
-        unproven: &unproven,
         progress: &(),
     };
     engine::execute(
@@ -178,4 +172,32 @@ fn serve_and_prove(settings: &Settings, recipe: &Recipe, args: &UpArgs) -> Resul
             report.outcome.hint.clone(),
         )
     })
+}
+
+/// The checks before the first step, the same for a run and a dry run: the host tools and the
+/// doctor gate (when steps will run), then the launch preflight.
+fn preflights(
+    settings: &Settings,
+    args: &UpArgs,
+    recipe: &Recipe,
+    plan: &engine::Plan,
+    reporter: &dyn crate::report::Reporter,
+    stage: &mut &'static str,
+) -> Result<()> {
+    if plan.count("stale") > 0 {
+        *stage = "preflight";
+        super::preflight::host_tools(recipe, plan, reporter)?;
+        let gpu_stack = recipe
+            .steps
+            .iter()
+            // A toolkit without a driver floor is installed to compile only (no GPU needed).
+            .any(
+                |s| matches!(&s.kind, crate::recipe::StepKind::Cuda(c) if c.driver_floor.is_some()),
+            );
+        if gpu_stack && !args.no_doctor {
+            super::preflight::run(settings, recipe, reporter)?;
+        }
+        *stage = "steps";
+    }
+    super::preflight::launch_up(settings, args, recipe, reporter, stage)
 }

@@ -58,7 +58,13 @@ fn is_uuid(s: &str) -> bool {
 
 /// The environment with secret-looking names left out entirely.
 pub(crate) fn safe_env() -> String {
-    let mut vars: Vec<(String, String)> = std::env::vars()
+    let mut vars: Vec<(String, String)> = std::env::vars_os()
+        .map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        })
         .filter(|(k, _)| !is_secret_name(k))
         .collect();
     vars.sort();

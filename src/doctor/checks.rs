@@ -38,7 +38,7 @@ pub(super) fn definitions() -> Vec<CheckDef> {
         },
         CheckDef {
             id: "python.torch",
-            about: "torch imports, is a CUDA build, and sees the GPUs",
+            about: "torch is installed and a CUDA build (its files; --deep: it sees the GPUs)",
             run: torch,
         },
         CheckDef {
@@ -50,6 +50,11 @@ pub(super) fn definitions() -> Vec<CheckDef> {
             id: "cuda.nvcc-torch",
             about: "nvcc's CUDA major equals torch's (JIT and extension builds)",
             run: nvcc_torch,
+        },
+        CheckDef {
+            id: "toolchain.arch",
+            about: "The recipe's arch lists are ones its CUDA toolkits can build (what `kiln plan` warns)",
+            run: toolchain_arch,
         },
         CheckDef {
             id: "topology.p2p",
@@ -233,6 +238,15 @@ fn driver_floor(f: &DoctorFacts) -> Check {
 fn torch(f: &DoctorFacts) -> Check {
     let id = "python.torch";
     let p = match &f.python {
+        super::facts::PythonState::ToCome { python, step } => {
+            return Check::skip(
+                id,
+                format!(
+                    "the recipe's interpreter {} is not installed yet (step `{step}` installs it; torch is checked there)",
+                    python.display()
+                ),
+            )
+        }
         super::facts::PythonState::NotFound => {
             return Check::skip(id, "no python3 on PATH")
                 .fix("pass --python PATH (or --recipe R to use its venv)")
@@ -266,7 +280,7 @@ fn torch(f: &DoctorFacts) -> Check {
     };
     let version = t.version.clone().unwrap_or_else(|| "?".into());
     if let Some(e) = &t.error {
-        return Check::fail(id, format!("`import torch` fails: {e}"))
+        return Check::fail(id, format!("torch's files cannot be read: {e}"))
             .fix("reinstall torch in this environment")
             .evidence(p.executable.clone());
     }
@@ -274,21 +288,22 @@ fn torch(f: &DoctorFacts) -> Check {
         return Check::fail(id, format!("torch {version} is a CPU-only build"))
             .fix("install a CUDA build, e.g. pip install torch --index-url https://download.pytorch.org/whl/cu130");
     };
-    let seen = t.device_count.unwrap_or(0) as usize;
-    let c = if !f.gpus.is_empty() && seen != f.gpus.len() {
-        Check::warn(
+    // How many GPUs torch sees needs torch running: `--deep` (its matmul runs on each).
+    let seen = f.deep.as_ref().map(|d| d.matmul.gpus.len());
+    let c = match seen {
+        Some(seen) if !f.gpus.is_empty() && seen != f.gpus.len() => Check::warn(
             id,
             format!(
                 "torch {version} (CUDA {cuda}) sees {seen} GPU(s), nvidia-smi lists {}",
                 f.gpus.len()
             ),
         )
-        .fix("check CUDA_VISIBLE_DEVICES and the driver")
-    } else {
-        Check::pass(
+        .fix("check CUDA_VISIBLE_DEVICES and the driver"),
+        Some(seen) => Check::pass(id, format!("torch {version} (CUDA {cuda}), sees {seen} GPU(s)")),
+        None => Check::pass(
             id,
-            format!("torch {version} (CUDA {cuda}), sees {seen} GPU(s)"),
-        )
+            format!("torch {version} (CUDA {cuda}), read from its files (`--deep` checks that it sees the GPUs)"),
+        ),
     };
     c.evidence(format!(
         "{} (Python {}){}",
@@ -327,7 +342,11 @@ fn torch_arch(f: &DoctorFacts) -> Check {
     };
     let want = format!("sm_{major}{minor}");
     let arches: Vec<(bool, u32, u32)> = t.arch_list.iter().filter_map(|a| arch_cc(a)).collect();
-    let evidence = format!("torch.cuda.get_arch_list() = {}", t.arch_list.join(" "));
+    let evidence = format!(
+        "device code in {}: {}",
+        t.arch_source.as_deref().unwrap_or("torch's CUDA libraries"),
+        t.arch_list.join(" ")
+    );
     let sass = arches
         .iter()
         .any(|&(ptx, ma, mi)| !ptx && ma == major && mi <= minor);
@@ -390,6 +409,22 @@ fn nvcc_torch(f: &DoctorFacts) -> Check {
     };
     Check::fail(id, format!("nvcc {nvcc} ({path}) but torch is built for CUDA {tc}: flash-attn builds and FlashInfer JIT fail"))
         .fix(fix)
+}
+
+fn toolchain_arch(f: &DoctorFacts) -> Check {
+    let id = "toolchain.arch";
+    let Some(warnings) = &f.toolchain_warnings else {
+        return Check::skip(id, "no recipe named (`--recipe R` checks its arch lists)");
+    };
+    let Some(first) = warnings.first() else {
+        return Check::pass(id, "the recipe's arch lists suit its CUDA toolkits");
+    };
+    let mut c = Check::warn(id, first.clone())
+        .fix("`kiln plan RECIPE` shows the recipe's toolkits; set the arch list the warning names");
+    for w in warnings {
+        c = c.evidence(w.clone());
+    }
+    c
 }
 
 fn p2p(f: &DoctorFacts) -> Check {

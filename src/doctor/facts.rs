@@ -29,8 +29,12 @@ pub(crate) const ENV_KEYS: &[&str] = &[
 /// What the command line (and a recipe) tell the collector.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Inputs {
-    /// The interpreter to inspect; None means `python3` on PATH (if any).
+    /// The interpreter to inspect; None means `python3` on PATH (if any), unless
+    /// `python_to_come` says the recipe installs its own.
     pub python: Option<String>,
+    /// The recipe's interpreter that is not there yet, and the step that installs it: the
+    /// Python checks wait for it (the system python is not what the recipe runs).
+    pub python_to_come: Option<(PathBuf, String)>,
     /// Read SGLang/FlashInfer sources and versions here instead of the interpreter's site-packages.
     pub site_packages: Option<PathBuf>,
     pub deep: bool,
@@ -50,6 +54,10 @@ pub(crate) struct Inputs {
     pub server_flags: Vec<String>,
     /// What the recipe doctor follows needs of the host (None: no recipe, every check runs).
     pub needs: Option<super::Needs>,
+    /// Built binaries whose device code `sass.packages` reads (a recipe's llama-server).
+    pub binaries: Vec<PathBuf>,
+    /// What `kiln plan` warns about the recipe's toolchain (arch lists its nvcc cannot build).
+    pub toolchain_warnings: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -57,10 +65,15 @@ pub(crate) struct Inputs {
 pub(crate) enum PythonState {
     /// No interpreter given and none on PATH.
     NotFound,
+    /// The recipe's own interpreter, which a step installs, is not there yet.
+    ToCome {
+        python: PathBuf,
+        step: String,
+    },
     Error {
         message: String,
     },
-    Found(PythonFacts),
+    Found(Box<PythonFacts>),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -100,6 +113,9 @@ pub(crate) struct DoctorFacts {
     pub driver_floor: Option<String>,
     pub server_flags: Vec<String>,
     pub needs: Option<super::Needs>,
+    pub toolchain_warnings: Option<Vec<String>>,
+    /// What each compiled package carries ([`super::code`]).
+    pub compiled: Vec<super::code::PackageCode>,
     pub deep: Option<DeepFacts>,
 }
 
@@ -114,7 +130,7 @@ impl DoctorFacts {
 
     pub(crate) fn python(&self) -> Option<&PythonFacts> {
         match &self.python {
-            PythonState::Found(p) => Some(p),
+            PythonState::Found(p) => Some(p.as_ref()),
             _ => None,
         }
     }
@@ -132,9 +148,11 @@ impl DoctorFacts {
 /// Collect every fact; nothing here fails: what cannot be learned is recorded as absent.
 pub(crate) fn collect(inputs: &Inputs) -> DoctorFacts {
     let python_cmd = inputs.python.clone().or_else(|| {
-        which::which("python3")
-            .ok()
-            .map(|p| p.display().to_string())
+        inputs.python_to_come.is_none().then(|| {
+            which::which("python3")
+                .ok()
+                .map(|p| p.display().to_string())
+        })?
     });
     let (query, topo, p2p, cuda_facts, python_state) = std::thread::scope(|s| {
         let query = s.spawn(gpu::query);
@@ -149,13 +167,17 @@ pub(crate) fn collect(inputs: &Inputs) -> DoctorFacts {
                 .and_then(|t| topology::parse_matrix(&t))
         });
         let cuda_facts = s.spawn(|| cuda::collect(Path::new("/usr/local")));
-        let python_state = s.spawn(|| match &python_cmd {
-            None => PythonState::NotFound,
-            Some(cmd) => match inputs.python_facts.as_deref().map_or_else(
+        let python_state = s.spawn(|| match (&python_cmd, &inputs.python_to_come) {
+            (None, Some((python, step))) => PythonState::ToCome {
+                python: python.clone(),
+                step: step.clone(),
+            },
+            (None, None) => PythonState::NotFound,
+            (Some(cmd), _) => match inputs.python_facts.as_deref().map_or_else(
                 || python::collect(cmd),
                 |dir| python::collect_cached(cmd, dir),
             ) {
-                Ok(f) => PythonState::Found(f),
+                Ok(f) => PythonState::Found(Box::new(f)),
                 Err(message) => PythonState::Error { message },
             },
         });
@@ -212,7 +234,9 @@ pub(crate) fn collect(inputs: &Inputs) -> DoctorFacts {
         PythonState::Found(p) => Some(p.executable.clone()),
         _ => None,
     };
+    let compiled = super::code::collect(site_packages.as_deref(), &inputs.binaries);
     DoctorFacts {
+        compiled,
         system: system::collect(),
         disks,
         nvidia_smi: query.smi,
@@ -233,6 +257,7 @@ pub(crate) fn collect(inputs: &Inputs) -> DoctorFacts {
         driver_floor: inputs.driver_floor.clone(),
         server_flags: inputs.server_flags.clone(),
         needs: inputs.needs.clone(),
+        toolchain_warnings: inputs.toolchain_warnings.clone(),
         deep: (inputs.deep && which_smi && gpu_count > 0)
             .then(|| python_for_deep.map(|py| super::deep::collect(&py, gpu_count)))
             .flatten(),

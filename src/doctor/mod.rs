@@ -3,10 +3,12 @@
 
 pub(crate) mod bundle;
 mod checks;
+pub(crate) mod code;
 pub(crate) mod deep;
 pub(crate) mod facts;
 pub(crate) mod launch;
 pub(crate) mod preflight;
+pub(crate) mod recipe;
 pub(crate) mod render;
 pub(crate) mod sglang;
 
@@ -73,8 +75,7 @@ impl Check {
 /// A check: its stable id, what it is about, and the function computing its verdict.
 pub(crate) struct CheckDef {
     pub id: &'static str,
-    /// What the check is about: read where checks are declared and in docs/doctor.md.
-    #[allow(dead_code)]
+    /// What the check is about: the list `kiln doctor NO-SUCH-CHECK` prints.
     pub about: &'static str,
     pub run: fn(&DoctorFacts) -> Check,
 }
@@ -82,6 +83,7 @@ pub(crate) struct CheckDef {
 /// Every check, in the order they are shown.
 pub(crate) fn all_checks() -> Vec<CheckDef> {
     let mut defs = checks::definitions();
+    defs.extend(code::definitions());
     defs.extend(sglang::definitions());
     defs.extend(deep::definitions());
     defs
@@ -132,6 +134,7 @@ const NEED_OF: &[(&str, Need)] = &[
     ("cuda.nvcc-torch", Need::Torch),
     ("build.max-jobs", Need::Torch),
     ("deep.", Need::Torch),
+    ("sass.", Need::Gpu),
     ("flashinfer.", Need::Sglang),
     ("sglang.", Need::Sglang),
 ];

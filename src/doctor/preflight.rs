@@ -16,42 +16,57 @@ const BLOCKING: &[&str] = &["nvidia.driver", "driver.floor", "disk.free"];
 /// The doctor gate of `kiln up` over `report`: the lines to show (a count, then each warning and
 /// failure), and an error naming the blocking checks when one failed. `driver_pinned`: a pinned
 /// driver (`KILN_FACT_GPU_DRIVER`) stands for a driver this host does not show.
-pub(crate) fn gate(report: &Report, driver_pinned: bool) -> (Vec<String>, Result<()>) {
-    let mut lines = vec![format!("doctor preflight: {}", tally(&report.checks))];
-    for c in report
+pub(crate) fn gate(
+    report: &Report,
+    driver_pinned: bool,
+    cuda_source_var: bool,
+) -> (Vec<String>, Result<()>) {
+    // What the gate refuses counts as a failure, in the count too (a missing driver is only a
+    // warning to `kiln doctor`, but `kiln up` of a GPU stack stops on it).
+    let refuses = |c: &super::Check| {
+        BLOCKING.contains(&c.id)
+            && !(driver_pinned && c.id == "nvidia.driver")
+            && (c.status == Status::Fail || (c.id == "nvidia.driver" && c.status == Status::Warn))
+    };
+    let judged: Vec<super::Check> = report
         .checks
+        .iter()
+        .map(|c| {
+            let mut c = c.clone();
+            if refuses(&c) {
+                c.status = Status::Fail;
+            }
+            c
+        })
+        .collect();
+    let mut lines = vec![format!("doctor preflight: {}", tally(&judged))];
+    for c in judged
         .iter()
         .filter(|c| matches!(c.status, Status::Warn | Status::Fail))
     {
         let mark = if c.status == Status::Fail { "✗" } else { "!" };
         lines.push(format!("  {mark} {}: {}", c.id, c.summary));
     }
-    let blocking: Vec<_> = report
-        .checks
-        .iter()
-        .filter(|c| BLOCKING.contains(&c.id))
-        .filter(|c| !(driver_pinned && c.id == "nvidia.driver"))
-        .filter(|c| {
-            c.status == Status::Fail || (c.id == "nvidia.driver" && c.status == Status::Warn)
-        })
-        .collect();
+    let blocking: Vec<&super::Check> = report.checks.iter().filter(|c| refuses(c)).collect();
     let Some(first) = blocking.first() else {
         return (lines, Ok(()));
     };
     let ids: Vec<&str> = blocking.iter().map(|c| c.id).collect();
+    let mut hint = first
+        .fix
+        .clone()
+        .unwrap_or_else(|| format!("see `kiln doctor {} -v`", first.id));
+    if first.id == "nvidia.driver" && cuda_source_var {
+        hint.push_str("; to build without a GPU, `--set cuda_source=pypi` takes the toolkit from PyPI (no driver needed)");
+    }
+    hint.push_str("; or pass --no-doctor to skip this check (it skips the launch preflight too)");
     let error = Error::other(
         format!(
             "doctor preflight failed: {}: {}",
             ids.join(", "),
             first.summary
         ),
-        Some(
-            first
-                .fix
-                .clone()
-                .unwrap_or_else(|| format!("see `kiln doctor {} -v`", first.id))
-                + "; or pass --no-doctor to run anyway",
-        ),
+        Some(hint),
     );
     (lines, Err(error))
 }

@@ -37,6 +37,10 @@ pub(crate) fn headline(report: &Report) -> String {
     }
 }
 
+/// What plain doctor leaves to `--deep`: everything that needs torch running (plain doctor reads
+/// torch's files and never imports it).
+pub(crate) const LEFT_TO_DEEP: &str = "Left to --deep (they run torch on the GPUs): how many GPUs torch sees, a matmul on each (deep.matmul), symmetric memory (deep.symm-mem).";
+
 pub(crate) fn render(report: &Report, verbose: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}\n", headline(report));
@@ -72,6 +76,9 @@ pub(crate) fn render(report: &Report, verbose: bool) -> String {
     let count = |s: Status| report.checks.iter().filter(|c| c.status == s).count();
     let (fail, warn) = (count(Status::Fail), count(Status::Warn));
     let _ = writeln!(out);
+    if report.facts.deep.is_none() && report.checks.iter().any(|c| c.id.starts_with("deep.")) {
+        let _ = writeln!(out, "{LEFT_TO_DEEP}");
+    }
     if fail + warn == 0 {
         let _ = writeln!(
             out,

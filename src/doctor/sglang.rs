@@ -65,15 +65,19 @@ pub(crate) fn read_sources(site: &Path) -> StackSources {
     let sg = site.join("sglang");
     if sg.join("srt").is_dir() {
         let comm = sg.join("srt/distributed/device_communicators");
-        let symm_py = std::fs::read_to_string(comm.join("torch_symm_mem.py")).unwrap_or_default();
+        let symm_py =
+            crate::bounded::read_state(&comm.join("torch_symm_mem.py"), crate::bounded::SOURCE_CAP)
+                .unwrap_or_default();
         let utils = comm.join("all_reduce_utils.py");
-        s.symm_sizes = std::fs::read_to_string(&utils).ok().and_then(|text| {
-            Some(CapTable {
-                file: utils.clone(),
-                keys: dict_keys(&text, SIZES)?,
-                lookup: lookup(&symm_py, SIZES),
-            })
-        });
+        s.symm_sizes = crate::bounded::read_state(&utils, crate::bounded::SOURCE_CAP)
+            .ok()
+            .and_then(|text| {
+                Some(CapTable {
+                    file: utils.clone(),
+                    keys: dict_keys(&text, SIZES)?,
+                    lookup: lookup(&symm_py, SIZES),
+                })
+            });
         s.symm_multimem = dict_keys(&symm_py, MULTIMEM).map(|keys| CapTable {
             file: comm.join("torch_symm_mem.py"),
             keys,
@@ -84,9 +88,10 @@ pub(crate) fn read_sources(site: &Path) -> StackSources {
     }
     let fi = site.join("flashinfer");
     if fi.is_dir() {
-        s.flashinfer_comm_majors = std::fs::read_to_string(fi.join("jit/comm.py"))
-            .ok()
-            .and_then(|t| majors_in(&t, "gen_trtllm_comm_module"));
+        s.flashinfer_comm_majors =
+            crate::bounded::read_state(&fi.join("jit/comm.py"), crate::bounded::SOURCE_CAP)
+                .ok()
+                .and_then(|t| majors_in(&t, "gen_trtllm_comm_module"));
         s.flashinfer_dir = Some(fi);
     }
     s
@@ -168,7 +173,7 @@ fn lookup(code: &str, name: &str) -> Lookup {
 
 fn fusion_gate(sg: &Path) -> Option<Gate> {
     let file = sg.join("srt/layers/communicator.py");
-    if let Ok(text) = std::fs::read_to_string(&file) {
+    if let Ok(text) = crate::bounded::read_state(&file, crate::bounded::SOURCE_CAP) {
         let tree = syntax::parse(&text);
         if let Some(f) = function(tree.root_node(), &text, "apply_flashinfer_allreduce_fusion") {
             return Some(Gate {
@@ -179,7 +184,7 @@ fn fusion_gate(sg: &Path) -> Option<Gate> {
         }
     }
     let file = sg.join("srt/layers/flashinfer_comm_fusion.py");
-    let text = std::fs::read_to_string(&file).ok()?;
+    let text = crate::bounded::read_state(&file, crate::bounded::SOURCE_CAP).ok()?;
     let tree = syntax::parse(&text);
     let raises = syntax::all_of_kind(tree.root_node(), "string")
         .into_iter()

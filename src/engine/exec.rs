@@ -314,8 +314,6 @@ fn run_one(
         loop {
             reporter.step_started(&step.id, step.kind.name(), attempt);
             let mut progress = super::progress::CompileProgress::new(last_run);
-            // What a failed attempt could not prove is not this attempt's.
-            let _ = ctx.unproven.take(&step.id);
             let bytes = |done, total| reporter.step_bytes(&step.id, done, total);
             let ctx = &StepContext {
                 progress: &bytes,
@@ -342,12 +340,7 @@ fn run_one(
                 }
             }
         }
-        let unproven = ctx.unproven.take(&step.id);
-        for w in &unproven {
-            reporter.warning(&format!("step `{}` is unproven: {w}", step.id));
-        }
         state.write_receipt(&Receipt {
-            unproven,
             step: step.id.clone(),
             fingerprint: fp,
             finished_unix: SystemTime::now()

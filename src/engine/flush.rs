@@ -85,15 +85,18 @@ impl Flusher {
     }
 }
 
-/// Flush the file system that holds `dir` (data and metadata: renames included).
+/// Flush the file system that holds `dir` (data and metadata: renames included); a signal
+/// that interrupts the open or the sync (`EINTR`) is not a failure: it is tried again.
 fn syncfs(dir: &Path) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
-    let d = File::open(dir)?;
-    // SAFETY: `d` is an open descriptor for the duration of the call.
-    if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    let d = crate::fs::retry_interrupted(|| File::open(dir))?;
+    crate::fs::retry_interrupted(|| {
+        // SAFETY: `d` is an open descriptor for the duration of the call.
+        if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    })
 }
 
 #[cfg(test)]

@@ -101,7 +101,7 @@ pub(crate) fn lookup(
     opts: &LoadOptions,
     accept: impl FnOnce(&Shape) -> bool,
 ) -> Option<FreshPlan> {
-    let bytes = std::fs::read(path_of(slot)).ok()?;
+    let bytes = crate::bounded::read_io(&path_of(slot), crate::bounded::STATE_CAP).ok()?;
     let record: Record = serde_json::from_slice(&bytes).ok()?;
     let shape = Shape {
         profiles: record.profiles,

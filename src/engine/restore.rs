@@ -72,7 +72,6 @@ pub(super) fn restore(
         return None;
     }
     let written = state.write_receipt(&Receipt {
-        unproven: Vec::new(),
         step: step.id.clone(),
         fingerprint: fp.clone(),
         finished_unix: SystemTime::now()

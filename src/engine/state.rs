@@ -24,9 +24,6 @@ pub(crate) struct Receipt {
     pub finished_unix: u64,
     pub duration_ms: u64,
     pub kiln_version: String,
-    /// Checks the step could not run (`sass` without cuobjdump): it is unproven, not proven.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub unproven: Vec<String>,
     /// The step-cache key id of this step (dependents' keys are built from it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_key: Option<String>,

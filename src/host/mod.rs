@@ -6,6 +6,7 @@ pub(crate) mod gpu;
 pub(crate) mod python;
 pub(crate) mod system;
 pub(crate) mod topology;
+pub(crate) mod torch;
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;

@@ -1,5 +1,6 @@
 //! A Python environment's facts, from ONE run of a small embedded script (python_facts.py)
-//! that prints JSON: interpreter, package versions (importlib.metadata), torch's CUDA build.
+//! that prints JSON: interpreter, package versions (importlib.metadata), where torch is; torch's
+//! own facts are then read from its files ([`super::torch`]), never by importing it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -7,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub(crate) use super::torch::TorchFacts;
 use crate::dist;
 use crate::process::{self, CommandSpec};
 
@@ -17,24 +19,16 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 const FACTS_CAP: usize = 8 << 20;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(crate) struct TorchFacts {
-    pub version: Option<String>,
-    /// `torch.version.cuda` ("13.0"); None for CPU builds.
-    pub cuda: Option<String>,
-    #[serde(default)]
-    pub arch_list: Vec<String>,
-    pub device_count: Option<u32>,
-    /// Why `import torch` failed.
-    pub error: Option<String>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct PythonFacts {
     pub executable: String,
     pub version: String,
     pub purelib: Option<PathBuf>,
     #[serde(default)]
     pub packages: BTreeMap<String, String>,
+    /// torch's package directory (found without importing it).
+    #[serde(default)]
+    pub torch_dir: Option<PathBuf>,
+    #[serde(default)]
     pub torch: Option<TorchFacts>,
     /// True when these facts came from the cache (see [`collect_cached`]).
     #[serde(default)]
@@ -83,7 +77,7 @@ fn cache_key(python: &str, purelib: Option<&Path>) -> CacheKey {
 pub(crate) fn collect_cached(python: &str, dir: &Path) -> Result<PythonFacts, String> {
     let name = crate::hash::sha256_bytes(python.as_bytes());
     let path = dir.join(format!("{}.json", &name[..16]));
-    if let Some(entry) = std::fs::read(&path)
+    if let Some(entry) = crate::bounded::read_io(&path, crate::bounded::STATE_CAP)
         .ok()
         .and_then(|b| serde_json::from_slice::<CacheEntry>(&b).ok())
     {
@@ -118,10 +112,7 @@ fn probe_timeout() -> Duration {
 /// Run the facts script with `python`; an error names what went wrong in one line.
 pub(crate) fn collect(python: &str) -> Result<PythonFacts, String> {
     let timeout = probe_timeout();
-    let mut spec = CommandSpec::new(python, ["-c", SCRIPT]);
-    // Keep torch quiet and fast: no CUDA context just to count devices.
-    spec.env
-        .insert("PYTORCH_NVML_BASED_CUDA_CHECK".into(), "1".into());
+    let spec = CommandSpec::new(python, ["-c", SCRIPT]);
     // Output streams line by line (nothing but the facts line is kept, and that one capped: a
     // longer line comes in pieces); the deadline covers the script and any child that holds its
     // output open.
@@ -129,6 +120,8 @@ pub(crate) fn collect(python: &str) -> Result<PythonFacts, String> {
     let limits = process::Limits {
         piece: FACTS_CAP,
         run_cap: FACTS_CAP,
+        // The facts line, plus room for warnings; a writer of /dev/zero is ended there.
+        total_cap: 4 * FACTS_CAP as u64,
     };
     let sink = &mut std::io::sink();
     let out = process::run_logged_with(&spec, sink, Some(timeout), limits, &mut |line| {
@@ -137,6 +130,12 @@ pub(crate) fn collect(python: &str) -> Result<PythonFacts, String> {
         }
     })
     .map_err(|e| e.to_string())?;
+    if out.over_cap {
+        return Err(format!(
+            "`{python}` wrote more than {} MiB while printing its facts: it was ended there",
+            (4 * FACTS_CAP) >> 20
+        ));
+    }
     if out.timed_out {
         return Err(format!(
             "`{python}` did not finish the facts script within {}s (its processes were ended)",
@@ -144,13 +143,23 @@ pub(crate) fn collect(python: &str) -> Result<PythonFacts, String> {
         ));
     }
     if let Some(json) = facts {
-        serde_json::from_str(&json).map_err(|e| {
+        let mut facts: PythonFacts = serde_json::from_str(&json).map_err(|e| {
             if out.pieces_cut > 0 {
                 format!("`{python}` printed facts over {} MiB", FACTS_CAP >> 20)
             } else {
                 format!("unreadable facts from `{python}`: {e}")
             }
-        })
+        })?;
+        if facts.packages.contains_key("torch") {
+            facts.torch = Some(match &facts.torch_dir {
+                Some(dir) => super::torch::from_files(dir),
+                None => TorchFacts {
+                    error: Some("torch is installed but importlib finds no torch package".into()),
+                    ..TorchFacts::default()
+                },
+            });
+        }
+        Ok(facts)
     } else {
         let tail: Vec<&str> = out.tail.lines().rev().take(3).collect();
         Err(format!(
@@ -167,7 +176,7 @@ pub(crate) fn collect(python: &str) -> Result<PythonFacts, String> {
 pub(crate) fn dist_versions(site: &Path) -> BTreeMap<String, String> {
     let mut versions = BTreeMap::new();
     for (_, metadata) in dist::dist_infos(site).unwrap_or_default() {
-        let Ok(text) = std::fs::read_to_string(&metadata) else {
+        let Ok(text) = crate::bounded::read_state(&metadata, crate::bounded::SOURCE_CAP) else {
             continue;
         };
         if let (Some(n), Some(v)) = dist::name_and_version(&text) {

@@ -1,5 +1,5 @@
-# kiln: facts about a Python environment, printed as one JSON line. Never imports sglang;
-# imports torch only when it is installed (for its CUDA build, arch list and device count).
+# kiln: facts about a Python environment, printed as one JSON line. Imports neither torch nor
+# sglang (an `import torch` costs seconds): kiln reads torch's facts from its files.
 import json, sys, sysconfig
 
 try:
@@ -10,23 +10,19 @@ except ImportError:  # Python < 3.8
 PACKAGES = ["torch", "flash-attn", "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache",
             "sgl-kernel", "sglang", "triton", "transformers", "nvidia-nccl-cu12", "nvidia-nccl-cu13"]
 facts = {"executable": sys.executable, "version": sys.version.split()[0],
-         "purelib": sysconfig.get_paths().get("purelib"), "packages": {}, "torch": None}
+         "purelib": sysconfig.get_paths().get("purelib"), "packages": {}, "torch_dir": None}
 for name in PACKAGES:
     try:
         facts["packages"][name] = md.version(name)
     except Exception:
         pass
 if "torch" in facts["packages"]:
-    t = {}
+    # Where torch is, without importing it (kiln reads its version.py and CUDA libraries).
     try:
-        import torch
-        t["version"] = torch.__version__
-        t["cuda"] = torch.version.cuda
-        flags = getattr(torch._C, "_cuda_getArchFlags", None)
-        arch = flags() if flags else None
-        t["arch_list"] = arch.split() if arch else torch.cuda.get_arch_list()
-        t["device_count"] = torch.cuda.device_count()
-    except Exception as e:  # a broken install is a fact too
-        t["error"] = repr(e)[:400]
-    facts["torch"] = t
+        import importlib.util
+        spec = importlib.util.find_spec("torch")
+        dirs = list(spec.submodule_search_locations or []) if spec else []
+        facts["torch_dir"] = dirs[0] if dirs else None
+    except Exception:
+        pass
 print("KILN_FACTS " + json.dumps(facts))

@@ -387,8 +387,7 @@ impl Outer {
             .out
             .into_inner()
             .map_err(|e| Error::io("cannot write the archive", e.into_error()))?;
-        file.sync_all()
-            .map_err(|e| Error::io("cannot write the archive", e))
+        crate::fs::sync_file(&file).map_err(|e| Error::io("cannot write the archive", e))
     }
 }
 

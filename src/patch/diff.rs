@@ -1,7 +1,7 @@
 //! Unified diffs: parsing hunks, placing them by their context lines (never by line numbers
 //! alone), and rendering a diff for `--dry-run`.
 
-use super::ops::{Drift, Splice};
+use super::splice::{Drift, Splice};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hunk {
@@ -193,7 +193,7 @@ pub fn render(path: &str, old: &str, new: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::patch::ops::splice;
+    use crate::patch::splice::splice;
 
     const DIFF: &str = "--- a/m.py\n+++ b/m.py\n@@ -2,3 +2,3 @@\n a = 1\n-b = 2\n+b = 3\n c = 4\n";
 

@@ -11,14 +11,13 @@
 //! the previous record, then removes the journal. `revert` and the next `apply` undo first;
 //! `check` reports the interrupted apply and writes nothing.
 //!
-//! `KILN_TEST_PATCH_KILL_AT=N` (tests only) makes the process SIGKILL itself at its Nth write
-//! point ([`write_point`]), so that a test can stop an apply between any two writes.
+//! A test can stop an apply between any two writes: see `kill_switch`.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde::{Deserialize, Serialize};
 
+use super::kill_switch;
 use super::store::{self, Record, Store};
 use crate::error::{Error, Result};
 use crate::hash::sha256_bytes;
@@ -45,25 +44,6 @@ pub(super) struct Intent {
     pub patched_sha256: String,
 }
 
-/// A point between two writes of an apply: where a test may have the process killed.
-pub(super) fn write_point() {
-    static AT: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
-    static SEEN: AtomicU32 = AtomicU32::new(0);
-    let Some(at) = *AT.get_or_init(|| {
-        std::env::var("KILN_TEST_PATCH_KILL_AT")
-            .ok()
-            .and_then(|v| v.parse().ok())
-    }) else {
-        return;
-    };
-    if SEEN.fetch_add(1, Ordering::SeqCst) + 1 == at {
-        // SAFETY: a signal to this very process; SIGKILL cannot be caught, nothing runs after.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
-    }
-}
-
 /// The temp file [`store::write_preserving`] of process `pid` uses for `path`.
 fn temp_of(path: &Path, pid: u32) -> PathBuf {
     let name = path.file_name().unwrap_or_default().to_string_lossy();
@@ -77,7 +57,7 @@ pub(super) fn begin(store: &Store, journal: &Journal) -> Result<()> {
         &store.journal_path(&journal.set, &journal.site_packages),
         &bytes,
     )?;
-    write_point();
+    kill_switch::write_point();
     Ok(())
 }
 
@@ -85,7 +65,7 @@ pub(super) fn begin(store: &Store, journal: &Journal) -> Result<()> {
 pub(super) fn finish(store: &Store, journal: &Journal) -> Result<()> {
     let path = store.journal_path(&journal.set, &journal.site_packages);
     remove_durably(&path)?;
-    write_point();
+    kill_switch::write_point();
     Ok(())
 }
 
@@ -97,9 +77,7 @@ fn remove_durably(path: &Path) -> Result<()> {
         _ => {}
     }
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(format!("cannot sync {}", dir.display()), e))
+    crate::fs::sync_dir(dir).map_err(|e| Error::io(format!("cannot sync {}", dir.display()), e))
 }
 
 /// The journal of an interrupted apply of `set` on `site`, if one is left.

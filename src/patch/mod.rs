@@ -5,11 +5,13 @@
 pub mod diff;
 mod engine;
 mod journal;
+mod kill_switch;
 mod op_table;
 pub mod ops;
 pub mod package;
 mod render;
 pub mod set;
+pub mod splice;
 pub mod store;
 pub mod syntax;
 

@@ -1,11 +1,11 @@
 //! The edit operations: each finds its anchor by syntax and yields byte-range splices, so every
 //! byte outside them stays as it was. An edit whose result is already present yields nothing.
 
-use std::ops::Range;
-
 use tree_sitter::Node;
 
 use super::diff::UnifiedDiff;
+use super::splice::drift;
+pub use super::splice::{splice, Drift, Splice};
 use super::syntax::{self, text};
 
 /// One edit of a patch, in domain form (validated from the patch-set file).
@@ -71,28 +71,6 @@ impl Edit {
     }
 }
 
-/// Replace `range` of the source with `text`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Splice {
-    pub range: Range<usize>,
-    pub text: String,
-}
-
-/// Why an edit cannot be placed: its anchor is missing, ambiguous, or holds something unexpected.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Drift {
-    pub message: String,
-    /// Where in the Python file the problem was seen, if somewhere specific.
-    pub at: Option<usize>,
-}
-
-fn drift(message: impl Into<String>, at: Option<usize>) -> Drift {
-    Drift {
-        message: message.into(),
-        at,
-    }
-}
-
 /// Locate `edit` in `source`: `Ok(vec![])` when its result is already present.
 pub fn locate(edit: &Edit, source: &str) -> Result<Vec<Splice>, Drift> {
     if let Edit::Diff(d) = edit {
@@ -137,17 +115,6 @@ pub fn locate(edit: &Edit, source: &str) -> Result<Vec<Splice>, Drift> {
     }
 }
 
-/// Apply splices (which must not overlap) to `source`.
-pub fn splice(source: &str, splices: &[Splice]) -> String {
-    let mut sorted: Vec<&Splice> = splices.iter().collect();
-    sorted.sort_by_key(|s| std::cmp::Reverse(s.range.start));
-    let mut out = source.to_string();
-    for s in sorted {
-        out.replace_range(s.range.clone(), &s.text);
-    }
-    out
-}
-
 /// Exactly one candidate, or a drift naming the lines of all of them.
 fn only_one<'t>(candidates: &[Node<'t>], source: &str, what: &str) -> Result<Node<'t>, Drift> {
     match candidates.len() {
@@ -179,6 +146,54 @@ fn assignments_to<'t>(root: Node<'t>, source: &str, name: &str) -> Vec<Node<'t>>
         .collect()
 }
 
+/// The assignments among `assignments` that give a value (`X = ...`, `X: T = ...`), leaving
+/// out declarations (`X: T`, valid Python that assigns nothing); when there are only
+/// declarations, a drift located at the first one.
+fn with_values<'t>(
+    assignments: Vec<Node<'t>>,
+    source: &str,
+    name: &str,
+) -> Result<Vec<Node<'t>>, Drift> {
+    let first = assignments.first().copied();
+    let valued: Vec<Node<'t>> = assignments
+        .into_iter()
+        .filter(|a| a.child_by_field_name("right").is_some())
+        .collect();
+    match first {
+        Some(declared) if valued.is_empty() => Err(drift(
+            format!(
+                "`{name}` is only declared here (`{}`), never assigned a value",
+                text(declared, source)
+            ),
+            Some(declared.start_byte()),
+        )),
+        _ => Ok(valued),
+    }
+}
+
+/// The value an assignment gives (its right side), or a drift located at it.
+fn value_of<'t>(assignment: Node<'t>, source: &str, name: &str) -> Result<Node<'t>, Drift> {
+    assignment.child_by_field_name("right").ok_or_else(|| {
+        drift(
+            format!(
+                "`{name}` is declared without a value (`{}`)",
+                text(assignment, source)
+            ),
+            Some(assignment.start_byte()),
+        )
+    })
+}
+
+/// The value of a dict entry (`key: value`), or a drift located at the entry.
+fn pair_value<'t>(pair: Node<'t>, dict: &str) -> Result<Node<'t>, Drift> {
+    pair.child_by_field_name("value").ok_or_else(|| {
+        drift(
+            format!("an entry of `{dict}` has no value"),
+            Some(pair.start_byte()),
+        )
+    })
+}
+
 /// The next sibling token after `node` if it is a comma, then a comment on the same line.
 fn after_comma_and_comment(node: Node<'_>) -> (Option<Node<'_>>, usize) {
     let mut end = node.end_byte();
@@ -205,13 +220,11 @@ fn dict_add_key(
     value: &DictValue,
 ) -> Result<Vec<Splice>, Drift> {
     let assignment = only_one(
-        &assignments_to(root, source, dict),
+        &with_values(assignments_to(root, source, dict), source, dict)?,
         source,
         &format!("assignment to `{dict}`"),
     )?;
-    let right = assignment
-        .child_by_field_name("right")
-        .expect("an assignment with `=` has a right side");
+    let right = value_of(assignment, source, dict)?;
     if right.kind() != "dictionary" {
         return Err(drift(
             format!(
@@ -241,18 +254,11 @@ fn dict_add_key(
                     Some(right.start_byte()),
                 )
             })?;
-            text(
-                pair.child_by_field_name("value")
-                    .expect("a pair has a value"),
-                source,
-            )
-            .to_string()
+            text(pair_value(pair, dict)?, source).to_string()
         }
     };
     if let Some(existing) = find(key) {
-        let current = existing
-            .child_by_field_name("value")
-            .expect("a pair has a value");
+        let current = pair_value(existing, dict)?;
         if syntax::same_code(text(current, source), &value_text) {
             return Ok(vec![]);
         }
@@ -457,14 +463,18 @@ fn insert_after_assignment(
     target: &str,
     code: &str,
 ) -> Result<Vec<Splice>, Drift> {
-    let statements: Vec<Node<'_>> = assignments_to(root, source, target)
-        .into_iter()
-        .filter_map(|a| a.parent().filter(|p| p.kind() == "expression_statement"))
-        .collect();
+    let statements: Vec<Node<'_>> =
+        with_values(assignments_to(root, source, target), source, target)?
+            .into_iter()
+            .filter_map(|a| a.parent().filter(|p| p.kind() == "expression_statement"))
+            .collect();
     let statement = only_one(&statements, source, &format!("assignment to `{target}`"))?;
-    let block = statement
-        .parent()
-        .expect("a statement sits in a block or module");
+    let block = statement.parent().ok_or_else(|| {
+        drift(
+            format!("the assignment to `{target}` sits in no block"),
+            Some(statement.start_byte()),
+        )
+    })?;
     let mut cursor = block.walk();
     if block
         .named_children(&mut cursor)
@@ -519,10 +529,7 @@ fn replace_call_kwarg_list(
                 .child_by_field_name("name")
                 .is_some_and(|n| text(n, source) == kwarg)
             {
-                values.push(
-                    kw.child_by_field_name("value")
-                        .expect("a keyword argument has a value"),
-                );
+                values.extend(kw.child_by_field_name("value"));
             }
         }
     }

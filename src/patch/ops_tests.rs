@@ -283,3 +283,37 @@ fn splices_leave_other_bytes_alone() {
     let out = apply(&add_key("x", "3", DictValue::Given("4".into())), src);
     assert_eq!(out, "x = {1: 2, 3: 4}\r\n# trailing \u{00e9}\r\n");
 }
+
+#[test]
+fn an_annotation_only_declaration_is_drift_located_at_it_never_a_panic() {
+    // `X: dict` is valid Python that assigns nothing (an upstream release may declare the
+    // table and fill it elsewhere): a located drift, for either edit that anchors on it.
+    let declared = "import os\nTORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES: dict\n";
+    let add = add_key(
+        "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES",
+        "12",
+        DictValue::Given("{2: 1}".into()),
+    );
+    let drift = locate(&add, declared).unwrap_err();
+    assert_eq!(
+        drift.message,
+        "`TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES` is only declared here \
+         (`TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES: dict`), never assigned a value"
+    );
+    assert_eq!(drift.at, declared.find("TORCH_SYMM"));
+    let insert = Edit::InsertAfterAssignment {
+        target: "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES".into(),
+        code: "_x = 1".into(),
+    };
+    assert_eq!(
+        locate(&insert, declared).unwrap_err().at,
+        declared.find("TORCH_SYMM")
+    );
+    // A declaration beside the annotated assignment that gives the value: the value is the
+    // anchor, not an ambiguity.
+    let both = "D: dict\nD: dict = {1: 2}\n";
+    assert_eq!(
+        apply(&add_key("D", "3", DictValue::Given("4".into())), both),
+        "D: dict\nD: dict = {1: 2, 3: 4}\n"
+    );
+}

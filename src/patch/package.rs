@@ -49,7 +49,7 @@ pub fn find(site: &Path, package: &str) -> Result<Installed> {
             ));
         }
     };
-    let text = std::fs::read_to_string(&metadata)
+    let text = crate::bounded::read_state(&metadata, crate::bounded::SOURCE_CAP)
         .map_err(|e| Error::io(format!("cannot read {}", metadata.display()), e))?;
     let (name, version) = name_and_version(&text);
     let bad = |what: &str| {

@@ -82,7 +82,7 @@ impl Store {
             &self.record_path(&record.set, &record.site_packages),
             &bytes,
         )?;
-        super::journal::write_point();
+        super::kill_switch::write_point();
         Ok(())
     }
 
@@ -102,7 +102,7 @@ impl Store {
         let path = self.root.join("backups").join(&sha);
         if !path.exists() {
             write_atomic(&path, bytes)?;
-            super::journal::write_point();
+            super::kill_switch::write_point();
         }
         Ok(sha)
     }
@@ -136,16 +136,16 @@ pub fn write_preserving(path: &Path, bytes: &[u8]) -> Result<()> {
         let mut f = crate::fs::create_new(&tmp)?;
         f.write_all(bytes)?;
         f.set_permissions(permissions)?;
-        f.sync_all()?;
-        super::journal::write_point();
-        std::fs::rename(&tmp, path)?;
-        std::fs::File::open(dir)?.sync_all()
+        crate::fs::sync_file(&f)?;
+        super::kill_switch::write_point();
+        crate::fs::rename(&tmp, path)?;
+        crate::fs::sync_dir(dir)
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     result.map_err(ctx)?;
-    super::journal::write_point();
+    super::kill_switch::write_point();
     Ok(())
 }
 

@@ -7,125 +7,17 @@
 
 use std::fmt::Write;
 
+use super::header::Header;
 use super::report::Served;
-use super::{Report, Session};
+use super::Report;
 use crate::bench::plot::escape;
 use crate::serve::verdict::Status;
 
-/// What the page says about the run besides the report: filled by the caller that knows the
-/// session (`kiln up`), absent in reports built elsewhere.
-#[derive(Debug, Clone, Default)]
-pub struct Header {
-    /// Seconds since the epoch when the report was written.
-    pub unix_time: u64,
-    pub kiln_version: String,
-    pub host: String,
-    /// One entry per GPU: `NVIDIA H200 (cc 9.0, driver 570.1)`.
-    pub gpus: Vec<String>,
-    /// The recipe as the user named it (its file, or `shipped:NAME`).
-    pub recipe_origin: String,
-    pub profile: Option<String>,
-    /// Every step of the recipe: id, kind, what its receipt says, its log relative to the page.
-    pub steps: Vec<StepLine>,
-}
-
-#[derive(Debug, Clone)]
-pub struct StepLine {
-    pub id: String,
-    pub kind: String,
-    /// `done in 1.2 s`, or `not done`.
-    pub status: String,
-    /// The log, relative to report.html's directory, when there is one.
-    pub log: Option<String>,
-}
-
-impl Header {
-    /// The header of a report on `s`'s recipe, served with `profile` (none: it stopped before).
-    pub fn of(s: Session, profile: Option<&str>) -> Header {
-        let state = crate::engine::state::StateDir::new(s.paths, &s.recipe.name);
-        let page_dir = s.paths.reports(&s.recipe.name);
-        let steps = s
-            .recipe
-            .steps
-            .iter()
-            .map(|step| {
-                let log = state.log_path(&step.id);
-                StepLine {
-                    id: step.id.clone(),
-                    kind: step.kind.name().to_string(),
-                    status: state.receipt(&step.id).map_or("not done".into(), |r| {
-                        format!("done in {:.1} s", r.duration_ms as f64 / 1000.0)
-                    }),
-                    log: log.is_file().then(|| relative(&page_dir, &log)).flatten(),
-                }
-            })
-            .collect();
-        let gpus = s
-            .facts
-            .gpus()
-            .iter()
-            .map(|g| format!("{} (cc {}, driver {})", g.name, g.compute_cap, g.driver))
-            .collect();
-        Header {
-            unix_time: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-            kiln_version: env!("CARGO_PKG_VERSION").to_string(),
-            host: hostname(),
-            gpus,
-            recipe_origin: s.recipe.origin.clone(),
-            profile: profile.map(str::to_string),
-            steps,
-        }
-    }
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map_or_else(|_| "unknown host".into(), |h| h.trim().to_string())
-}
-
-/// `to` relative to the directory `from` (both absolute), for a link that survives moving the
-/// state directory.
-fn relative(from: &std::path::Path, to: &std::path::Path) -> Option<String> {
-    let from: Vec<_> = from.components().collect();
-    let to_parts: Vec<_> = to.components().collect();
-    let common = from
-        .iter()
-        .zip(&to_parts)
-        .take_while(|(a, b)| a == b)
-        .count();
-    if common == 0 {
-        return None;
-    }
-    let mut parts: Vec<String> =
-        std::iter::repeat_n("..".to_string(), from.len() - common).collect();
-    parts.extend(
-        to_parts[common..]
-            .iter()
-            .map(|c| c.as_os_str().to_string_lossy().into_owned()),
-    );
-    Some(parts.join("/"))
-}
-
-/// `YYYY-MM-DD HH:MM UTC` of a Unix time (Howard Hinnant's days-to-civil).
+/// `YYYY-MM-DD HH:MM UTC` of a Unix time.
 fn utc(unix: u64) -> String {
-    let days = (unix / 86_400) as i64;
-    let secs = unix % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
-        secs / 3600,
-        (secs % 3600) / 60
-    )
+    // One date conversion in the crate: the image's, `YYYY-MM-DDTHH:MM:SSZ`.
+    let iso = crate::image::archive::rfc3339(unix);
+    format!("{} {} UTC", &iso[..10], &iso[11..16])
 }
 
 /// Escaped text with Markdown code spans (`like this`) as `<code>`.
@@ -466,14 +358,5 @@ mod tests {
         assert_eq!(utc(0), "1970-01-01 00:00 UTC");
         assert_eq!(utc(1_764_600_000), "2025-12-01 14:40 UTC");
         assert_eq!(utc(951_782_400), "2000-02-29 00:00 UTC");
-    }
-
-    #[test]
-    fn log_links_are_relative_to_the_page() {
-        let p = relative(
-            std::path::Path::new("/s/reports/demo"),
-            std::path::Path::new("/s/runs/demo/logs/a.log"),
-        );
-        assert_eq!(p.as_deref(), Some("../../runs/demo/logs/a.log"));
     }
 }

@@ -31,6 +31,8 @@
 //! ```
 
 mod ceiling;
+mod files;
+mod header;
 mod html;
 mod judge;
 mod launches;
@@ -39,10 +41,11 @@ mod stages;
 mod up;
 
 pub use ceiling::{read_llama_bench, Ceiling, Figure};
-pub use html::{Header, StepLine};
+pub use files::ReportFiles;
+pub use header::{Header, StepLine};
 pub use judge::{judge, verdict_problems, Judgement, Outcome};
 pub use launches::{cross_check, LaunchSummary, Role};
-pub use report::{verdict_code, Findings, Report, ReportFiles, Served};
+pub use report::{verdict_code, Findings, Report, Served};
 pub use stages::{
     bench_fingerprint, greedy_ab, greedy_outputs, launch, launch_bench, launch_of, measure,
     verdicts, verdicts_from_capture, AbOptions, BenchOptions, Launched, Variant,

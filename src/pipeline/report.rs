@@ -3,7 +3,6 @@
 //! and a self-contained HTML page with the bench plot inline (report.html).
 
 use std::fmt::Write;
-use std::path::PathBuf;
 
 use serde::Serialize;
 
@@ -13,9 +12,7 @@ use super::launches::{LaunchSummary, Role};
 use super::Launched;
 use crate::bench::wire::escape_controls;
 use crate::bench::{self, ab::Comparison};
-use crate::error::{Error, Result};
-use crate::fs::write_atomic;
-use crate::paths::StatePaths;
+use crate::error::Error;
 use crate::recipe::Recipe;
 use crate::serve::verdict::{Status, Verdict};
 
@@ -37,7 +34,7 @@ pub struct Report {
     pub exit_code: u8,
     /// When, where and from what the run was (report.html's header and step summary).
     #[serde(skip)]
-    pub header: Option<super::html::Header>,
+    pub header: Option<super::header::Header>,
 }
 
 /// The served part of a [`Report`]: the profile, its verdicts, the greedy A/B and the bench.
@@ -71,17 +68,6 @@ pub struct Findings {
     /// A tuning active in the judged launch that the bench launch shows fell back (or crashed).
     pub conflicts: Vec<String>,
     pub ceiling: Option<Ceiling>,
-}
-
-/// Where [`Report::write`] put the report.
-#[derive(Debug, Clone)]
-pub struct ReportFiles {
-    pub json: PathBuf,
-    pub markdown: PathBuf,
-    pub html: PathBuf,
-    /// The last good report before this one, when there is one: report.prev.json (and .md,
-    /// .html). Writing over a good report keeps it there first, so a failed run never loses it.
-    pub previous: Option<PathBuf>,
 }
 
 /// 0 when every tuning is active, 1 when one fell back or is unknown (or only configured), 2 when
@@ -239,39 +225,6 @@ impl Report {
         }
         md
     }
-
-    pub fn to_html(&self) -> String {
-        super::html::page(self)
-    }
-
-    /// report.json, report.md and report.html under `StatePaths::reports`.
-    pub fn write(&self, paths: &StatePaths) -> Result<ReportFiles> {
-        let dir = paths.reports(&self.recipe);
-        let mut files = ReportFiles {
-            json: dir.join("report.json"),
-            markdown: dir.join("report.md"),
-            html: dir.join("report.html"),
-            previous: None,
-        };
-        if was_ok(&files.json) {
-            for ext in ["json", "md", "html"] {
-                let (from, to) = (
-                    dir.join(format!("report.{ext}")),
-                    dir.join(format!("report.prev.{ext}")),
-                );
-                if let Ok(bytes) = std::fs::read(&from) {
-                    write_atomic(&to, &bytes)?;
-                }
-            }
-        }
-        let prev = dir.join("report.prev.json");
-        files.previous = was_ok(&prev).then_some(prev);
-        let scrub = |text: String| crate::redact::scrub(&text);
-        write_atomic(&files.json, scrub(self.to_json()).as_bytes())?;
-        write_atomic(&files.markdown, scrub(self.to_markdown()).as_bytes())?;
-        write_atomic(&files.html, scrub(self.to_html()).as_bytes())?;
-        Ok(files)
-    }
 }
 
 /// A Markdown table of verdicts.
@@ -311,14 +264,6 @@ impl Served {
         });
         c.line(&from)
     }
-}
-
-/// Whether the report at `path` says its run was ok.
-fn was_ok(path: &std::path::Path) -> bool {
-    std::fs::read(path)
-        .ok()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .is_some_and(|r| r["outcome"]["ok"] == true)
 }
 
 #[cfg(test)]
@@ -441,7 +386,7 @@ mod tests {
         ] {
             assert!(md.contains(want), "{want}\n{md}");
         }
-        let html = r.to_html();
+        let html = super::super::html::page(&r);
         assert!(
             html.contains("<h2>Tuning verdicts (judged launch, pid 7)</h2>"),
             "{html}"
@@ -472,7 +417,7 @@ mod tests {
     #[test]
     fn a_failed_run_keeps_the_last_good_report_beside_its_own() {
         let dir = tempfile::tempdir().unwrap();
-        let paths = StatePaths::new(dir.path().to_path_buf(), None);
+        let paths = crate::paths::StatePaths::new(dir.path().to_path_buf(), None);
         assert_eq!(report(true).write(&paths).unwrap().previous, None);
         let good = std::fs::read(paths.reports("r").join("report.json")).unwrap();
         for _ in 0..2 {
@@ -480,7 +425,7 @@ mod tests {
             let prev = files.previous.expect("the good report is kept");
             assert_eq!(std::fs::read(&prev).unwrap(), good);
             assert!(paths.reports("r").join("report.prev.html").exists());
-            assert!(!was_ok(&files.json));
+            assert!(!super::super::files::was_ok(&files.json));
         }
     }
 }

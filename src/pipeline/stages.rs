@@ -230,6 +230,8 @@ pub fn verdicts(l: &Launched, served: bool) -> Vec<Verdict> {
         after_traffic,
         traffic_error,
         exited,
+        // Not counted here: readiness probes and the warm-up also reach the server.
+        requests: None,
     };
     let mut verdicts = verdict::judge(&l.sigs, l.variant.profile, &ev);
     let info = url.and_then(|u| serve::server_info(&l.sigs, u));
@@ -290,6 +292,7 @@ pub fn verdicts_from_capture(
         after_traffic: true,
         traffic_error: None,
         exited: false,
+        requests: None,
     };
     Ok(verdict::judge(&sigs, v.profile, &ev))
 }

@@ -130,8 +130,7 @@ pub fn up(
         conflicts,
         ceiling,
     };
-    let mut report = Report::new(s.recipe, &served, found, opts.strict);
-    unproven_steps(s, &mut report);
+    let report = Report::new(s.recipe, &served, found, opts.strict);
     for w in &report.outcome.warnings {
         (narrate.say)(&format!("warning: {w}"));
     }
@@ -199,21 +198,4 @@ fn judged_again(
         }
     }
     after
-}
-
-/// Steps whose checks could not run (with --strict they failed before serving): warnings.
-fn unproven_steps(s: Session, report: &mut Report) {
-    let state = crate::engine::state::StateDir::new(s.paths, &s.recipe.name);
-    report.outcome.warnings.extend(
-        s.recipe
-            .steps
-            .iter()
-            .filter_map(|st| state.receipt(&st.id))
-            .flat_map(|r| {
-                let step = r.step;
-                r.unproven
-                    .into_iter()
-                    .map(move |w| format!("step `{step}` is unproven: {w}"))
-            }),
-    );
 }

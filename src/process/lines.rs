@@ -13,6 +13,9 @@ use std::io::{BufRead, Read};
 pub(crate) struct Limits {
     pub piece: usize,
     pub run_cap: usize,
+    /// The most output (bytes) kiln reads of the child: past it the child's group is ended
+    /// ([`crate::process::Finished::over_cap`]). Steps have none (`u64::MAX`).
+    pub total_cap: u64,
 }
 
 impl Limits {
@@ -20,6 +23,7 @@ impl Limits {
     pub(crate) const LOG: Limits = Limits {
         piece: 64 * 1024,
         run_cap: 1024 * 1024,
+        total_cap: u64::MAX,
     };
 }
 
@@ -61,7 +65,7 @@ pub(crate) fn split(
     whole: &[Vec<u8>],
     mut send: impl FnMut(String, bool) -> bool,
 ) {
-    let Limits { piece, run_cap } = limits;
+    let Limits { piece, run_cap, .. } = limits;
     let mut buf: Vec<u8> = Vec::new();
     // Inside a dropped run: discard up to the next space or line break.
     let mut dropping = false;

@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::redact::Redactor;
 
+mod capture;
 pub(crate) mod identity;
 mod lines;
+pub(crate) use capture::capture_timeout;
 pub(crate) use lines::Limits;
 pub(crate) mod watchdog;
 
@@ -139,6 +141,8 @@ pub(crate) struct Finished {
     /// Pieces of output that did not end their line: a line longer than a piece of
     /// [`lines::Limits`] comes in several (0: every line came whole).
     pub pieces_cut: usize,
+    /// Its output went past [`Limits::total_cap`]: its group was ended there.
+    pub over_cap: bool,
 }
 
 impl Finished {
@@ -199,11 +203,17 @@ pub(crate) fn run_logged_with(
 
     let (tx, rx) = mpsc::channel::<(String, bool)>();
     let whole = redactor.with_spaces();
+    let read = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = Counted {
+        inner: reader,
+        read: read.clone(),
+    };
     let pump = std::thread::spawn(move || {
-        lines::split(BufReader::new(reader), limits, &whole, |line, ends| {
+        lines::split(BufReader::new(counted), limits, &whole, |line, ends| {
             tx.send((line, ends)).is_ok()
         });
     });
+    let mut over_cap = false;
 
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut tail = VecDeque::with_capacity(TAIL_LINES);
@@ -225,6 +235,12 @@ pub(crate) fn run_logged_with(
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if !over_cap && read.load(std::sync::atomic::Ordering::Relaxed) > limits.total_cap {
+            over_cap = true;
+            if let Some(pid) = pgid {
+                kill_group(pid);
+            }
         }
         if deadline.is_some_and(|d| Instant::now() >= d) && !timed_out {
             timed_out = true;
@@ -254,7 +270,23 @@ pub(crate) fn run_logged_with(
         timed_out,
         tail: tail.into_iter().collect::<Vec<_>>().join("\n"),
         pieces_cut,
+        over_cap,
     })
+}
+
+/// A reader that counts the bytes read through it (a child's output, for [`Limits::total_cap`]).
+struct Counted<R> {
+    inner: R,
+    read: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<R: std::io::Read> std::io::Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read
+            .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(n)
+    }
 }
 
 /// End a process group: SIGTERM, a grace period of up to 3 s for every member to exit, then
@@ -355,64 +387,6 @@ fn nul_byte_in(spec: &CommandSpec) -> Option<String> {
         .as_ref()
         .filter(|c| c.as_os_str().as_encoded_bytes().contains(&0))
         .map(|_| "the working directory".into())
-}
-
-/// What a short command printed and how it ended (see [`capture_timeout`]).
-#[derive(Debug, Clone)]
-pub(crate) struct Captured {
-    pub code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-    pub timed_out: bool,
-}
-
-impl Captured {
-    pub(crate) fn success(&self) -> bool {
-        self.code == Some(0) && !self.timed_out
-    }
-}
-
-/// Run `spec` in its own process group with stdout and stderr captured separately; after
-/// `timeout` the whole group is ended and `timed_out` is set. A non-zero exit is not an error
-/// here (callers judge it); only a failure to start is.
-pub(crate) fn capture_timeout(spec: &CommandSpec, timeout: Duration) -> Result<Captured> {
-    let handle = spec
-        .expression(Tie::DeathSignal)
-        .stdout_capture()
-        .stderr_capture()
-        .start()
-        .map_err(|e| spawn_error(spec, e))?;
-    let deadline = Instant::now() + timeout;
-    let mut timed_out = false;
-    loop {
-        match handle.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) => {}
-            Err(e) => {
-                return Err(Error::io(
-                    format!("waiting for `{}` failed", spec.program),
-                    e,
-                ))
-            }
-        }
-        if Instant::now() >= deadline {
-            timed_out = true;
-            if let Some(pid) = handle.pids().first() {
-                kill_group(*pid);
-            }
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let output = handle
-        .wait()
-        .map_err(|e| Error::io(format!("waiting for `{}` failed", spec.program), e))?;
-    Ok(Captured {
-        code: output.status.code(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        timed_out,
-    })
 }
 
 /// A child started into its own process group whose output goes to a log file.

@@ -166,7 +166,8 @@ fn live_groups(registry: &str) -> Vec<Identity> {
 pub(crate) fn reap(dir: &Path) -> Vec<String> {
     let mut stale = Vec::new();
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let registry = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        let registry = crate::bounded::read_state(&entry.path(), crate::bounded::STATE_CAP)
+            .unwrap_or_default();
         for leader in live_groups(&registry) {
             match super::stop_recorded_group(&leader) {
                 Ok(()) | Err(identity::Refusal::Gone(_)) => {}

@@ -26,9 +26,12 @@ use crate::host::FACT_KEYS;
 use crate::source::Sources;
 
 /// Bumped when the entry format or the meaning of a cached recipe changes.
-const FORMAT: &str = "kiln-recipe-cache 3";
+const FORMAT: &str = "kiln-recipe-cache 4";
 /// Where embedded (shipped) files are named in `SourceFile::path`.
 const EMBEDDED: &str = "<kiln>/";
+
+/// An entry is a validated recipe as JSON: more than this is not one kiln wrote.
+const ENTRY_CAP: u64 = 64 << 20;
 
 /// Where the entry for one invocation lives.
 pub(super) struct Slot {
@@ -59,6 +62,9 @@ pub(crate) struct Inputs {
     patch_sets: Vec<(String, Option<String>)>,
     /// sha256 of each secret value the stored recipe holds as a placeholder.
     secrets: Vec<String>,
+    /// sha256 of the stored recipe text (as written, placeholders in): an entry whose recipe
+    /// was edited or torn since is a miss, never run.
+    recipe_sha256: String,
 }
 
 impl Inputs {
@@ -169,13 +175,15 @@ pub(crate) fn slot_base(spec: Option<&str>, opts: &LoadOptions) -> Option<PathBu
 
 /// The cached recipe, if its inputs are unchanged.
 pub(super) fn lookup(slot: &Slot, opts: &LoadOptions) -> Option<Recipe> {
-    let bytes = std::fs::read(&slot.path).ok()?;
+    // Read without blocking (a FIFO planted in the cache) and capped.
+    let bytes = crate::bounded::read_io(&slot.path, ENTRY_CAP).ok()?;
     let newline = bytes.iter().position(|&b| b == b'\n')?;
     let stored: Inputs = serde_json::from_slice(&bytes[..newline]).ok()?;
-    if !stored.still_match(opts) {
+    let body = &bytes[newline + 1..];
+    if crate::hash::sha256_bytes(body) != stored.recipe_sha256 || !stored.still_match(opts) {
         return None;
     }
-    let mut text = String::from_utf8(bytes[newline + 1..].to_vec()).ok()?;
+    let mut text = String::from_utf8(body.to_vec()).ok()?;
     for digest in &stored.secrets {
         let value = opts
             .overrides
@@ -247,6 +255,7 @@ pub(super) fn store(slot: &Slot, sources: &Sources, opts: &LoadOptions, recipe: 
         facts,
         patch_sets,
         secrets: digests,
+        recipe_sha256: crate::hash::sha256_bytes(text.as_bytes()),
     };
     let mut bytes = serde_json::to_vec(&inputs).expect("cache inputs serialize");
     bytes.push(b'\n');
@@ -347,7 +356,7 @@ fn evict(dir: &Path, current: &Path) {
 fn file_sha256(path: &str) -> Option<String> {
     match path.strip_prefix(EMBEDDED) {
         Some(key) => shipped::get(key).map(|t| crate::hash::sha256_bytes(t.as_bytes())),
-        None => std::fs::read(path)
+        None => crate::bounded::read_io(Path::new(path), crate::bounded::STATE_CAP)
             .ok()
             .map(|b| crate::hash::sha256_bytes(&b)),
     }
@@ -360,7 +369,7 @@ fn patch_set_sha256(set: &str) -> Option<String> {
     if !path.is_file() {
         return None;
     }
-    std::fs::read(path)
+    crate::bounded::read_io(path, crate::bounded::STATE_CAP)
         .ok()
         .map(|b| crate::hash::sha256_bytes(&b))
 }

@@ -143,6 +143,35 @@ fn family_targets(value: &str) -> Vec<(&str, u32)> {
 /// arch-specific target is `9.0a`).
 const FAMILY_FIRST_MAJOR: u32 = 10;
 
+/// An arch list's targets as nvcc takes them (the `target` filter: `${x|target}`): a family
+/// target of a generation that has none (`9.0f`, `sm_90f`) becomes the arch-specific one
+/// (`9.0a`, `sm_90a`); every other token is kept as written (`12.0f`, `8.9`).
+pub fn target(list: &str) -> String {
+    let mut out = String::with_capacity(list.len() + 1);
+    let mut token = String::new();
+    let flush = |token: &mut String, out: &mut String| {
+        let pre = family_targets(token)
+            .first()
+            .is_some_and(|(_, major)| *major < FAMILY_FIRST_MAJOR);
+        if pre {
+            token.pop();
+            token.push('a');
+        }
+        out.push_str(token);
+        token.clear();
+    };
+    for c in list.chars() {
+        if c.is_whitespace() || c == ',' || c == ';' || c == '=' {
+            flush(&mut token, &mut out);
+            out.push(c);
+        } else {
+            token.push(c);
+        }
+    }
+    flush(&mut token, &mut out);
+    out
+}
+
 /// Family targets named for a GPU generation that has none (`9.0f`): "… use `9.0a`".
 fn pre_family(step: &str, key: &str, value: &str) -> Vec<String> {
     family_targets(value)
@@ -151,7 +180,7 @@ fn pre_family(step: &str, key: &str, value: &str) -> Vec<String> {
         .map(|(tok, _)| {
             let specific = format!("{}a", tok.trim_end_matches('f'));
             format!(
-                "step `{step}`: {key}={value} names `{tok}`, but family targets begin at sm_100 (compute capability {FAMILY_FIRST_MAJOR}.0): use the arch-specific `{specific}` instead (in the seed recipe: `--set flashinfer_arch={specific}`)"
+                "step `{step}`: {key}={value} names `{tok}`, but family targets begin at sm_100 (compute capability {FAMILY_FIRST_MAJOR}.0): use the arch-specific `{specific}` instead (`${{VAR|target}}` picks it)"
             )
         })
         .collect()
@@ -187,6 +216,18 @@ mod tests {
         assert!(!has_family_target("sm_120"));
         assert!(!has_family_target("half"));
         assert!(!has_family_target("f"));
+    }
+
+    #[test]
+    fn the_target_filter_takes_the_arch_specific_suffix_where_no_family_exists() {
+        assert_eq!(super::target("9.0f"), "9.0a");
+        assert_eq!(super::target("12.0f"), "12.0f");
+        assert_eq!(
+            super::target("8.9;9.0f 10.0f,sm_90f"),
+            "8.9;9.0a 10.0f,sm_90a"
+        );
+        assert_eq!(super::target("9.0"), "9.0");
+        assert_eq!(super::target("half"), "half");
     }
 
     #[test]

@@ -42,7 +42,9 @@ pub const MAX_VALUE_BYTES: usize = 1 << 20;
 /// How many variables may be in the middle of expanding at once (`a` uses `b` uses `c` ...).
 pub const MAX_DEPTH: usize = 64;
 
-pub const FILTERS: &[&str] = &["nodot", "major", "minor", "lower", "upper", "quote"];
+pub const FILTERS: &[&str] = &[
+    "nodot", "major", "minor", "lower", "upper", "quote", "target",
+];
 
 impl Template {
     /// A template that expands to `text` itself: a `--set` value is data, never a template
@@ -198,6 +200,7 @@ fn apply_filters(value: &str, filters: &[String]) -> String {
             "lower" => v.to_lowercase(),
             "upper" => v.to_uppercase(),
             "quote" => shell_quote(&v),
+            "target" => super::cuda_arch::target(&v),
             _ => v,
         };
     }

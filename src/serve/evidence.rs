@@ -26,6 +26,9 @@ pub struct Entry {
     /// The entry as written, prefix included (what a verdict shows as evidence).
     pub text: String,
     pub message: String,
+    /// Whether the server had said it was ready before this entry (set by the verdict, which
+    /// knows the readiness patterns; `false` as read).
+    pub after_ready: bool,
 }
 
 impl Logger {
@@ -62,6 +65,7 @@ impl Logger {
                     line: i,
                     text: line[start..end].trim().to_string(),
                     message: message.to_string(),
+                    after_ready: false,
                 });
             }
         }

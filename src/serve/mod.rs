@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bench::client::{self, Api, Request};
 use crate::error::{Error, Result};
-use crate::fs::{create_dir, write_atomic};
+use crate::fs::{create_dir, write_atomic_private};
 use crate::paths::StatePaths;
 use crate::process::{self, CommandSpec, Detached};
 use crate::recipe::Profile;
@@ -78,9 +78,30 @@ pub struct Record {
     /// server arguments.
     #[serde(default)]
     pub argv: Vec<String>,
-    /// The command line kiln launched (program and arguments), to recognise the process later.
+    /// The command line kiln launched (program and arguments), secret values redacted like
+    /// `argv`'s.
     #[serde(default)]
     pub cmd: Vec<String>,
+    /// [`command_digest`] of the command line as launched, secrets in: how the process is
+    /// recognised later without keeping them in the record.
+    #[serde(default)]
+    pub cmd_sha256: String,
+}
+
+/// sha256 of a command line (the program by its file name, then each argument, NUL-separated):
+/// what identifies a launch in its record without the secrets its arguments may hold.
+pub(crate) fn command_digest(cmd: &[String]) -> String {
+    let mut bytes = Vec::new();
+    for (i, part) in cmd.iter().enumerate() {
+        let part = if i == 0 {
+            part.rsplit('/').next().unwrap_or(part)
+        } else {
+            part
+        };
+        bytes.extend_from_slice(part.as_bytes());
+        bytes.push(0);
+    }
+    crate::hash::sha256_bytes(&bytes)
 }
 
 /// The command line of the server kiln recorded at `url`, if one is recorded and alive.
@@ -90,7 +111,7 @@ pub fn recorded_argv(paths: &StatePaths, url: &str) -> Option<Vec<String>> {
         .ok()?
         .filter_map(std::result::Result::ok)
         .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|e| crate::bounded::read_state(&e.path(), crate::bounded::STATE_CAP).ok())
         .filter_map(|t| serde_json::from_str::<Record>(&t).ok())
         .find(|r| {
             r.url.as_deref().map(|u| u.trim_end_matches('/')) == Some(url)
@@ -105,7 +126,8 @@ pub fn record_path(paths: &StatePaths, recipe: &str) -> PathBuf {
 }
 
 pub fn read_record(paths: &StatePaths, recipe: &str) -> Option<Record> {
-    let text = std::fs::read_to_string(record_path(paths, recipe)).ok()?;
+    let text =
+        crate::bounded::read_state(&record_path(paths, recipe), crate::bounded::STATE_CAP).ok()?;
     serde_json::from_str(&text).ok()
 }
 
@@ -208,7 +230,7 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
     }
     let mut tail = LogTail::from_end(&log_path);
     let started = Instant::now();
-    let child = process::spawn_detached(&spec, &log_path, !l.detach)?;
+    let mut child = process::spawn_detached(&spec, &log_path, !l.detach)?;
     let record = Record {
         recipe: l.recipe.to_string(),
         profile: l.profile_name.to_string(),
@@ -223,14 +245,10 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
         log_offset: log_start,
         launch_id,
         argv,
-        cmd,
+        cmd_sha256: command_digest(&cmd),
+        cmd: cmd.iter().map(|a| redactor.redact(a)).collect(),
     };
-    write_atomic(
-        &record_path(l.paths, l.recipe),
-        serde_json::to_string_pretty(&record)
-            .expect("records serialize")
-            .as_bytes(),
-    )?;
+    write_record_or_stop(l, &record, &mut child)?;
     say(&format!(
         "started profile `{}` (pid {}), log: {}",
         l.profile_name,
@@ -264,6 +282,37 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
 }
 
 /// The first words of the header line kiln writes before each launch.
+/// Write the record of the server just started (0600). Without its record a detached server
+/// could never be found again (`--stop`): one whose record cannot be written (a full disk) is
+/// stopped, not left running unrecorded.
+fn write_record_or_stop(l: &Launch, record: &Record, child: &mut Detached) -> Result<()> {
+    let recorded = serde_json::to_string_pretty(record)
+        .map_err(|e| Error::other(format!("cannot record the server: {e}"), None))
+        .and_then(|json| write_atomic_private(&record_path(l.paths, l.recipe), json.as_bytes()));
+    let Err(e) = recorded else {
+        return Ok(());
+    };
+    process::kill_group(child.pid);
+    let _ = child.try_exit();
+    let mut why = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        why.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    Err(Error::other(
+        format!(
+            "{why}; the server (pid {}) was stopped: without its record, `kiln serve --stop` \
+             could not find it",
+            record.pid
+        ),
+        Some(format!(
+            "free space under {} and start it again",
+            l.paths.serve_dir().display()
+        )),
+    ))
+}
+
 fn launch_header(recipe: &str, profile: &str) -> String {
     format!("=== kiln serve {recipe} --profile {profile}")
 }
@@ -589,4 +638,59 @@ pub fn stop_recorded(paths: &StatePaths, recipe: &str) -> Result<Stopped> {
         Err(process::Refusal::Gone(_)) => Stopped::Nothing,
         Err(why) => Stopped::Stale(r, why.to_string()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record of launch `id` of `r --profile p` whose header sits at `offset` of `log`.
+    fn record(log: &Path, offset: u64, id: &str) -> Record {
+        serde_json::from_value(serde_json::json!({
+            "recipe": "r", "profile": "p", "pid": 1, "url": null, "api": "openai",
+            "log": log, "started_unix": 0, "log_offset": offset, "launch_id": id,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_launch_header_counts_only_with_its_own_nonce_at_the_recorded_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("server.log");
+        let nonce = launch_nonce();
+        assert_eq!(nonce.len(), 32);
+        assert_ne!(nonce, launch_nonce(), "a nonce per launch");
+        let earlier = "=== kiln serve r --profile p [launch 0]: server\nold line\n";
+        let header = format!("=== kiln serve r --profile p [launch {nonce}]: server\n");
+        std::fs::write(&log, format!("{earlier}{header}new line\n")).unwrap();
+        let at = earlier.len() as u64;
+        assert_eq!(
+            launch_lines(&record(&log, at, &nonce)),
+            Some(vec!["new line".to_string()])
+        );
+        // The header without its nonce, another launch's nonce, no nonce recorded, or the
+        // offset of an earlier header: none is this launch's boundary.
+        for (offset, id) in [(at, "0"), (at, "deadbeef"), (at, ""), (0, nonce.as_str())] {
+            assert_eq!(
+                launch_lines(&record(&log, offset, id)),
+                None,
+                "{offset} {id}"
+            );
+        }
+        let bare = "=== kiln serve r --profile p: server\nnew line\n";
+        std::fs::write(&log, bare).unwrap();
+        assert_eq!(
+            launch_lines(&record(&log, 0, &nonce)),
+            None,
+            "no nonce in the header"
+        );
+        // A record without a nonce (written before there were any) matches no header at all,
+        // not even one with an empty tag that a line of server output could print.
+        std::fs::write(
+            &log,
+            "=== kiln serve r --profile p [launch ]: server\nnew line\n",
+        )
+        .unwrap();
+        assert_eq!(launch_lines(&record(&log, 0, "")), None, "an empty nonce");
+    }
 }

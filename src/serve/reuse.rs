@@ -40,7 +40,7 @@ pub(super) fn clear_port(
     };
     let then = if record.profile != l.profile_name {
         format!("then starting profile `{}` there", l.profile_name)
-    } else if record.cmd == cmd {
+    } else if record.cmd_sha256 == super::command_digest(cmd) {
         "then starting it again: its command line is unchanged, but a re-run proves from a fresh start-up log".to_string()
     } else {
         "then starting it again: its command line differs from the profile's now".to_string()
@@ -104,23 +104,20 @@ fn identity(r: &Record) -> std::result::Result<String, String> {
         return Err("the record has no command line (written by an older kiln)".into());
     }
     let argv = proc_cmdline(r.pid).ok_or("its command line cannot be read")?;
-    if !runs(&argv, &r.cmd) {
+    if !runs(&argv, r.cmd.len(), &r.cmd_sha256) {
         return Err(format!("it runs `{}`", argv.join(" ")));
     }
     Ok("identity checked: its recorded start time and boot, its own process group, the recorded command line".into())
 }
 
-/// Whether the process argv `argv` is the launch of `cmd`: the same arguments, after the
-/// program (or, for a script, after the interpreter the kernel put before it), by its file name.
-fn runs(argv: &[String], cmd: &[String]) -> bool {
-    let Some((program, args)) = cmd.split_first() else {
+/// Whether the process argv `argv` is the launch recorded as `words` words with the digest
+/// `digest`: its last `words` words (after the interpreter the kernel put before a script) are
+/// that command line, the program by its file name (the record keeps the words redacted).
+fn runs(argv: &[String], words: usize, digest: &str) -> bool {
+    let Some(at) = argv.len().checked_sub(words) else {
         return false;
     };
-    let Some(at) = argv.len().checked_sub(args.len() + 1) else {
-        return false;
-    };
-    let name = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
-    argv[at + 1..] == *args && name(&argv[at]) == name(program)
+    words > 0 && super::command_digest(&argv[at..]) == digest
 }
 
 fn proc_cmdline(pid: u32) -> Option<Vec<String>> {
@@ -245,22 +242,49 @@ mod tests {
 
     #[test]
     fn a_launch_is_recognised_by_its_arguments_after_the_program() {
-        let cmd = v(&["llama-server", "--port", "30080"]);
-        assert!(runs(
-            &v(&["/opt/x/bin/llama-server", "--port", "30080"]),
-            &cmd
-        ));
+        let cmd = v(&["llama-server", "--port", "30080", "--api-key", "sk-secret"]);
+        let digest = crate::serve::command_digest(&cmd);
+        let runs = |argv: &[&str]| runs(&v(argv), cmd.len(), &digest);
+        assert!(runs(&[
+            "/opt/x/bin/llama-server",
+            "--port",
+            "30080",
+            "--api-key",
+            "sk-secret"
+        ]));
         // A script: the kernel puts its interpreter first.
-        assert!(runs(
-            &v(&["/bin/sh", "/opt/x/bin/llama-server", "--port", "30080"]),
-            &cmd
-        ));
-        assert!(!runs(&v(&["llama-server", "--port", "30081"]), &cmd));
-        assert!(!runs(
-            &v(&["python3", "-m", "http.server", "--port", "30080"]),
-            &cmd
-        ));
-        assert!(!runs(&v(&["--port", "30080"]), &cmd));
+        assert!(runs(&[
+            "/bin/sh",
+            "/opt/x/bin/llama-server",
+            "--port",
+            "30080",
+            "--api-key",
+            "sk-secret"
+        ]));
+        assert!(!runs(&[
+            "llama-server",
+            "--port",
+            "30081",
+            "--api-key",
+            "sk-secret"
+        ]));
+        assert!(!runs(&[
+            "llama-server",
+            "--port",
+            "30080",
+            "--api-key",
+            "sk-other"
+        ]));
+        assert!(!runs(&[
+            "python3",
+            "-m",
+            "http.server",
+            "--port",
+            "30080",
+            "--api-key",
+            "sk-secret"
+        ]));
+        assert!(!runs(&["--port", "30080"]));
     }
 
     #[test]

@@ -106,6 +106,14 @@ struct WireRatio {
     /// Judge every matching line on its own (one per loaded model) instead of summing them.
     #[serde(default)]
     each: bool,
+    /// One line per request (draft acceptance): the lines must be coherent with the requests
+    /// (one per task id, after readiness, no more than were sent) and the counters win.
+    #[serde(default)]
+    per_request: bool,
+    /// The feature's flag value is the part asked for (`-ngl 12`: 12 layers): a launch that gets
+    /// what it asked for reached its ratio.
+    #[serde(default)]
+    part_from_flag: bool,
 }
 
 /// A measured level: a pattern with one numeric group, averaged over every matching entry; above
@@ -201,6 +209,14 @@ pub struct Ratio {
     pub what: String,
     /// Every matching line must reach `min` on its own; the worst one is reported.
     pub each: bool,
+    /// One line per request, checked for coherence (docs/serve-bench.md, "Per-request lines").
+    pub per_request: bool,
+    /// The capture groups of the part and the whole (the unnamed ones; `task` is named).
+    pub groups: [usize; 2],
+    /// The pattern names the request's task id (`(?P<task>...)`).
+    pub task: bool,
+    /// The flag's value is the part asked for: the expectation comes from the launch.
+    pub part_from_flag: bool,
 }
 
 #[derive(Debug)]
@@ -416,9 +432,25 @@ fn ratio(r: &WireRatio, feature: &str, origin: &str) -> Result<Ratio> {
         )
     };
     let pattern = anchored(&r.pattern).map_err(|e| bad(format!("invalid ratio pattern: {e}")))?;
-    if pattern.captures_len() != 3 {
+    let names: Vec<Option<&str>> = pattern.capture_names().skip(1).collect();
+    let unnamed: Vec<usize> = (1..=names.len())
+        .filter(|&i| names[i - 1].is_none())
+        .collect();
+    let task = names.contains(&Some("task"));
+    let other_names = names.iter().flatten().any(|n| *n != "task");
+    let [part, whole] = unnamed[..] else {
         return Err(bad(
-            "the ratio pattern needs exactly two capture groups (part, whole)".into(),
+            "the ratio pattern needs exactly two unnamed capture groups (part, whole)".into(),
+        ));
+    };
+    if other_names {
+        return Err(bad(
+            "the only named group a ratio pattern may hold is `(?P<task>...)`".into(),
+        ));
+    }
+    if r.per_request && !task {
+        return Err(bad(
+            "a `per_request` ratio names the task id: add `(?P<task>\\d+)` to its pattern".into(),
         ));
     }
     if !(0.0..=1.0).contains(&r.min) {
@@ -433,6 +465,10 @@ fn ratio(r: &WireRatio, feature: &str, origin: &str) -> Result<Ratio> {
         min: r.min,
         what: r.what.clone(),
         each: r.each,
+        per_request: r.per_request,
+        groups: [part, whole],
+        task,
+        part_from_flag: r.part_from_flag,
     })
 }
 

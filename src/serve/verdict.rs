@@ -122,6 +122,9 @@ pub struct Evidence<'a> {
     pub traffic_error: Option<String>,
     /// The server process ended (a crash line then needs no traceback around it).
     pub exited: bool,
+    /// How many requests kiln sent this launch, where the caller counted them (`None`: not
+    /// known, as for a captured log): more per-request lines than that is `conflicting`.
+    pub requests: Option<usize>,
 }
 
 /// A flag value that turns a feature off (`-fa off`): the feature is not requested.
@@ -163,9 +166,10 @@ fn own_entries(sigs: &Signatures, log: &[String]) -> Vec<(Entry, bool)> {
     logger
         .entries(log)
         .into_iter()
-        .map(|e| {
+        .map(|mut e| {
             let before = ready;
             ready = ready || sigs.ready.iter().any(|r| r.is_match(&e.message));
+            e.after_ready = before;
             (e, before)
         })
         .collect()
@@ -174,6 +178,10 @@ fn own_entries(sigs: &Signatures, log: &[String]) -> Vec<(Entry, bool)> {
 /// Verdicts for the features the profile requests (by flag, or by id in `expect`).
 pub fn judge(sigs: &Signatures, profile: &Profile, ev: &Evidence) -> Vec<Verdict> {
     let entries = own_entries(sigs, ev.log);
+    // A log that holds the readiness line places every per-request line before or after it.
+    let ready_known = entries
+        .iter()
+        .any(|(e, _)| sigs.ready.iter().any(|r| r.is_match(&e.message)));
     let mut out: Vec<Verdict> = requested(sigs, profile)
         .map(|(f, value)| {
             // Start-up evidence counts only before readiness; traffic evidence anywhere.
@@ -182,7 +190,13 @@ pub fn judge(sigs: &Signatures, profile: &Profile, ev: &Evidence) -> Vec<Verdict
                 .filter(|(_, after_ready)| f.needs_traffic || !after_ready)
                 .map(|(e, _)| e)
                 .collect();
-            judge_one(f, value.as_deref().unwrap_or(""), &own, profile, ev)
+            let ctx = Context {
+                value: value.as_deref().unwrap_or(""),
+                ready_known,
+                profile,
+                ev,
+            };
+            judge_one(f, &own, &ctx)
         })
         .collect();
     for id in &profile.expect {
@@ -212,13 +226,17 @@ fn with_value(patterns: &[String], value: &str) -> Vec<Regex> {
         .collect()
 }
 
-fn judge_one(
-    f: &Feature,
-    value: &str,
-    own: &[&Entry],
-    profile: &Profile,
-    ev: &Evidence,
-) -> Verdict {
+/// What a feature is judged against besides its entries: the flag's value, whether the log holds
+/// the readiness line, the launch and the evidence.
+struct Context<'c> {
+    value: &'c str,
+    ready_known: bool,
+    profile: &'c Profile,
+    ev: &'c Evidence<'c>,
+}
+
+fn judge_one(f: &Feature, own: &[&Entry], ctx: &Context) -> Verdict {
+    let (value, profile, ev) = (ctx.value, ctx.profile, ctx.ev);
     // Evidence is the server's text: escaped once here, for every output that shows it.
     let verdict = |status, reason: String, evidence: Option<String>| Verdict {
         feature: f.id.clone(),
@@ -266,9 +284,12 @@ fn judge_one(
     let measured = f
         .ratio
         .as_ref()
-        .and_then(|r| judge_ratio(r, own, ev))
+        .and_then(|r| judge_ratio(r, own, ctx))
         .or_else(|| f.level.as_ref().and_then(|l| judge_level(l, own)));
     match measured {
+        Some(Measured::Incoherent(s)) => {
+            return verdict(Status::Conflicting, s.reason, Some(s.evidence))
+        }
         Some(Measured::Reached(s)) => positive.push(s),
         Some(Measured::Below(s)) => negative.push(s),
         Some(Measured::Invalid(s)) => invalid = Some(s),
@@ -389,8 +410,12 @@ fn gate_fails(g: &Gate, profile: &Profile) -> Option<Seen> {
 enum Measured {
     Reached(Seen),
     Below(Seen),
-    /// A count that cannot be true (negative, not finite, part above whole): unknown.
+    /// A count that cannot be true (negative, not finite, part above whole), or per-request
+    /// lines that cannot be told apart from another launch's: unknown.
     Invalid(Seen),
+    /// Per-request lines that contradict the requests or the server's counters: conflicting,
+    /// never summed.
+    Incoherent(Seen),
 }
 
 /// A part/whole pair that can be counted: finite, non-negative, part <= whole.
@@ -406,71 +431,231 @@ fn check_counts(part: f64, whole: f64) -> Result<(), String> {
     }
 }
 
-/// The share (part / whole) summed over every matching entry, else from the metrics counters;
-/// None when neither has a count (the caller falls through to the other rules).
-fn judge_ratio(r: &Ratio, own: &[&Entry], ev: &Evidence) -> Option<Measured> {
-    let mut found: Option<(f64, f64, String)> = None;
+/// One matching line of a ratio: its counts, its task id (where the pattern names one), the entry.
+struct Counted<'e> {
+    part: f64,
+    whole: f64,
+    task: Option<String>,
+    entry: &'e Entry,
+}
+
+/// The ratio's matching lines, or the first whose count cannot be right.
+fn counted<'e>(r: &Ratio, own: &[&'e Entry]) -> Result<Vec<Counted<'e>>, Measured> {
+    let mut out = Vec::new();
     for e in own {
         let Some(c) = r.pattern.captures(&e.message) else {
             continue;
         };
-        let (Ok(part), Ok(whole)) = (c[1].parse::<f64>(), c[2].parse::<f64>()) else {
+        let num = |i: usize| c.get(i).and_then(|m| m.as_str().parse::<f64>().ok());
+        let (Some(part), Some(whole)) = (num(r.groups[0]), num(r.groups[1])) else {
             continue;
         };
         if let Err(why) = check_counts(part, whole) {
-            return Some(Measured::Invalid(Seen {
+            return Err(Measured::Invalid(Seen {
                 reason: format!("the log's count of {} cannot be right: {why}", r.what),
                 evidence: e.text.clone(),
             }));
         }
-        let line = e.text.clone();
-        found = Some(match found.take() {
-            // Each line on its own: keep the worst share.
-            Some((p, w, l)) if r.each => {
-                if whole > 0.0 && (w <= 0.0 || part / whole < p / w) {
-                    (part, whole, line)
-                } else {
-                    (p, w, l)
-                }
-            }
-            Some((p, w, _)) => (p + part, w + whole, line),
-            None => (part, whole, line),
+        out.push(Counted {
+            part,
+            whole,
+            task: c.name("task").map(|m| m.as_str().to_string()),
+            entry: e,
         });
     }
-    if let (None, Some([part, whole]), Some(text)) = (&found, &r.metrics, ev.metrics) {
-        let read = |name: &str| counter(text, name);
-        match (read(part), read(whole)) {
-            (Ok(Some(p)), Ok(Some(w))) => {
-                let evidence = format!("/metrics: {part} {p}, {whole} {w}");
-                if let Err(why) = check_counts(p, w) {
-                    return Some(Measured::Invalid(Seen {
-                        reason: format!("the metrics' count of {} cannot be right: {why}", r.what),
-                        evidence,
-                    }));
-                }
-                found = Some((p, w, evidence));
+    Ok(out)
+}
+
+/// The part/whole of the metrics counters: `Ok(None)` when the page or a counter is absent.
+fn from_metrics(r: &Ratio, ev: &Evidence) -> Result<Option<(f64, f64, String)>, Measured> {
+    let (Some([part, whole]), Some(text)) = (&r.metrics, ev.metrics) else {
+        return Ok(None);
+    };
+    match (counter(text, part), counter(text, whole)) {
+        (Ok(Some(p)), Ok(Some(w))) => {
+            let evidence = format!("/metrics: {part} {p}, {whole} {w}");
+            match check_counts(p, w) {
+                Ok(()) => Ok(Some((p, w, evidence))),
+                Err(why) => Err(Measured::Invalid(Seen {
+                    reason: format!("the metrics' count of {} cannot be right: {why}", r.what),
+                    evidence,
+                })),
             }
-            (Err(why), _) | (_, Err(why)) => {
-                return Some(Measured::Invalid(Seen {
-                    reason: format!("the metrics cannot be read as a count: {why}"),
-                    evidence: format!("/metrics: {part}, {whole}"),
-                }))
-            }
-            _ => {}
+        }
+        (Err(why), _) | (_, Err(why)) => Err(Measured::Invalid(Seen {
+            reason: format!("the metrics cannot be read as a count: {why}"),
+            evidence: format!("/metrics: {part}, {whole}"),
+        })),
+        _ => Ok(None),
+    }
+}
+
+/// Per-request lines checked against what kiln knows of the requests: a line before the server
+/// was ready (no request had been answered), two lines for one task id, or more lines than
+/// requests sent is `Incoherent`; task ids that do not increase (another launch's lines in a
+/// captured log) are `Invalid` when no counter settles it.
+fn incoherent(r: &Ratio, lines: &[Counted], ctx: &Context, counters: bool) -> Option<Measured> {
+    let bad = |reason: String, e: &Entry| {
+        Some(Measured::Incoherent(Seen {
+            reason: format!("{reason}; per-request lines are never summed then"),
+            evidence: e.text.clone(),
+        }))
+    };
+    if ctx.ready_known {
+        if let Some(c) = lines.iter().find(|c| !c.entry.after_ready) {
+            return bad(
+                format!(
+                    "a `{}` line before the server said it was ready, outside the requests' time span",
+                    r.what
+                ),
+                c.entry,
+            );
         }
     }
-    let (part, whole, evidence) = found?;
+    for (i, c) in lines.iter().enumerate() {
+        let Some(task) = &c.task else { continue };
+        if let Some(first) = lines[..i].iter().find(|d| d.task.as_ref() == Some(task)) {
+            return bad(
+                format!("two `{}` lines for task {task}", r.what),
+                &Entry {
+                    text: format!("{} | and: {}", first.entry.text, c.entry.text),
+                    ..c.entry.clone()
+                },
+            );
+        }
+    }
+    if let Some(sent) = ctx.ev.requests {
+        if lines.len() > sent {
+            return bad(
+                format!(
+                    "{} `{}` lines for the {sent} request(s) kiln sent",
+                    lines.len(),
+                    r.what
+                ),
+                lines[sent].entry,
+            );
+        }
+    }
+    let ids: Vec<i64> = lines
+        .iter()
+        .filter_map(|c| c.task.as_deref()?.parse().ok())
+        .collect();
+    let rising = ids.windows(2).all(|w| w[0] < w[1]);
+    if !rising && !counters && ctx.ev.requests.is_none() {
+        let at = lines.iter().find(|c| c.task.is_some())?;
+        return Some(Measured::Invalid(Seen {
+            reason: format!(
+                "the task ids of the `{}` lines do not increase: the log may hold more than one launch, and no counter says which lines are this one's",
+                r.what
+            ),
+            evidence: at.entry.text.clone(),
+        }));
+    }
+    None
+}
+
+/// The share (part / whole): per-request lines from the server's counters when it reports them
+/// (the lines only corroborate: they may not claim more than the counters), else their sum once
+/// they are coherent; other ratios summed over every matching entry (or judged line by line),
+/// else from the counters. None when nothing has a count (the caller falls through).
+fn judge_ratio(r: &Ratio, own: &[&Entry], ctx: &Context) -> Option<Measured> {
+    let lines = match counted(r, own) {
+        Ok(l) => l,
+        Err(m) => return Some(m),
+    };
+    let counters = match from_metrics(r, ctx.ev) {
+        Ok(c) => c,
+        Err(m) if r.per_request || lines.is_empty() => return Some(m),
+        Err(_) => None,
+    };
+    let found = if r.per_request {
+        if let Some(m) = incoherent(r, &lines, ctx, counters.is_some()) {
+            return Some(m);
+        }
+        let (part, whole) = lines
+            .iter()
+            .fold((0.0, 0.0), |(p, w), c| (p + c.part, w + c.whole));
+        if let Some((p, w, evidence)) = counters {
+            if part > p || whole > w {
+                return Some(Measured::Incoherent(Seen {
+                    reason: format!(
+                        "the log's `{}` lines add up to {part}/{whole}, more than the server's counters ({p}/{w}); per-request lines are never summed then",
+                        r.what
+                    ),
+                    evidence: format!("{evidence} | log: {}", lines.last()?.entry.text),
+                }));
+            }
+            (p, w, evidence)
+        } else {
+            let last = lines.last()?.entry.text.clone();
+            if whole > 0.0 && part / whole + 1e-9 >= r.min {
+                return Some(Measured::Invalid(Seen {
+                    reason: format!(
+                        "the log's `{}` lines add up to {part}/{whole} ({:.1} %), but per-request lines only corroborate: the server's counters decide (give the metrics page, `--metrics`)",
+                        r.what,
+                        part / whole * 100.0
+                    ),
+                    evidence: last,
+                }));
+            }
+            (part, whole, last)
+        }
+    } else if r.each {
+        // Each line on its own: keep the worst share against what it had to reach.
+        let worst = lines.iter().min_by(|a, b| {
+            let share = |c: &Counted| c.part / c.whole.max(f64::MIN_POSITIVE) - needed(r, c, ctx);
+            share(a).total_cmp(&share(b))
+        });
+        match worst {
+            Some(c) => (c.part, c.whole, c.entry.text.clone()),
+            None => counters?,
+        }
+    } else if lines.is_empty() {
+        counters?
+    } else {
+        let (part, whole) = lines
+            .iter()
+            .fold((0.0, 0.0), |(p, w), c| (p + c.part, w + c.whole));
+        (part, whole, lines.last()?.entry.text.clone())
+    };
+    let (part, whole, evidence) = found;
     if whole <= 0.0 {
         return None;
     }
     let share = part / whole;
+    let asked = asked_part(r, ctx).filter(|&a| a < whole);
+    let need = asked.map_or(r.min, |a| a / whole);
     let mut reason = format!("{part}/{whole} {} ({:.1} %)", r.what, share * 100.0);
-    Some(if share + 1e-9 >= r.min {
+    if let Some(a) = asked {
+        reason.push_str(&format!(", as asked ({a} asked)"));
+    }
+    Some(if share + 1e-9 >= need {
         Measured::Reached(Seen { reason, evidence })
     } else {
-        reason.push_str(&format!(", below the {:.0} % it takes", r.min * 100.0));
+        match asked {
+            Some(a) => reason = format!("{part}/{whole} {}, below the {a} asked", r.what),
+            None => reason.push_str(&format!(", below the {:.0} % it takes", r.min * 100.0)),
+        }
         Measured::Below(Seen { reason, evidence })
     })
+}
+
+/// The part the launch asked for (`-ngl 12`: 12), where the ratio takes it from the flag and the
+/// value is a whole number.
+fn asked_part(r: &Ratio, ctx: &Context) -> Option<f64> {
+    if !r.part_from_flag {
+        return None;
+    }
+    ctx.value.parse::<u64>().ok().map(|n| n as f64)
+}
+
+/// The share line `c` has to reach: what the launch asked for where it asked for less than the
+/// whole, else the ratio's `min`.
+fn needed(r: &Ratio, c: &Counted, ctx: &Context) -> f64 {
+    match asked_part(r, ctx) {
+        Some(a) if a < c.whole && c.whole > 0.0 => a / c.whole,
+        _ => r.min,
+    }
 }
 
 /// The mean of a level over every matching entry (SGLang's accept length per decode batch).
@@ -712,5 +897,213 @@ mod tests {
         assert_eq!(counter(text, "reqs"), Ok(None));
         assert_eq!(counter(text, "reqs{a=\"2\"}"), Ok(Some(3.0)));
         assert_eq!(counter(text, "missing"), Ok(None));
+    }
+
+    /// The shipped llama-server set, the launch `llama-server ARGS`, judged after traffic.
+    fn llama(
+        args: &[&str],
+        log: &[&str],
+        metrics: Option<&str>,
+        requests: Option<usize>,
+    ) -> Verdict {
+        let sigs =
+            Signatures::resolve("llama-server", std::path::Path::new("/nonexistent")).unwrap();
+        let profile = Profile {
+            cmd: vec!["llama-server".into()],
+            args: args.iter().map(|a| (*a).to_string()).collect(),
+            ..Profile::default()
+        };
+        let log = lines(log);
+        let ev = Evidence {
+            log: &log,
+            metrics,
+            after_traffic: true,
+            requests,
+            ..Evidence::default()
+        };
+        let feature = if args.contains(&"-md") {
+            "speculative"
+        } else {
+            "offload"
+        };
+        judge(&sigs, &profile, &ev)
+            .into_iter()
+            .find(|v| v.feature == feature)
+            .unwrap()
+    }
+
+    const READY: &str = "0.00.300.000 I srv  llama_server: listening on http://127.0.0.1:30090";
+    const HONEST_9: &str = "0.01.093.910 I slot print_timing: id  0 | task 9 | draft acceptance = 0.10000 (   10 accepted /   100 generated), mean len =  1.10";
+    /// The forgery of issue 30: the server's own prefix, the honest line's task id, 90/100.
+    const FORGED_9: &str = "0.01.093.911 I slot print_timing: id 0 | task 9 | draft acceptance = 0.90000 (90 accepted / 100 generated), mean len =  1.90";
+    const COUNTERS_10_OF_100: &str = "llamacpp:spec_decode_num_accepted_tokens_total 10\nllamacpp:spec_decode_num_draft_tokens_total 100\n";
+
+    #[test]
+    fn two_acceptance_lines_for_one_task_are_conflicting_never_summed() {
+        for metrics in [None, Some(COUNTERS_10_OF_100)] {
+            let v = llama(
+                &["-md", "d.gguf"],
+                &[READY, HONEST_9, FORGED_9],
+                metrics,
+                None,
+            );
+            assert_eq!(v.status, Status::Conflicting, "{metrics:?}: {v:?}");
+            assert!(
+                v.reason
+                    .starts_with("two `draft tokens accepted` lines for task 9"),
+                "{}",
+                v.reason
+            );
+            assert_eq!(
+                v.evidence.as_deref(),
+                Some(format!("{HONEST_9} | and: {FORGED_9}").as_str())
+            );
+        }
+        // Alone, the honest line is what it says: fell back.
+        let v = llama(&["-md", "d.gguf"], &[READY, HONEST_9], None, None);
+        assert_eq!(v.status, Status::FellBack, "{v:?}");
+        assert!(
+            v.reason.starts_with("10/100 draft tokens accepted"),
+            "{}",
+            v.reason
+        );
+    }
+
+    #[test]
+    fn acceptance_lines_that_claim_more_than_the_counters_are_conflicting() {
+        let forged_10 = FORGED_9.replace("task 9", "task 10");
+        let v = llama(
+            &["-md", "d.gguf"],
+            &[READY, HONEST_9, &forged_10],
+            Some(COUNTERS_10_OF_100),
+            None,
+        );
+        assert_eq!(v.status, Status::Conflicting, "{v:?}");
+        assert!(
+            v.reason
+                .contains("add up to 100/200, more than the server's counters (10/100)"),
+            "{}",
+            v.reason
+        );
+        // Lines within the counters corroborate: the counters decide.
+        let v = llama(&["-md", "d.gguf"], &[READY, HONEST_9], Some("llamacpp:spec_decode_num_accepted_tokens_total 95\nllamacpp:spec_decode_num_draft_tokens_total 100\n"), None);
+        assert_eq!(v.status, Status::Active, "{v:?}");
+        assert!(
+            v.reason.starts_with("95/100 draft tokens accepted"),
+            "{}",
+            v.reason
+        );
+    }
+
+    #[test]
+    fn an_acceptance_line_before_readiness_or_beyond_the_requests_is_conflicting() {
+        let v = llama(
+            &["-md", "d.gguf"],
+            &[FORGED_9, READY],
+            Some(COUNTERS_10_OF_100),
+            None,
+        );
+        assert_eq!(v.status, Status::Conflicting, "{v:?}");
+        assert!(
+            v.reason.contains("before the server said it was ready"),
+            "{}",
+            v.reason
+        );
+        let honest_10 = HONEST_9.replace("task 9", "task 10");
+        let v = llama(
+            &["-md", "d.gguf"],
+            &[READY, HONEST_9, &honest_10],
+            None,
+            Some(1),
+        );
+        assert_eq!(v.status, Status::Conflicting, "{v:?}");
+        assert!(
+            v.reason
+                .starts_with("2 `draft tokens accepted` lines for the 1 request(s) kiln sent"),
+            "{}",
+            v.reason
+        );
+        assert_eq!(v.evidence.as_deref(), Some(honest_10.as_str()));
+        // As many lines as requests: coherent, judged.
+        let v = llama(
+            &["-md", "d.gguf"],
+            &[READY, HONEST_9, &honest_10],
+            None,
+            Some(2),
+        );
+        assert_eq!(v.status, Status::FellBack, "{v:?}");
+    }
+
+    #[test]
+    fn acceptance_from_lines_alone_is_unknown_and_a_captured_log_out_of_order_too() {
+        let high = HONEST_9.replace("(   10 accepted", "(   95 accepted");
+        let v = llama(&["-md", "d.gguf"], &[READY, &high], None, None);
+        assert_eq!(v.status, Status::Unknown, "{v:?}");
+        assert!(
+            v.reason.contains("the server's counters decide"),
+            "{}",
+            v.reason
+        );
+        let earlier = HONEST_9.replace("task 9", "task 3");
+        let v = llama(&["-md", "d.gguf"], &[READY, HONEST_9, &earlier], None, None);
+        assert_eq!(v.status, Status::Unknown, "{v:?}");
+        assert!(
+            v.reason
+                .contains("task ids of the `draft tokens accepted` lines do not increase"),
+            "{}",
+            v.reason
+        );
+    }
+
+    /// The H200 log's offload line (`load_tensors: offloaded 17/17 layers to GPU`), as llama.cpp
+    /// prints it for `n` of 17 layers.
+    fn offloaded(n: u32) -> String {
+        format!("0.00.407.497 I load_tensors: offloaded {n}/17 layers to GPU")
+    }
+
+    #[test]
+    fn an_offload_is_judged_by_what_the_launch_asked_for() {
+        let v = llama(&["-ngl", "12"], &[&offloaded(12), READY], None, None);
+        assert_eq!(v.status, Status::Active, "{v:?}");
+        assert_eq!(
+            v.reason,
+            "12/17 layers on the GPU (70.6 %), as asked (12 asked)"
+        );
+        let v = llama(&["-ngl", "12"], &[&offloaded(11), READY], None, None);
+        assert_eq!(v.status, Status::FellBack, "{v:?}");
+        assert_eq!(v.reason, "11/17 layers on the GPU, below the 12 asked");
+        for ask in ["999", "17"] {
+            let v = llama(&["-ngl", ask], &[&offloaded(12), READY], None, None);
+            assert_eq!(v.status, Status::FellBack, "{ask}: {v:?}");
+            assert!(
+                v.reason.ends_with("below the 100 % it takes"),
+                "{}",
+                v.reason
+            );
+            let v = llama(&["-ngl", ask], &[&offloaded(17), READY], None, None);
+            assert_eq!(v.status, Status::Active, "{ask}: {v:?}");
+        }
+        // Each model on its own: a draft of 5 layers whole, the target short of the 12 asked.
+        let draft = "0.00.773.237 I load_tensors: offloaded 5/5 layers to GPU";
+        let v = llama(&["-ngl", "12"], &[draft, &offloaded(10), READY], None, None);
+        assert_eq!(v.status, Status::FellBack, "{v:?}");
+    }
+
+    #[test]
+    fn configured_is_not_proven_active_nor_a_failure() {
+        assert!(!Status::Configured.proven_active());
+        assert!(!Status::Configured.is_failure());
+        let proven: Vec<Status> = [
+            Status::Active,
+            Status::FellBack,
+            Status::Crashed,
+            Status::Conflicting,
+            Status::Configured,
+            Status::Unknown,
+        ]
+        .into_iter()
+        .filter(|s| s.proven_active())
+        .collect();
+        assert_eq!(proven, [Status::Active]);
     }
 }

@@ -163,8 +163,7 @@ fn download(
             return Err(fail(format!("transfer interrupted after {got} bytes: {e}")))
         }
     };
-    out.sync_all()
-        .map_err(|e| Error::io("cannot flush a download", e))?;
+    crate::fs::sync_file(&out).map_err(|e| Error::io("cannot flush a download", e))?;
     if let Some(n) = expected {
         if got != n {
             return Err(Error::Truncated {

@@ -24,34 +24,8 @@ pub(crate) struct StepContext<'a> {
     /// The state directory (patch backups) and its cache (downloads, compiled wheels, tools
     /// kiln installs for itself such as uv).
     pub paths: &'a StatePaths,
-    /// `kiln up --strict`: a check that cannot run fails its step instead of leaving it unproven.
-    pub strict: bool,
-    /// What steps could not prove, by step id (kept with their receipts).
-    pub unproven: &'a Unproven,
     /// Where a step that moves bytes (fetch, extract) says how far it got.
     pub progress: &'a (dyn crate::report::Progress + Sync),
-}
-
-/// Checks a step could not run (`sass` without cuobjdump): warnings, by step id.
-#[derive(Debug, Default)]
-pub(crate) struct Unproven(std::sync::Mutex<Vec<(String, String)>>);
-
-impl Unproven {
-    pub(crate) fn add(&self, step: &str, what: String) {
-        if let Ok(mut v) = self.0.lock() {
-            v.push((step.to_string(), what));
-        }
-    }
-
-    /// The warnings of `step`, taken out.
-    pub(crate) fn take(&self, step: &str) -> Vec<String> {
-        let Ok(mut v) = self.0.lock() else {
-            return Vec::new();
-        };
-        let (mine, rest): (Vec<_>, Vec<_>) = v.drain(..).partition(|(s, _)| s == step);
-        *v = rest;
-        mine.into_iter().map(|(_, w)| w).collect()
-    }
 }
 
 /// Run one attempt of `step`, logging to `log`; `on_line` sees each output line.
@@ -66,7 +40,7 @@ pub(crate) fn execute(
         StepKind::Run { cmd, sass } => {
             run::run(step, cmd, log, on_line)?;
             match sass {
-                Some((file, arch)) => sass::check(step, &sass::Target::File(file), arch, ctx, log),
+                Some((file, arch)) => sass::check(step, &sass::Target::File(file), arch, log),
                 None => Ok(()),
             }
         }

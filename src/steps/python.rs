@@ -114,7 +114,7 @@ pub(crate) fn run(
             python: &vpy,
             module,
         };
-        super::sass::check(step, &target, arch, ctx, log)?;
+        super::sass::check(step, &target, arch, log)?;
     }
     Ok(())
 }

@@ -1,13 +1,12 @@
-//! The `sass = {…}` check: the built code must carry machine code (SASS) for an arch, listed by
-//! `cuobjdump --list-elf`. cuobjdump is looked up on the step's `PATH`, then in its
-//! `CUDA_HOME/bin`, then on kiln's `PATH`. Without one the check cannot run: the step is
-//! `unproven` (a warning kept with its receipt; an error with `--strict`), never a silent pass.
+//! The `sass = {…}` check: the built code must carry machine code (SASS) for an arch. kiln reads
+//! the file's device code itself ([`crate::fatbin`]: a library's `.nv_fatbin`, a fatbin, a bare
+//! cubin), so the check needs no CUDA tool and always runs.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::StepContext;
 use crate::error::{Error, Result};
+use crate::fatbin::{self, Kind};
 use crate::process;
 use crate::recipe::Step;
 
@@ -17,30 +16,7 @@ pub(crate) enum Target<'a> {
     File(&'a Path),
 }
 
-pub(crate) fn check(
-    step: &Step,
-    target: &Target,
-    arch: &str,
-    ctx: &StepContext,
-    log: &mut dyn Write,
-) -> Result<()> {
-    let Some(cuobjdump) = find_cuobjdump(step) else {
-        let what = format!(
-            "the sass check ({arch}) did not run: cuobjdump is not on the step's PATH, in its CUDA_HOME/bin or on PATH"
-        );
-        let _ = writeln!(log, "unproven: {what}");
-        if ctx.strict {
-            return Err(Error::StepFailed {
-                step: step.id.clone(),
-                reason: format!("unproven with --strict: {what}"),
-                log: None,
-                hint: Some(unproven_hint()),
-                tail: String::new(),
-            });
-        }
-        ctx.unproven.add(&step.id, what);
-        return Ok(());
-    };
+pub(crate) fn check(step: &Step, target: &Target, arch: &str, log: &mut dyn Write) -> Result<()> {
     let (path, name) = match target {
         Target::Module { python, module } => {
             let origin = process::capture(
@@ -55,71 +31,75 @@ pub(crate) fn check(
         }
         Target::File(f) => (f.to_path_buf(), f.display().to_string()),
     };
-    let listing = process::capture(
-        &cuobjdump.display().to_string(),
-        &["--list-elf", &path.display().to_string()],
-    )?;
-    let _ = writeln!(
-        log,
-        "{} --list-elf {}:\n{listing}",
-        cuobjdump.display(),
-        path.display()
-    );
-    if carries(&listing, arch) {
+    let failed = |reason: String, hint: Option<String>, tail: String| Error::StepFailed {
+        step: step.id.clone(),
+        reason,
+        log: None,
+        hint,
+        tail,
+    };
+    let images = fatbin::read(&path).map_err(|e| {
+        failed(
+            format!("the sass check ({arch}) cannot read {name}: {e}"),
+            Some(e.hint().to_string()),
+            String::new(),
+        )
+    })?;
+    let listing: Vec<String> = fatbin::archs(&images)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let listing = if listing.is_empty() {
+        "no CUDA code".to_string()
+    } else {
+        listing.join(" ")
+    };
+    let _ = writeln!(log, "device code in {}: {listing}", path.display());
+    if carries(&images, arch) {
         let _ = writeln!(log, "sass check: {name} carries {arch} code");
         return Ok(());
     }
-    Err(Error::StepFailed {
-        step: step.id.clone(),
-        reason: format!("{name} carries no {arch} code (cuobjdump found none)"),
-        log: None,
-        hint: None,
-        tail: listing.lines().take(20).collect::<Vec<_>>().join("\n"),
-    })
+    Err(failed(
+        format!("{name} carries no {arch} code (it has: {listing})"),
+        None,
+        String::new(),
+    ))
 }
 
-fn unproven_hint() -> String {
-    "install cuobjdump (the nvidia-cuda-cuobjdump wheel, or a full CUDA toolkit) where the step finds it, or run without --strict to keep the step as unproven".into()
-}
-
-/// Whether a `--list-elf` listing has an ELF for `arch` (`sm_120` matches `k.sm_120.cubin` and
-/// the arch-specific `k.sm_120a.cubin`, which also runs on SM 12.0; not `sm_1200`).
-fn carries(listing: &str, arch: &str) -> bool {
-    listing.lines().any(|l| {
-        l.match_indices(arch).any(|(i, _)| {
-            let next = l[i + arch.len()..].chars().next();
-            !next.is_some_and(|c| c.is_ascii_digit())
-        })
-    })
-}
-
-fn find_cuobjdump(step: &Step) -> Option<PathBuf> {
-    let in_dir = |d: &Path| Some(d.join("cuobjdump")).filter(|p| p.is_file());
-    if let Some(path) = step.env.get("PATH") {
-        if let Some(p) = std::env::split_paths(path).find_map(|d| in_dir(&d)) {
-            return Some(p);
-        }
-    }
-    if let Some(home) = step.env.get("CUDA_HOME") {
-        if let Some(p) = in_dir(&Path::new(home).join("bin")) {
-            return Some(p);
-        }
-    }
-    which::which("cuobjdump").ok()
+/// Whether `images` hold SASS for `arch` (`sm_120`): the same arch number, any suffix (the
+/// arch-specific `sm_120a` and the family `sm_120f` run on SM 12.0 too; `sm_1200` is not it).
+fn carries(images: &[fatbin::Image], arch: &str) -> bool {
+    let number: Option<u32> = arch
+        .strip_prefix("sm_")
+        .map(|a| a.trim_end_matches(['a', 'f']))
+        .and_then(|a| a.parse().ok());
+    number.is_some_and(|n| images.iter().any(|i| i.kind == Kind::Sass && i.arch == n))
 }
 
 #[cfg(test)]
 mod tests {
     use super::carries;
+    use crate::fatbin::{Image, Kind};
 
     #[test]
-    fn the_listing_names_the_arch_exactly() {
-        // `cuobjdump --list-elf` of CUDA 13.2 on a cubin nvcc 13.0 built for sm_120.
-        let listing = "ELF file    1: k120.sm_120.cubin\n";
-        assert!(carries(listing, "sm_120"));
-        assert!(!carries(listing, "sm_12"));
-        assert!(!carries(listing, "sm_90"));
-        assert!(carries("ELF file    1: k.sm_120a.cubin", "sm_120"));
-        assert!(!carries("ELF file    1: k.sm_1200.cubin", "sm_120"));
+    fn the_arch_is_matched_by_number_with_any_suffix() {
+        let sass = |arch, suffix| Image {
+            kind: Kind::Sass,
+            arch,
+            suffix,
+        };
+        let built = [sass(120, None)];
+        assert!(carries(&built, "sm_120"));
+        assert!(!carries(&built, "sm_12"));
+        assert!(!carries(&built, "sm_90"));
+        assert!(carries(&[sass(120, Some('a'))], "sm_120"));
+        assert!(carries(&[sass(120, Some('f'))], "sm_120f"));
+        assert!(!carries(&[sass(1200, None)], "sm_120"));
+        let ptx = Image {
+            kind: Kind::Ptx,
+            arch: 120,
+            suffix: None,
+        };
+        assert!(!carries(&[ptx], "sm_120"), "PTX is not SASS");
     }
 }

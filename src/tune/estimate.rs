@@ -75,7 +75,8 @@ impl History {
     pub(crate) fn read(tune_dir: &Path, profile: &str, report: &Path) -> History {
         let mut h = History::default();
         let read = |path: &Path| {
-            std::fs::read(path)
+            // Regular files only, bounded: a FIFO or /dev/zero here is refused, never waited on.
+            crate::bounded::read_io(path, crate::bounded::INDEX_CAP)
                 .ok()
                 .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
         };
@@ -116,13 +117,14 @@ impl History {
         if !launches_known {
             // Its stop and a verdict request: ~0.5 s.
             h.launch_s
-                .extend(v["ready_after_s"].as_f64().map(|r| r + 0.5));
+                .extend(seconds(&v["ready_after_s"]).map(|r| r + 0.5));
         }
         if h.tok_s.is_empty() {
             let bench = &v["bench"];
             let decode = bench["decode_tok_s"]["median"].as_f64();
             let rate = decode.or_else(|| bench["e2e_tok_s"]["median"].as_f64());
-            h.tok_s.extend(rate.filter(|r| *r > 0.0).map(|r| (1.0, r)));
+            let rate = rate.map(serde_json::Value::from).as_ref().and_then(rate_of);
+            h.tok_s.extend(rate.map(|r| (1.0, r)));
         }
         if complete(&h) {
             h.source = if launches_known {
@@ -142,7 +144,7 @@ impl History {
     fn add_tune_result(&mut self, v: &serde_json::Value) {
         let mut judged = 0.0;
         for l in v["launch_records"].as_array().into_iter().flatten() {
-            let phases = ["ready_s", "qualify_s", "stop_s"].map(|k| l[k].as_f64());
+            let phases = ["ready_s", "qualify_s", "stop_s"].map(|k| seconds(&l[k]));
             if let [Some(ready), qualify, stop] = phases {
                 self.launch_s.push(ready + stop.unwrap_or(0.0));
                 judged += qualify.unwrap_or(0.0);
@@ -156,12 +158,24 @@ impl History {
             for m in e["measurements"].as_array().into_iter().flatten() {
                 let tokens = m["rung"]["max_tokens"].as_f64().unwrap_or(1.0);
                 let runs = m["runs"].as_array().into_iter().flatten();
-                let rates = runs.filter_map(serde_json::Value::as_f64);
+                let rates = runs.filter_map(rate_of);
                 self.tok_s
                     .extend(rates.filter(|t| *t > 0.0).map(|t| (tokens, t)));
             }
         }
     }
+}
+
+/// A duration read back from a file kiln wrote earlier: finite, non-negative and under a week,
+/// else not a figure (an edited or corrupt file must not price, or panic, the estimate).
+fn seconds(v: &serde_json::Value) -> Option<f64> {
+    v.as_f64()
+        .filter(|s| s.is_finite() && (0.0..=7.0 * 86_400.0).contains(s))
+}
+
+/// A tok/s read back: finite, positive and under a billion.
+fn rate_of(v: &serde_json::Value) -> Option<f64> {
+    v.as_f64().filter(|r| r.is_finite() && *r > 0.0 && *r < 1e9)
 }
 
 /// Total tokens over total time.
@@ -279,7 +293,8 @@ impl Estimate {
     pub(crate) fn wall(&self) -> Option<Duration> {
         let (launch, tok_s) = (self.launch_s?, self.tok_s?);
         let s = self.launches as f64 * launch + self.tokens as f64 / tok_s.max(1e-3);
-        Some(Duration::from_secs_f64(s))
+        // Saturates: no figure, however large, panics the conversion.
+        Some(Duration::try_from_secs_f64(s).unwrap_or(Duration::MAX))
     }
 
     /// "8 variants, 8 launches × ~5.1 s + ~41k tokens at ~550 tok/s ≈ 2.3 min (from ...)".
@@ -407,6 +422,34 @@ mod tests {
         );
         let none = History::read(&dir.path().join("none"), "spec", &report);
         assert_eq!((none.launch_s, none.tok_s), (vec![4.5], vec![(1.0, 700.0)]));
+    }
+
+    #[test]
+    fn figures_read_back_out_of_range_are_ignored_and_never_panic_the_estimate() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = serde_json::json!({
+            "launch_records": [{"ready_s": -1e6}, {"ready_s": 1e308}],
+            "entries": [{"measurements": [{"rung": {"max_tokens": 256}, "runs": [-5.0, 1e300]}]}],
+        })
+        .to_string();
+        std::fs::write(dir.path().join("p.json"), bad).unwrap();
+        let report = dir.path().join("report.json");
+        std::fs::write(
+            &report,
+            r#"{"ready_after_s": -3.0, "bench": {"decode_tok_s": {"median": -1.0}}}"#,
+        )
+        .unwrap();
+        let h = History::read(dir.path(), "p", &report);
+        assert!(h.launch_s.is_empty() && h.tok_s.is_empty(), "{h:?}");
+        let huge = History {
+            launch_s: vec![6e5],
+            judge_s: vec![],
+            tok_s: vec![(1.0, 1e-300)],
+            source: "x".into(),
+        };
+        let e = Estimate::plan(Method::Grid, 8, 8, full(), 64, &huge);
+        assert!(e.wall().is_some());
+        e.line();
     }
 
     #[test]

@@ -66,6 +66,30 @@ impl Axis {
     }
 }
 
+/// Every `--vary`, each key once: `--vary tag=a,b --vary tag=c` is refused, not read as two
+/// values of one key in one variant.
+pub(crate) fn parse_axes(specs: &[String]) -> Result<Vec<Axis>> {
+    let mut axes: Vec<Axis> = Vec::new();
+    for spec in specs {
+        let axis = Axis::parse(spec)?;
+        if axes.iter().any(|a| a.key == axis.key) {
+            return Err(Error::usage(
+                format!(
+                    "`--vary {}`: the key `{}` is varied twice",
+                    crate::bench::wire::escape_controls(spec),
+                    axis.key
+                ),
+                Some(format!(
+                    "list every value once: `--vary {}=V1,V2,...`",
+                    axis.key
+                )),
+            ));
+        }
+        axes.push(axis);
+    }
+    Ok(axes)
+}
+
 /// One point of the space: a value per axis, in axis order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct Variant {
@@ -305,6 +329,14 @@ mod tests {
         for bad in ["nokey", "=1,2", "a=1,,2", "a=1,1", "a b=1"] {
             assert!(Axis::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_key_varied_twice_is_refused() {
+        let specs = |v: &[&str]| v.iter().map(ToString::to_string).collect::<Vec<_>>();
+        let err = parse_axes(&specs(&["tag=a,b", "tag=c"])).unwrap_err();
+        assert!(err.to_string().contains("`tag` is varied twice"), "{err}");
+        assert_eq!(parse_axes(&specs(&["tag=a,b", "-ub=1"])).unwrap().len(), 2);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use super::evaluate::Loader;
 use super::{Entry, Method};
 use crate::bench::plot::escape;
+use crate::bench::wire::escape_controls;
 use crate::error::Result;
 use crate::pipeline;
 use crate::recipe::{Profile, Recipe};
@@ -150,7 +151,8 @@ pub(crate) struct WinnerFile<'a> {
 }
 
 impl WinnerFile<'_> {
-    pub(crate) fn render(&self) -> String {
+    /// The file's tables: `[recipe]` and `[profile.*]`.
+    fn document(&self) -> toml::Table {
         let mut profiles = toml::Table::new();
         if let Some((name, p)) = self.baseline {
             profiles.insert(name.to_string(), profile_table(p, None).into());
@@ -165,20 +167,34 @@ impl WinnerFile<'_> {
             "description".into(),
             format!("kiln tune winner for {}", self.recipe).into(),
         );
-        let section = |key: &str, t: toml::Table| {
-            let mut doc = toml::Table::new();
-            doc.insert(key.into(), t.into());
-            toml::to_string(&doc).expect("a table of strings serializes")
-        };
-        let body = format!(
-            "{}\n{}",
-            section("recipe", recipe),
-            section("profile", profiles)
-        );
-        format!(
+        let mut doc = toml::Table::new();
+        doc.insert("recipe".into(), recipe.into());
+        doc.insert("profile".into(), profiles.into());
+        doc
+    }
+
+    /// The file's text: the tables by the TOML serializer (every value inside its quotes), under
+    /// a header comment whose user values are escaped to one line (a newline in a `--vary` value
+    /// cannot end the comment). Read back and compared with the tables before it is returned.
+    pub(crate) fn render(&self) -> Result<String> {
+        let doc = self.document();
+        let body = toml::to_string(&doc).map_err(|e| {
+            crate::error::Error::other(format!("the winner file cannot be written: {e}"), None)
+        })?;
+        let text = format!(
             "# Written by `kiln tune` ({:?}): {}\n# Serve it: kiln serve THIS_FILE --profile {}\n{body}",
-            self.method, self.summary, self.name
-        )
+            self.method,
+            escape_controls(&self.summary),
+            escape_controls(self.name)
+        );
+        let back: std::result::Result<toml::Table, _> = toml::from_str(&text);
+        if back.as_ref().ok() != Some(&doc) {
+            return Err(crate::error::Error::other(
+                "the winner file did not read back as written: nothing was published".to_string(),
+                Some("report this with the `--vary` values you passed".into()),
+            ));
+        }
+        Ok(text)
     }
 }
 
@@ -229,7 +245,7 @@ impl Winner<'_> {
             method: self.method,
         };
         let path = dir.join(format!("{best_name}.toml"));
-        crate::fs::write_atomic(&path, file.render().as_bytes())?;
+        crate::fs::write_atomic(&path, file.render()?.as_bytes())?;
         Ok((path, m.tok_s))
     }
 }
@@ -292,8 +308,39 @@ fn profile_table(p: &Profile, baseline: Option<&str>) -> toml::Table {
 
 #[cfg(test)]
 mod tests {
-    use super::profile_table;
+    use super::{profile_table, WinnerFile};
     use crate::recipe::Profile;
+
+    #[test]
+    fn a_vary_value_that_breaks_out_of_the_header_comment_stays_one_escaped_line() {
+        // The issue's payload: `--vary "tag=$(printf 'x"y\n[env]\nLD_PRELOAD = "/tmp/evil.so"\n#')"`.
+        let payload = "x\"y\n[env]\nLD_PRELOAD = \"/tmp/evil.so\"\n#";
+        let p = Profile {
+            cmd: vec!["server".into()],
+            args: vec!["--tag".into(), payload.into()],
+            ..Profile::default()
+        };
+        let file = WinnerFile {
+            recipe: "r",
+            name: "tuned-best",
+            profile: &p,
+            baseline: None,
+            summary: format!("tag={payload} at 1.0 tok/s"),
+            method: crate::tune::Method::Race,
+        };
+        let text = file.render().unwrap();
+        let back: toml::Table = toml::from_str(&text).unwrap();
+        assert_eq!(
+            back.keys().collect::<Vec<_>>(),
+            ["profile", "recipe"],
+            "{text}"
+        );
+        let profile = &back["profile"]["tuned-best"];
+        assert!(profile.get("env").is_none(), "{text}");
+        assert_eq!(profile["args"][1].as_str(), Some(payload));
+        // The header is two comment lines, the tables follow.
+        assert_eq!(text.lines().nth(2), Some("[profile.tuned-best]"), "{text}");
+    }
 
     #[test]
     fn a_winner_profile_keeps_its_timeout_evidence_args_and_ceiling_and_finds_the_recipes_own_signatures(

@@ -30,11 +30,47 @@ pub(crate) struct Results<'a> {
 impl Results<'_> {
     /// `<profile>.json` and `<profile>.svg` in `dir`; both paths come back.
     pub(crate) fn write(&self, dir: &Path, svg: &str) -> Result<(PathBuf, PathBuf)> {
+        file_stem(self.profile)?;
         let json = dir.join(format!("{}.json", self.profile));
         let text = serde_json::to_string_pretty(self).expect("tune results serialize");
         write_atomic(&json, text.as_bytes())?;
         let plot = dir.join(format!("{}.svg", self.profile));
         write_atomic(&plot, svg.as_bytes())?;
         Ok((json, plot))
+    }
+}
+
+/// A profile name as a file name in the tune directory: no path separator, no `..`, no leading
+/// dot, no control character, so the results never land outside the state dir.
+pub(crate) fn file_stem(name: &str) -> Result<&str> {
+    let bad = name.is_empty()
+        || name.starts_with('.')
+        || name.contains("..")
+        || name
+            .chars()
+            .any(|c| c == '/' || c == '\\' || c.is_control());
+    if bad {
+        return Err(crate::error::Error::usage(
+            format!(
+                "profile `{}` cannot name a results file",
+                crate::bench::wire::escape_controls(name)
+            ),
+            Some(
+                "name the profile with letters, digits, `-` and `_` (no `/`, `..` or leading `.`)"
+                    .into(),
+            ),
+        ));
+    }
+    Ok(name)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn profile_names_that_are_paths_cannot_name_a_results_file() {
+        for bad in ["../../../x", "a/b", "..", ".hidden", "a\\b", "x\ny", ""] {
+            assert!(super::file_stem(bad).is_err(), "{bad:?}");
+        }
+        assert!(super::file_stem("tuned-best_2").is_ok());
     }
 }

@@ -123,10 +123,10 @@ fn a_fifo_planted_as_a_receipt_reads_as_no_receipt() {
     );
 }
 
-/// A site-packages with a real `torch` package whose import starts a background child holding
-/// the output and writes its pid to `pid_file`, then never returns (as a broken CUDA install
-/// can).
-fn hung_torch(ws: &Workspace, pid_file: &Path) -> PathBuf {
+/// A site-packages whose `sitecustomize` (run by every python start that sees it) starts a
+/// background child holding the output and writes its pid to `pid_file`, then never returns (as
+/// a broken CUDA install's import hooks can).
+fn hung_python(ws: &Workspace, pid_file: &Path) -> PathBuf {
     let site = ws.path().join("site");
     std::fs::create_dir_all(site.join("torch")).unwrap();
     std::fs::create_dir_all(site.join("torch-2.9.0.dist-info")).unwrap();
@@ -135,8 +135,10 @@ fn hung_torch(ws: &Workspace, pid_file: &Path) -> PathBuf {
         "Metadata-Version: 2.1\nName: torch\nVersion: 2.9.0\n",
     )
     .unwrap();
+    // Plain doctor never imports torch (it reads its files), so the hang sits where every
+    // python start runs it: `sitecustomize`, found on PYTHONPATH.
     std::fs::write(
-        site.join("torch/__init__.py"),
+        site.join("sitecustomize.py"),
         format!(
             "import subprocess, time\n\
              p = subprocess.Popen(['sleep', '1000'])\n\
@@ -166,10 +168,10 @@ fn read_pid(path: &Path) -> i32 {
 }
 
 #[test]
-fn a_hung_import_torch_ends_at_the_probe_deadline_with_its_grandchild() {
+fn a_hung_python_start_ends_at_the_probe_deadline_with_its_grandchild() {
     let ws = Workspace::new();
     let pid_file = ws.path().join("grandchild.pid");
-    let site = hung_torch(&ws, &pid_file);
+    let site = hung_python(&ws, &pid_file);
     let out = ws
         .kiln()
         .args(["doctor", "--json", "--python", "python3"])
@@ -196,7 +198,7 @@ fn a_hung_import_torch_ends_at_the_probe_deadline_with_its_grandchild() {
 fn a_killed_doctor_takes_the_hung_probe_and_its_grandchild_along() {
     let ws = Workspace::new();
     let pid_file = ws.path().join("grandchild.pid");
-    let site = hung_torch(&ws, &pid_file);
+    let site = hung_python(&ws, &pid_file);
     let mut doctor = std::process::Command::new(assert_cmd::cargo::cargo_bin("kiln"))
         .args(["doctor", "--json", "--python", "python3"])
         .current_dir(ws.path())
@@ -224,4 +226,106 @@ fn a_killed_doctor_takes_the_hung_probe_and_its_grandchild_along() {
         std::thread::sleep(Duration::from_millis(100));
     }
     panic!("the probe's grandchild {pid} outlived a killed doctor");
+}
+
+/// Run `cmd` with a deadline a hang would hit: (exit code, stderr). A kill at the deadline
+/// has no exit code, and fails the caller's assertion.
+fn ends(cmd: &mut assert_cmd::Command) -> (Option<i32>, String) {
+    let out = cmd.timeout(Duration::from_secs(60)).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn fifos_planted_in_the_state_directory_are_never_waited_on() {
+    let ws = Workspace::new();
+    ws.write(
+        "r.toml",
+        "[recipe]\nname = \"planted\"\n\n[[step]]\nid = \"a\"\nkind = \"run\"\ninputs = [\"in.txt\"]\ncmd = [\"true\"]\n\n[profile.p]\ncmd = [\"true\"]\n",
+    );
+    ws.write("in.txt", "x");
+    let (code, err) = ends(
+        ws.kiln()
+            .args(["up", "r.toml", "--no-serve", "--no-doctor"]),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    // Every state file kiln reads back, replaced by a FIFO (the recipe cache's entries too).
+    let state = ws.state();
+    let mut planted = vec![
+        state.join("hashmemo.json"),
+        state.join("clock-granularity"),
+        state.join("serve/planted.json"),
+        state.join("running/1"),
+    ];
+    planted.extend(
+        std::fs::read_dir(state.join("recipe-cache"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path()),
+    );
+    for path in &planted {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let _ = std::fs::remove_file(path);
+        mkfifo(path);
+    }
+    ws.write("in.txt", "y");
+    let (code, err) = ends(
+        ws.kiln()
+            .args(["up", "r.toml", "--no-serve", "--no-doctor"]),
+    );
+    assert_eq!(code, Some(0), "kiln up with planted FIFOs:\n{err}");
+    let (code, err) = ends(ws.kiln().args(["serve", "r.toml", "--stop"]));
+    assert!(matches!(code, Some(0 | 1)), "kiln serve --stop:\n{err}");
+}
+
+#[test]
+fn a_fifo_as_a_packages_metadata_is_refused_by_patch_naming_it() {
+    let ws = Workspace::new();
+    let site = ws.path().join("site");
+    let info = site.join("sglang-0.5.9.dist-info");
+    std::fs::create_dir_all(&info).unwrap();
+    std::fs::create_dir_all(site.join("sglang")).unwrap();
+    mkfifo(&info.join("METADATA"));
+    let (code, err) = ends(
+        ws.kiln()
+            .args(["patch", "check", "sglang-0.5.9-sm120", "--site-packages"])
+            .arg(&site),
+    );
+    assert!(matches!(code, Some(1 | 2)), "{err}");
+    assert!(
+        err.contains("METADATA") && err.contains("it is a FIFO, not a regular file"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_python_that_writes_dev_zero_is_ended_past_the_output_cap_and_the_check_says_why() {
+    let ws = Workspace::new();
+    let python = ws.path().join("python3");
+    std::fs::write(&python, "#!/bin/sh\nexec cat /dev/zero\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // The probe's deadline is far away: only the output cap can end it.
+    let out = ws
+        .kiln()
+        .args(["doctor", "--json", "--python"])
+        .arg(&python)
+        .env("KILN_PYTHON_PROBE_TIMEOUT", "600")
+        .timeout(Duration::from_secs(300))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.code().is_some(),
+        "doctor finished on its own:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("wrote more than 32 MiB while printing its facts: it was ended there"),
+        "{stdout}"
+    );
 }

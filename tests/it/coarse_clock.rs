@@ -42,6 +42,21 @@ fn coarse_fs(ws: &Workspace) -> Option<Mount> {
         String::from_utf8_lossy(&out.stderr)
     );
     let image = image.to_str().unwrap().to_string();
+    // What the loop mount needs, said before it is tried: to root, "needs root" is no help.
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    assert!(
+        uid == 0 && Path::new("/dev/loop-control").exists(),
+        "the coarse-clock test loop-mounts an ext4 image: it needs root (euid is {uid}), \
+         CAP_SYS_ADMIN and loop devices (/dev/loop-control {}; in a container: \
+         --privileged, or --cap-add SYS_ADMIN --device /dev/loop-control --device /dev/loop0); \
+         KILN_TEST_SKIP_MOUNT=1 skips it on purpose",
+        if Path::new("/dev/loop-control").exists() {
+            "exists"
+        } else {
+            "is missing"
+        }
+    );
     Mount::new(&ws.path().join("coarse"), &["-o", "loop", &image])
 }
 

@@ -228,3 +228,69 @@ tools = ["ptxas"]
         "{log}"
     );
 }
+
+#[test]
+fn a_pypi_toolkit_never_replaces_a_directory_kiln_did_not_lay_out() {
+    let ws = Workspace::new();
+    let root = ws.path().join("root");
+    // A toolkit (or anything of the user's) already at install_path, with no kiln marker.
+    let theirs = root.join("cuda-12.9");
+    std::fs::create_dir_all(theirs.join("bin")).unwrap();
+    std::fs::write(theirs.join("bin/nvcc"), "#!/bin/sh\n").unwrap();
+    std::fs::write(theirs.join("notes.txt"), "mine\n").unwrap();
+    let toolchain = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("toolchains/cuda-12.8.toml"),
+    )
+    .unwrap();
+    ws.write("toolchains/cuda-12.8.toml", &toolchain);
+    ws.write(
+        "cuda.toml",
+        &format!(
+            r#"[recipe]
+name = "cuda-pypi"
+import = ["toolchains/cuda-12.8.toml"]
+[[step]]
+id = "cuda"
+kind = "cuda"
+source = "pypi"
+wheels = ["${{cuda_wheels}}"]
+version = "12.9.1"
+install_path = "{}"
+link = "{}"
+tools = ["ptxas"]
+"#,
+            theirs.display(),
+            root.join("cuda").display()
+        ),
+    );
+    // The wheels are at hand (the shared download cache): without the refusal, the step would
+    // lay them out and delete the directory.
+    let (cache, _lock) = cuda_downloads();
+    let stderr = stderr_of(
+        ws.kiln()
+            .args(["up", "cuda.toml"])
+            .env("KILN_CACHE_DIR", &cache),
+        1,
+    );
+    assert!(
+        stderr.contains(&format!(
+            "refusing to replace {}: it is a directory kiln did not lay out (it has no .kiln-cuda.json)",
+            theirs.display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("hint: point the step's install_path"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(theirs.join("notes.txt")).unwrap(),
+        "mine\n"
+    );
+    assert!(theirs.join("bin/nvcc").is_file());
+    let beside: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(beside, ["cuda-12.9"], "nothing staged or moved aside");
+}

@@ -424,6 +424,14 @@ fn an_unknown_check_id_is_a_usage_error_with_a_suggestion() {
         stderr.contains("hint: did you mean `driver.floor`?"),
         "{stderr}"
     );
+    // Nothing close: every check, with what it is about.
+    let out = doctor(&ws, None).arg("qqqqqqqqqqqq").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("`driver.floor`: Driver is new enough for the CUDA toolkit"),
+        "{stderr}"
+    );
     let out = doctor(&ws, None)
         .args(["--site-packages", "no/such/dir"])
         .output()
@@ -502,4 +510,124 @@ fn a_recipe_supplies_the_cuda_toolkit_and_its_driver_floor() {
     // Its profiles need `model` set, so their flags are unknown: the flag checks assume them passed.
     assert_eq!(report["facts"]["server_flags"], serde_json::json!([]));
     assert_eq!(status(&report, "topology.multicast"), "warn");
+}
+
+/// A site-packages dir with a stand-in torch 2.9.1+cu130: its version.py, its dist-info, and as
+/// `lib/libtorch_cuda.so` a real shared library nvcc 13.0 built (sm_90, sm_120, compute_120).
+/// Its `__init__.py` ends the interpreter: a doctor that imports torch gets no facts.
+fn stand_in_torch(ws: &Workspace) -> PathBuf {
+    let site = ws.path().join("site");
+    let built = ws.path().join("built");
+    std::fs::create_dir_all(site.join("torch/lib")).unwrap();
+    std::fs::create_dir_all(&built).unwrap();
+    crate::sm120_sass::nvcc_builds(&built);
+    std::fs::copy(
+        built.join("lib.so"),
+        site.join("torch/lib/libtorch_cuda.so"),
+    )
+    .unwrap();
+    ws.write(
+        "site/torch/__init__.py",
+        "import os\nos._exit(7)  # importing torch is what plain doctor must not do\n",
+    );
+    ws.write(
+        "site/torch/version.py",
+        "from typing import Optional\n__version__ = '2.9.1+cu130'\ndebug = False\ncuda: Optional[str] = '13.0'\nhip: Optional[str] = None\n",
+    );
+    ws.write(
+        "site/torch-2.9.1+cu130.dist-info/METADATA",
+        "Metadata-Version: 2.1\nName: torch\nVersion: 2.9.1+cu130\n",
+    );
+    // flash-attn built for sm_120 only (a cubin as its extension, read the same way).
+    std::fs::copy(
+        built.join("k.cubin"),
+        site.join("flash_attn_2_cuda.cpython-311-x86_64-linux-gnu.so"),
+    )
+    .unwrap();
+    site
+}
+
+#[test]
+fn torch_facts_come_from_its_files_without_importing_it() {
+    let ws = Workspace::new();
+    let site = stand_in_torch(&ws);
+    let python = which::which("python3").expect("python3 is installed (the tests need it)");
+    let run = |args: &[&str]| {
+        let mut cmd = doctor(&ws, Some("derived-h200x1"));
+        cmd.arg("--python")
+            .arg(&python)
+            .arg("--site-packages")
+            .arg(&site)
+            .args(args)
+            .env("PYTHONPATH", &site);
+        cmd
+    };
+    let (_, r) = json(&mut run(&[]));
+    assert_eq!(status(&r, "python.torch"), "pass", "{r:#}");
+    assert_eq!(
+        summary(&r, "python.torch"),
+        "torch 2.9.1+cu130 (CUDA 13.0), read from its files (`--deep` checks that it sees the GPUs)"
+    );
+    // The H200 is cc 9.0: torch's library carries sm_90.
+    assert_eq!(status(&r, "torch.arch"), "pass");
+    let evidence = check(&r, "torch.arch")["evidence"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        evidence.ends_with("torch/lib/libtorch_cuda.so: sm_90 sm_120 compute_120"),
+        "{evidence}"
+    );
+    // flash-attn has sm_120 code only: nothing runs on the H200.
+    assert_eq!(status(&r, "sass.packages"), "fail");
+    assert!(
+        summary(&r, "sass.packages").starts_with("no sm_90 code in flash-attn"),
+        "{}",
+        summary(&r, "sass.packages")
+    );
+    // On SM120 (cc 12.0) the same flash-attn carries the GPU's code.
+    let mut on_sm120 = doctor(&ws, Some("derived-8x-rtx-pro-6000-pcie"));
+    on_sm120
+        .arg("--python")
+        .arg(&python)
+        .arg("--site-packages")
+        .arg(&site)
+        .env("PYTHONPATH", &site);
+    let (_, r120) = json(&mut on_sm120);
+    assert_eq!(status(&r120, "sass.packages"), "pass", "{r120:#}");
+    assert_eq!(
+        summary(&r120, "sass.packages"),
+        "code for sm_120 in flash-attn"
+    );
+    // What needs torch running is said to be left to --deep.
+    let out = run(&[]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Left to --deep (they run torch on the GPUs): how many GPUs torch sees"),
+        "{text}"
+    );
+}
+
+#[test]
+fn doctor_with_a_recipe_repeats_what_plan_warns_about_its_toolchain() {
+    let ws = Workspace::new();
+    let (_, r) = json(doctor(&ws, Some("derived-h200x1")).args([
+        "--recipe",
+        "glm5-nvfp4-sm120",
+        "--set",
+        "flashinfer_arch=9.0f",
+        "toolchain.arch",
+    ]));
+    assert_eq!(status(&r, "toolchain.arch"), "warn");
+    assert!(
+        summary(&r, "toolchain.arch").contains("names `9.0f`"),
+        "{r:#}"
+    );
+    // The recipe as shipped picks 9.0a on the H200 itself: nothing to warn about.
+    let (_, r) = json(doctor(&ws, Some("derived-h200x1")).args([
+        "--recipe",
+        "glm5-nvfp4-sm120",
+        "toolchain.arch",
+    ]));
+    assert_eq!(status(&r, "toolchain.arch"), "pass", "{r:#}");
 }

@@ -330,6 +330,11 @@ fn sigkill_mid_step_then_rerun_completes_and_leaves_no_orphans() {
     wait_for("the sleep to appear", Duration::from_secs(10), || {
         !processes_with(&token).is_empty()
     });
+    // `d` runs beside `b`: a kill before its receipt is written runs it once more (at least
+    // once is the rule), which is not what this test is about, so the kill waits for it.
+    wait_for("step d's receipt", Duration::from_secs(30), || {
+        receipts_dir(&ws, "killed").join("d.json").exists()
+    });
     child.kill().expect("SIGKILL kiln");
     child.wait().unwrap();
     // The sleeping step must not outlive kiln (PDEATHSIG).
@@ -418,14 +423,16 @@ fn repeated_kills_at_random_moments_never_corrupt_receipts() {
             assert!(count(&ws, id) >= 1, "{id} has a receipt but never ran");
         }
     }
-    // As if a kill had cut a receipt write short: the next run sweeps it.
+    // As if a kill had cut a receipt write short: the next run that takes the lock to run
+    // steps sweeps it. (`--from s0`: the killed runs may have finished every step, and a run
+    // with nothing to do writes nothing, so it sweeps nothing either.)
     std::fs::create_dir_all(receipts_dir(&ws, "churn")).unwrap();
     std::fs::write(
         receipts_dir(&ws, "churn").join(".s0.json.tmp-999999"),
         "{\"step\": \"s0\", \"fing",
     )
     .unwrap();
-    up_ok(&ws, &[]);
+    up_ok(&ws, &["--from", "s0"]);
     assert_eq!(assert_receipts_sound(&ws, "churn"), {
         let mut v = ids.clone();
         v.sort();
@@ -931,4 +938,29 @@ fn sigkill_leaves_no_grandchildren_behind() {
             .status();
     }
     assert!(gone, "a grandchild of a step survived the SIGKILL of kiln");
+}
+
+#[test]
+fn an_edited_recipe_cache_entry_is_never_run() {
+    let ws = setup(&recipe("cached", "", &[counting("a", &[], "")]));
+    up_ok(&ws, &[]);
+    assert_eq!(count(&ws, "a"), 1);
+    // Someone edits the cached, validated recipe: its command now writes `pwned`.
+    let entries: Vec<PathBuf> = std::fs::read_dir(ws.state().join("recipe-cache"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let text = std::fs::read_to_string(&entries[0]).unwrap();
+    let pwned = ws.path().join("pwned");
+    let edited = text.replace(
+        "echo run >> \\\"$1\\\"",
+        &format!("touch {}", pwned.display()),
+    );
+    assert_ne!(edited, text, "the command is in the entry:\n{text}");
+    std::fs::write(&entries[0], edited).unwrap();
+    up_ok(&ws, &["--from", "a"]);
+    assert!(!pwned.exists(), "the edited entry's command ran");
+    assert_eq!(count(&ws, "a"), 2, "the recipe file's command ran");
 }

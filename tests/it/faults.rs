@@ -174,3 +174,83 @@ fn a_full_disk_is_named_for_a_step_and_for_a_receipt() {
         .map_or(vec![], |d| d.flatten().map(|e| e.file_name()).collect());
     assert!(left.is_empty(), "temp receipt left behind: {left:?}");
 }
+
+#[test]
+fn a_detached_server_whose_record_cannot_be_written_is_stopped() {
+    let Some(disk) = Tmpfs::mount(
+        "256k",
+        "a_detached_server_whose_record_cannot_be_written_is_stopped",
+    ) else {
+        return;
+    };
+    let ws = Workspace::new();
+    let token = format!("600.{}", std::process::id());
+    ws.write(
+        "r.toml",
+        &format!(
+            "[recipe]\nname = \"full\"\n\n[profile.p]\ncmd = [\"sleep\", \"{token}\"]\n\
+             url = \"http://127.0.0.1:{}\"\n",
+            crate::serve::free_port()
+        ),
+    );
+    let state = disk.path().join("state");
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&state)
+            .unwrap();
+    }
+    std::fs::create_dir(state.join("serve")).unwrap();
+    // Fill the disk to the last byte.
+    {
+        use std::io::Write;
+        let mut filler = std::fs::File::create(disk.path().join("filler")).unwrap();
+        while filler.write_all(&[0u8; 4096]).is_ok() {}
+        while filler.write_all(&[0u8; 1]).is_ok() {}
+    }
+    let out = ws
+        .kiln()
+        .args([
+            "serve",
+            "r.toml",
+            "--profile",
+            "p",
+            "--detach",
+            "--state-dir",
+        ])
+        .arg(&state)
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let err = scrub(&String::from_utf8_lossy(&out.stderr), &ws);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(err.contains("was stopped: without its record"), "{err}");
+    assert!(!state.join("serve/full.json").exists());
+    // The server did not outlive the failed start.
+    let alive = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+                let zombie = stat
+                    .rsplit(')')
+                    .next()
+                    .is_some_and(|s| s.trim_start().starts_with('Z'));
+                !zombie
+                    && std::fs::read(e.path().join("cmdline"))
+                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&token))
+            })
+            .count()
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while alive() > 0 {
+        assert!(
+            std::time::Instant::now() < until,
+            "the server runs on with no record"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -243,3 +243,60 @@ fn a_nul_byte_in_argv_names_the_argument() {
         "{err}"
     );
 }
+
+/// `kiln ARGS` in `ws` with extra environment (values as raw bytes): (exit code, stderr).
+fn kiln_with_env(
+    ws: &Workspace,
+    args: &[&str],
+    env: &[(&str, &std::ffi::OsStr)],
+) -> (Option<i32>, String) {
+    let mut cmd = ws.kiln();
+    cmd.args(args).timeout(Duration::from_secs(120));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code(),
+        scrub(&String::from_utf8_lossy(&out.stderr), ws),
+    )
+}
+
+#[test]
+fn environment_values_that_are_not_utf8_are_read_never_a_panic() {
+    use std::os::unix::ffi::OsStrExt;
+    let ws = Workspace::new();
+    ws.write("r.toml", &format!("[recipe]\nname = \"env\"\n{STEP}"));
+    let latin1 = std::ffi::OsStr::from_bytes(b"caf\xe9");
+    let secret = std::ffi::OsStr::from_bytes(b"hf_\xffnot-utf8-secret-value");
+    let env = [("KILN_ODD_VALUE", latin1), ("HF_TOKEN", secret)];
+    let (code, err) = kiln_with_env(&ws, &["up", "r.toml"], &env);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = kiln_with_env(&ws, &["doctor", "--json"], &env);
+    assert!(
+        matches!(code, Some(0..=2)),
+        "doctor exited {code:?}:\n{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn a_state_directory_path_that_is_not_utf8_is_refused_with_a_hint() {
+    use std::os::unix::ffi::OsStrExt;
+    let ws = Workspace::new();
+    ws.write("r.toml", &format!("[recipe]\nname = \"env\"\n{STEP}"));
+    let mut state = ws.path().as_os_str().to_owned();
+    state.push(std::ffi::OsStr::from_bytes(b"/st\xffate"));
+    for args in [&["up", "r.toml"][..], &["doctor"][..]] {
+        let (code, err) = kiln_with_env(&ws, args, &[("KILN_HOME", &state)]);
+        assert_eq!(code, Some(2), "kiln {args:?}:\n{err}");
+        assert!(
+            err.contains("is not valid UTF-8") && err.contains("hint: choose a directory"),
+            "kiln {args:?}:\n{err}"
+        );
+    }
+    assert!(
+        !std::path::Path::new(&state).exists(),
+        "nothing was created"
+    );
+}

@@ -443,10 +443,14 @@ fn an_upload_location_on_another_host_gets_no_credentials() {
 
 #[test]
 fn a_token_realm_over_plain_http_elsewhere_gets_nothing() {
-    // 203.0.113.1 is TEST-NET-3: never routed. kiln must refuse before connecting.
+    // The realm names 0.0.0.0, which is not loopback by name, yet a connection to it stays on
+    // this machine (Linux routes it to the local host): to a listener of this test's own, so
+    // a regression reaches nothing outside, and the listener tells whether kiln connected.
+    let trap = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let trap_port = trap.local_addr().unwrap().port();
     let front = TokenFront::start(|_| Mode {
         location_host: None,
-        realm: Some("http://203.0.113.1/token".into()),
+        realm: Some(format!("http://0.0.0.0:{trap_port}/token")),
     });
     let reference = format!("127.0.0.1:{}/team/wheels", front.port);
     let ws = workspace_with_a_wheel();
@@ -457,6 +461,14 @@ fn a_token_realm_over_plain_http_elsewhere_gets_nothing() {
         "{text}"
     );
     assert!(!text.contains(PASSWORD), "{text}");
+    trap.set_nonblocking(true).unwrap();
+    let connected = trap.accept();
+    assert!(
+        connected
+            .as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+        "kiln connected to the plain-http realm: {connected:?}"
+    );
 }
 
 // ---- what a hostile registry can serve ----------------------------------------------------

@@ -78,6 +78,8 @@ fn patch(
     cmd.args(["patch", action, set, "--site-packages"])
         .arg(site);
     if let Some(n) = kill_at {
+        #[cfg(not(debug_assertions))]
+        panic!("KILN_TEST_PATCH_KILL_AT exists in debug builds only: run these tests without --release");
         cmd.env("KILN_TEST_PATCH_KILL_AT", n.to_string());
     }
     let out = cmd.output().unwrap();

@@ -234,3 +234,54 @@ fn no_canary_secret_reaches_any_output_or_file() {
         );
     }
 }
+
+#[test]
+fn the_serve_record_is_private_and_keeps_no_secret_in_its_command_line() {
+    let ws = Workspace::new();
+    // A server that never answers: the record is written at start and read while kiln waits.
+    ws.write(
+        "r.toml",
+        &format!(
+            "[recipe]\nname = \"rec\"\n\n[vars]\nhf_token = \"\"\n\n[profile.p]\n\
+             cmd = [\"sleep\", \"600\", \"--api-key\", \"${{hf_token}}\"]\n\
+             url = \"http://127.0.0.1:{}\"\n",
+            free_port()
+        ),
+    );
+    let mut serve = std::process::Command::new(assert_cmd::cargo::cargo_bin("kiln"))
+        .args([
+            "serve",
+            "r.toml",
+            "--profile",
+            "p",
+            "--set",
+            "hf_token=CANARY-SET-TOKEN-7c1a",
+        ])
+        .current_dir(ws.path())
+        .env("KILN_HOME", ws.state())
+        .env("KILN_NO_PROGRESS", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let record = ws.state().join("serve/rec.json");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !record.exists() {
+        assert!(
+            std::time::Instant::now() < until,
+            "no serve record appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let text = std::fs::read_to_string(&record).unwrap();
+    let mode = {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(&record).unwrap().permissions().mode() & 0o777
+    };
+    let _ = serve.kill();
+    serve.wait().unwrap();
+    assert_no_canary("the serve record", &text);
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["cmd"][3], "***", "{text}");
+    assert_eq!(mode, 0o600, "the serve record is the user's alone");
+}

@@ -127,7 +127,7 @@ fn port_in_use_is_refused_before_launch() {
     );
     let out = ws.kiln().args(["serve", "r.toml"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains(&format!(
             "port {port} is already in use by pid {}",

@@ -95,6 +95,48 @@ fn arch_follows_the_gpu_and_set_overrides_it() {
 }
 
 #[test]
+fn the_seed_recipe_picks_flashinfers_target_itself() {
+    let ws = Workspace::new();
+    let plan = |args: &[&str], cc: &str| {
+        let out = ws
+            .kiln()
+            .args(["plan", "glm5-nvfp4-sm120"])
+            .args(args)
+            .env("KILN_FACT_GPU_CC", cc)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
+    };
+    let json = |args: &[&str], cc: &str| {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        crate::reporter::json_event(&plan(&all, cc), "plan")
+    };
+    // On an H200 (cc 9.0) the arch list is 9.0a (no family target below 10.0), without a warning;
+    // on SM120 it is the family 12.0f. (The plan fingerprints each step's environment.)
+    assert_eq!(
+        json(&[], "9.0"),
+        json(&["--set", "flashinfer_arch=9.0a"], "9.0")
+    );
+    assert_ne!(
+        json(&[], "9.0"),
+        json(&["--set", "flashinfer_arch=9.0f"], "9.0")
+    );
+    assert_eq!(
+        json(&[], "12.0"),
+        json(&["--set", "flashinfer_arch=12.0f"], "12.0")
+    );
+    let h200 = plan(&[], "9.0");
+    assert!(!h200.contains("warning"), "{h200}");
+    let asked = plan(&["--set", "flashinfer_arch=9.0f"], "9.0");
+    assert!(
+        asked.contains("names `9.0f`") && asked.contains("`9.0a`"),
+        "{asked}"
+    );
+}
+
+#[test]
 fn up_of_the_gpu_stack_stops_at_the_doctor_preflight_without_a_driver() {
     let ws = Workspace::new();
     let opt = ws.path().join("opt");
@@ -111,10 +153,43 @@ fn up_of_the_gpu_stack_stops_at_the_doctor_preflight_without_a_driver() {
         stderr.contains("doctor preflight failed: nvidia.driver"),
         "{stderr}"
     );
-    assert!(stderr.contains("--no-doctor"), "{stderr}");
+    // One answer: what refuses the run is counted as a failure; the system python is not the
+    // recipe's (its venv is installed by a step), so torch is not judged there; the hint names
+    // the narrowest switch and says what --no-doctor skips.
+    // (How many pass or warn depends on the host's free disk; the refusal is the one failure.)
+    let counts = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("kiln: doctor preflight: "))
+        .unwrap_or_default();
+    assert!(counts.contains(" 1 fail"), "{stderr}");
+    assert!(stderr.contains("✗ nvidia.driver"), "{stderr}");
+    assert!(!stderr.contains("python.torch"), "{stderr}");
+    assert!(
+        stderr.contains("`--set cuda_source=pypi` takes the toolkit from PyPI")
+            && stderr
+                .contains("--no-doctor to skip this check (it skips the launch preflight too)"),
+        "{stderr}"
+    );
     assert!(
         !ws.state().join("runs/glm5-nvfp4-sm120/logs").exists(),
         "no step ran"
+    );
+    // The dry run gives the same answer, and exits non-zero where the run refuses.
+    let dry = stderr_of(
+        ws.kiln()
+            .args(["up", "glm5-nvfp4-sm120", "--dry-run", "--set"])
+            .arg(format!("prefix={}", opt.display()))
+            .arg("--set")
+            .arg(format!("cuda_link={}", ws.path().join("cuda").display()))
+            .env("PATH", crate::common::path_without("nvidia-smi", ws.path())),
+        1,
+    );
+    assert!(
+        dry.lines()
+            .find_map(|l| l.strip_prefix("kiln: doctor preflight: "))
+            .is_some_and(|counts| counts.contains(" 1 fail"))
+            && dry.contains("error: doctor preflight failed: nvidia.driver"),
+        "{dry}"
     );
 }
 

@@ -1,7 +1,7 @@
 //! The shipped `sm120-sass` recipe for real, on this box with no GPU: CUDA 13.0.1 and 12.8.1 from
 //! PyPI (downloads cached in `KILN_TEST_CACHE`), nvcc 13.0 and ptxas 12.8 build sm_120 code that
 //! cuobjdump lists, and the family target `sm_120f` is built by 13.0 and refused by 12.8. Also the
-//! PyPI source's refusals and the `sass` check's `unproven` without cuobjdump.
+//! PyPI source's refusals, and kiln's device-code reader against cuobjdump on what nvcc built.
 
 use std::path::{Path, PathBuf};
 
@@ -101,24 +101,20 @@ fn sm120_sass_builds_and_proves_sm120_code_without_a_gpu() {
             && l12.contains("ptxas reports release 12.8"),
         "{l12}"
     );
-    // nvcc 13.0.88 compiled the kernel; cuobjdump lists an sm_120 ELF.
+    // nvcc 13.0.88 compiled the kernel; kiln's reader finds sm_120 SASS in it.
     let nvcc = read(&logs.join("nvcc-sm120.log"));
     assert!(
         nvcc.contains("Cuda compilation tools, release 13.0, V13.0.88"),
         "{nvcc}"
     );
     assert!(
-        nvcc.contains("ELF file    1: axpy-nvcc13.0.sm_120.cubin")
-            && nvcc.contains("carries sm_120 code"),
+        nvcc.contains("axpy-nvcc13.0.cubin: sm_120\n") && nvcc.contains("carries sm_120 code"),
         "{nvcc}"
     );
     // ptxas 12.8.93 assembled the PTX kernel for sm_120.
     let ptxas = read(&logs.join("ptxas-sm120.log"));
     assert!(ptxas.contains("release 12.8, V12.8.93"), "{ptxas}");
-    assert!(
-        ptxas.contains("ELF file    1: axpy-ptxas12.8.sm_120.cubin"),
-        "{ptxas}"
-    );
+    assert!(ptxas.contains("axpy-ptxas12.8.cubin: sm_120\n"), "{ptxas}");
     // The family target, as evidence files.
     let ev = work.join("out/evidence");
     let built = read(&ev.join("family-nvcc13.0.txt"));
@@ -249,65 +245,230 @@ fn a_wheel_pin_without_a_sha256_or_an_unknown_source_is_refused_where_it_is_writ
     );
 }
 
-/// A run step whose `sass` check cannot run, with PATH holding no cuobjdump.
-fn unproven_recipe(ws: &Workspace) {
-    ws.write("k.cubin", "not checked");
-    ws.write(
-        "u.toml",
-        r#"[recipe]
-name = "u"
-[[step]]
-id = "build"
-kind = "run"
-cmd = ["true"]
-sass = { file = "k.cubin", arch = "sm_120" }
-"#,
-    );
+/// The CUDA files nvcc 13.0 builds of one kernel in `dir`: (file, the arch its `sass` check
+/// asks for). Objects, a shared library of two translation units, a fatbin, a cubin; SASS for
+/// sm_90 and sm_120, the arch-specific sm_90a, the family sm_120f, compressed and PTX-only code.
+pub(crate) fn nvcc_builds(dir: &Path) -> Vec<(&'static str, &'static str)> {
+    let prefix = pypi_toolkit("13.0.1");
+    std::fs::write(
+        dir.join("k.cu"),
+        "__global__ void add(float *a, const float *b, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) a[i] += b[i]; }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("k2.cu"),
+        "__global__ void sub(float *a, const float *b, int n) { int i = threadIdx.x; if (i < n) a[i] -= b[i]; }\n",
+    )
+    .unwrap();
+    let g = |a: &str, c: &str| format!("-gencode=arch={a},code={c}");
+    let sm90 = g("compute_90", "sm_90");
+    let sm120 = g("compute_120", "sm_120");
+    let ptx120 = g("compute_120", "compute_120");
+    let builds: Vec<(&str, &str, Vec<String>)> = vec![
+        (
+            "multi.o",
+            "sm_90",
+            vec![
+                "-c".into(),
+                "k.cu".into(),
+                sm90.clone(),
+                sm120.clone(),
+                ptx120.clone(),
+            ],
+        ),
+        (
+            "ptx.o",
+            "sm_90",
+            vec!["-c".into(), "k.cu".into(), g("compute_90", "compute_90")],
+        ),
+        (
+            "spec.o",
+            "sm_120",
+            vec![
+                "-c".into(),
+                "k.cu".into(),
+                g("compute_90a", "sm_90a"),
+                g("compute_120f", "sm_120f"),
+            ],
+        ),
+        (
+            "comp.o",
+            "sm_90",
+            vec![
+                "-c".into(),
+                "k.cu".into(),
+                "-Xfatbin=-compress-all".into(),
+                sm90.clone(),
+                g("compute_100", "compute_100"),
+            ],
+        ),
+        (
+            "lib.so",
+            "sm_120",
+            vec![
+                "-shared".into(),
+                "-Xcompiler=-fPIC".into(),
+                "k.cu".into(),
+                "k2.cu".into(),
+                format!("-L{}/lib", prefix.display()),
+                format!("-L{}/lib64", prefix.display()),
+                "-Xfatbin=-compress-all".into(),
+                sm90.clone(),
+                sm120.clone(),
+                ptx120.clone(),
+            ],
+        ),
+        (
+            "k.fatbin",
+            "sm_90",
+            vec!["--fatbin".into(), "k.cu".into(), sm90, ptx120],
+        ),
+        (
+            "k.cubin",
+            "sm_120",
+            vec!["--cubin".into(), "k.cu".into(), "-arch=sm_120".into()],
+        ),
+    ];
+    for (out, _, args) in &builds {
+        let run = std::process::Command::new(prefix.join("bin/nvcc"))
+            .args(args)
+            .args(["-o", out])
+            .current_dir(dir)
+            .env("PATH", format!("{}/bin:/usr/bin:/bin", prefix.display()))
+            .output()
+            .unwrap();
+        assert!(
+            run.status.success(),
+            "nvcc {out}: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+    }
+    builds.into_iter().map(|(f, a, _)| (f, a)).collect()
+}
+
+/// What `cuobjdump --list-elf --list-ptx` lists of `file`, in kiln's spelling (`sm_90a` for
+/// an ELF, `compute_120` for PTX), sorted and once each.
+fn cuobjdump_lists(file: &Path) -> Vec<String> {
+    let cuobjdump = pypi_toolkit("13.0.1").join("bin/cuobjdump");
+    let out = std::process::Command::new(cuobjdump)
+        .args(["--list-elf", "--list-ptx"])
+        .arg(file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut found: Vec<String> = text
+        .lines()
+        .filter_map(|l| {
+            let name = l.rsplit(' ').next()?;
+            let arch = name.split('.').find(|p| p.starts_with("sm_"))?;
+            if l.starts_with("ELF file") {
+                Some(arch.to_string())
+            } else if l.starts_with("PTX file") {
+                Some(arch.replace("sm_", "compute_"))
+            } else {
+                None
+            }
+        })
+        .collect();
+    found.sort();
+    found.dedup();
+    found
 }
 
 #[test]
-fn a_sass_check_without_cuobjdump_is_unproven_and_fails_with_strict() {
-    let path = "/usr/bin:/bin";
-    assert!(
-        std::env::split_paths(path).all(|d| !d.join("cuobjdump").exists()),
-        "this test needs a PATH without cuobjdump; {path} has one"
-    );
+fn the_sass_check_reads_what_cuobjdump_lists_in_files_nvcc_built() {
     let ws = Workspace::new();
-    unproven_recipe(&ws);
-    let out = ws
-        .kiln()
-        .args(["up", "u.toml"])
-        .env("PATH", path)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let dir = ws.path().join("built");
+    std::fs::create_dir_all(&dir).unwrap();
+    let builds = nvcc_builds(&dir);
+    let step = |id: &str, file: &str, arch: &str| {
+        format!(
+            "[[step]]\nid = \"{id}\"\nkind = \"run\"\ncmd = [\"true\"]\nsass = {{ file = \"{}\", arch = \"{arch}\" }}\n",
+            dir.join(file).display()
+        )
+    };
+    let mut recipe = String::from("[recipe]\nname = \"code\"\n");
+    for (i, (file, arch)) in builds.iter().enumerate() {
+        if *file != "ptx.o" {
+            recipe.push_str(&step(&format!("s{i}"), file, arch));
+        }
+    }
+    ws.write("code.toml", &recipe);
+    let out = ws.kiln().args(["up", "code.toml"]).output().unwrap();
     assert!(
-        stderr.contains("warning: step `build` is unproven: the sass check (sm_120) did not run: cuobjdump is not on the step's PATH"),
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (i, (file, _)) in builds.iter().enumerate() {
+        if *file == "ptx.o" {
+            continue;
+        }
+        let path = dir.join(file);
+        let log = read(&ws.state().join(format!("runs/code/logs/s{i}.log")));
+        let line = log
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("device code in {}: ", path.display())))
+            .unwrap_or_else(|| panic!("{file}: {log}"));
+        // cuobjdump spells the family sm_120f as sm_120 and cannot tell a bare cubin's suffix.
+        let mut kiln: Vec<String> = line
+            .split(' ')
+            .map(|a| a.trim_end_matches('f').to_string())
+            .collect();
+        kiln.sort();
+        kiln.dedup();
+        assert_eq!(kiln, cuobjdump_lists(&path), "{file}");
+    }
+    // ptx.o has no SASS: its step fails, saying what the file has (what cuobjdump lists).
+    assert_eq!(cuobjdump_lists(&dir.join("ptx.o")), ["compute_90"]);
+    ws.write(
+        "ptx.toml",
+        &format!("[recipe]\nname = \"ptx\"\n{}", step("s", "ptx.o", "sm_90")),
+    );
+    let stderr = stderr_of(ws.kiln().args(["up", "ptx.toml"]), 1);
+    assert!(
+        stderr.contains("ptx.o carries no sm_90 code (it has: compute_90)"),
         "{stderr}"
     );
-    let receipt: serde_json::Value =
-        serde_json::from_str(&read(&ws.state().join("runs/u/receipts/build.json"))).unwrap();
-    assert!(
-        receipt["unproven"][0]
-            .as_str()
-            .is_some_and(|w| w.starts_with("the sass check (sm_120) did not run")),
-        "{receipt}"
-    );
+    let spec = read(&ws.state().join("runs/code/logs/s2.log"));
+    assert!(spec.contains(": sm_90a sm_120f\n"), "{spec}");
+    let lib = read(&ws.state().join("runs/code/logs/s4.log"));
+    assert!(lib.contains("lib.so: sm_90 sm_120 compute_120\n"), "{lib}");
+}
+
+#[test]
+fn a_sass_check_on_a_truncated_or_hostile_library_is_an_error_that_says_where() {
     let ws = Workspace::new();
-    unproven_recipe(&ws);
-    let stderr = stderr_of(
-        ws.kiln()
-            .args(["up", "--strict", "u.toml"])
-            .env("PATH", path),
-        1,
-    );
-    assert!(
-        stderr.contains("unproven with --strict: the sass check (sm_120) did not run")
-            && stderr.contains("hint: install cuobjdump (the nvidia-cuda-cuobjdump wheel"),
-        "{stderr}"
-    );
-    assert!(!ws.state().join("runs/u/receipts/build.json").exists());
+    let dir = ws.path().join("built");
+    std::fs::create_dir_all(&dir).unwrap();
+    nvcc_builds(&dir);
+    let whole = std::fs::read(dir.join("lib.so")).unwrap();
+    // The first fatbin of the .nv_fatbin section: the first 0xBA55ED50 of the file.
+    let magic = 0xBA55_ED50u32.to_le_bytes();
+    let at = whole.windows(4).position(|w| w == magic).unwrap();
+    let mut huge = whole.clone();
+    huge[at + 8..at + 16].copy_from_slice(&u64::MAX.to_le_bytes());
+    std::fs::write(dir.join("huge.so"), &huge).unwrap();
+    std::fs::write(dir.join("cut.so"), &whole[..at + 100]).unwrap();
+    for (file, says) in [
+        ("huge.so", "malformed fatbin at byte 0 of its device code: a fatbin of 18446744073709551615 bytes runs past the end of the section"),
+        ("cut.so", "not an ELF file or fatbin kiln can read"),
+    ] {
+        ws.write(
+            "bad.toml",
+            &format!(
+                "[recipe]\nname = \"bad\"\n[[step]]\nid = \"build\"\nkind = \"run\"\ncmd = [\"true\"]\nsass = {{ file = \"{}\", arch = \"sm_90\" }}\n",
+                dir.join(file).display()
+            ),
+        );
+        let stderr = stderr_of(ws.kiln().args(["up", "bad.toml"]), 1);
+        assert!(
+            stderr.contains("the sass check (sm_90) cannot read")
+                && stderr.contains(&format!("{file}: {says}"))
+                && stderr.contains("hint: the file is truncated"),
+            "{file}: {stderr}"
+        );
+    }
 }
 
 /// A recipe that provisions `toolchain` from PyPI (the cached prefix: nothing is unpacked) and
@@ -408,63 +569,5 @@ fn the_arch_suffix_follows_the_provisioned_compiler() {
             "warning: step `build`: FLASHINFER_CUDA_ARCH_LIST=12.0f asks for a family target"
         ) && stderr.contains("Value 'sm_120f' is not defined for option 'gpu-name'"),
         "{stderr}"
-    );
-}
-
-#[test]
-fn an_unproven_step_is_a_warning_in_the_report_of_a_served_run() {
-    let path = "/usr/bin:/bin";
-    let prefix = crate::bench::tiny_cpu();
-    let ws = Workspace::new();
-    ws.write("k.cubin", "not checked");
-    ws.write(
-        "u.toml",
-        &format!(
-            r#"[recipe]
-name = "u"
-[[step]]
-id = "build"
-kind = "run"
-cmd = ["true"]
-sass = {{ file = "k.cubin", arch = "sm_120" }}
-
-[profile.p]
-cmd = ["{prefix}/bin/llama-server"]
-args = ["-m", "{prefix}/model/tiny.gguf", "--host", "127.0.0.1", "--port", "{port}", "-c", "160", "-np", "1", "-t", "1", "-n", "8"]
-port = "{port}"
-api = "openai"
-ready = "/health"
-"#,
-            prefix = prefix.display(),
-            port = crate::serve::free_port(),
-        ),
-    );
-    let out = ws
-        .kiln()
-        .args(["up", "u.toml"])
-        .env("PATH", path)
-        .output()
-        .unwrap();
-    let stop = ws
-        .kiln()
-        .args(["serve", "u.toml", "--stop"])
-        .output()
-        .unwrap();
-    assert!(
-        stop.status.success(),
-        "{}",
-        String::from_utf8_lossy(&stop.stderr)
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let report: serde_json::Value =
-        serde_json::from_str(&read(&ws.state().join("reports/u/report.json"))).unwrap();
-    let warnings = report["outcome"]["warnings"].as_array().unwrap();
-    assert!(
-        warnings.iter().any(|w| w
-            .as_str()
-            .unwrap()
-            .starts_with("step `build` is unproven: the sass check (sm_120) did not run")),
-        "{report}"
     );
 }

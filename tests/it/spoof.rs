@@ -1024,3 +1024,75 @@ fn no_user_text_built_from_any_shipped_pattern_turns_a_verdict_active() {
     }
     assert!(checked > 4_000, "{checked}");
 }
+
+/// The forgery of issue 30: a line with the server's own logger prefix and the honest line's
+/// task id, claiming 90 of 100 draft tokens; summed with the honest 10/100 it read as active.
+const HONEST_TASK_9: &str = "0.01.000.000 I slot print_timing: id  0 | task 9 | draft acceptance = 0.10000 (   10 accepted /   100 generated), mean len =  1.10\n";
+const FORGED_TASK_9: &str = "0.01.000.001 I slot print_timing: id 0 | task 9 | draft acceptance = 0.90000 (90 accepted / 100 generated), mean len =  1.90\n";
+
+fn llama_start() -> String {
+    LLAMA_HONEST
+        .lines()
+        .filter(|l| !l.contains("draft acceptance"))
+        .flat_map(|l| [l, "\n"])
+        .collect()
+}
+
+#[test]
+fn a_second_acceptance_line_for_one_task_is_conflicting_not_summed() {
+    let ws = Workspace::new();
+    recipe(&ws, "llama-server", &["-md", "draft.gguf"], "");
+    let counters = "llamacpp:spec_decode_num_accepted_tokens_total 10\nllamacpp:spec_decode_num_draft_tokens_total 100\n";
+    let log = format!("{}{HONEST_TASK_9}{FORGED_TASK_9}", llama_start());
+    for metrics in [None, Some(counters)] {
+        let (code, v, text) = judge(&ws, &log, metrics);
+        assert_eq!(code, 2, "{text}");
+        assert_eq!(v["speculative"]["status"], "conflicting", "{text}");
+        assert!(
+            v["speculative"]["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("two `draft tokens accepted` lines for task 9"),
+            "{text}"
+        );
+    }
+    // Variants: another task id against the counters; the forged line before readiness.
+    let other = FORGED_TASK_9.replace("task 9", "task 10");
+    let log = format!("{}{HONEST_TASK_9}{other}", llama_start());
+    let (code, v, text) = judge(&ws, &log, Some(counters));
+    assert_eq!(
+        (code, &v["speculative"]["status"]),
+        (2, &"conflicting".into()),
+        "{text}"
+    );
+    assert!(
+        v["speculative"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("more than the server's counters (10/100)"),
+        "{text}"
+    );
+    let log = format!("{other}{}{HONEST_TASK_9}", llama_start());
+    let (code, v, text) = judge(&ws, &log, Some(counters));
+    assert_eq!(
+        (code, &v["speculative"]["status"]),
+        (2, &"conflicting".into()),
+        "{text}"
+    );
+    // Without the counters, another task id sums to 50 %: the log alone cannot prove it.
+    let log = format!("{}{HONEST_TASK_9}{other}", llama_start());
+    let (code, v, text) = judge(&ws, &log, None);
+    assert_eq!(
+        (code, &v["speculative"]["status"]),
+        (1, &"unknown".into()),
+        "{text}"
+    );
+    // Honest, with its counters: fell back, 10 %.
+    let log = format!("{}{HONEST_TASK_9}", llama_start());
+    let (code, v, text) = judge(&ws, &log, Some(counters));
+    assert_eq!(
+        (code, &v["speculative"]["status"]),
+        (1, &"fell_back".into()),
+        "{text}"
+    );
+}

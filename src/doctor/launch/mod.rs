@@ -783,6 +783,26 @@ fn jit_dirs(l: &Launch, h: &Host) -> Vec<(&'static str, PathBuf)> {
     ]
 }
 
+/// The check for `free` bytes where the `what` cache lives: a failure below [`JIT_FAIL`], a
+/// warning below [`JIT_WARN`], else a pass.
+fn jit_margin(free: u64, what: &str, dir: &Path) -> Check {
+    let id = "launch.jit-disk";
+    let line = format!(
+        "{} free for the {what} cache ({})",
+        gib(free),
+        dir.display()
+    );
+    if free < JIT_FAIL {
+        Check::fail(id, format!("only {line}: the first launch compiles kernels into it and fails when the disk fills"))
+            .fix("free space there, or point FLASHINFER_WORKSPACE_BASE / TRITON_CACHE_DIR / TORCHINDUCTOR_CACHE_DIR at a bigger disk (the profile's `env`)")
+    } else if free < JIT_WARN {
+        Check::warn(id, format!("only {line}"))
+            .fix("free space there, or point FLASHINFER_WORKSPACE_BASE / TRITON_CACHE_DIR / TORCHINDUCTOR_CACHE_DIR at a bigger disk")
+    } else {
+        Check::pass(id, line)
+    }
+}
+
 fn jit_disk(l: &Launch, server: &Server, h: &Host) -> Check {
     let id = "launch.jit-disk";
     if !server.jit_caches {
@@ -806,20 +826,7 @@ fn jit_disk(l: &Launch, server: &Server, h: &Host) -> Check {
     let Some((free, what, dir)) = worst else {
         return Check::skip(id, "no cache directory to measure");
     };
-    let line = format!(
-        "{} free for the {what} cache ({})",
-        gib(free),
-        dir.display()
-    );
-    let c = if free < JIT_FAIL {
-        Check::fail(id, format!("only {line}: the first launch compiles kernels into it and fails when the disk fills"))
-            .fix("free space there, or point FLASHINFER_WORKSPACE_BASE / TRITON_CACHE_DIR / TORCHINDUCTOR_CACHE_DIR at a bigger disk (the profile's `env`)")
-    } else if free < JIT_WARN {
-        Check::warn(id, format!("only {line}"))
-            .fix("free space there, or point FLASHINFER_WORKSPACE_BASE / TRITON_CACHE_DIR / TORCHINDUCTOR_CACHE_DIR at a bigger disk")
-    } else {
-        Check::pass(id, line)
-    };
+    let c = jit_margin(free, what, &dir);
     let mut c = c.evidence(format!(
         "kiln's margins: a failure below {}, a warning below {}",
         gib(JIT_FAIL),
@@ -829,4 +836,94 @@ fn jit_disk(l: &Launch, server: &Server, h: &Host) -> Check {
         c = c.evidence(e);
     }
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_jit_disk_margins_fail_below_one_gib_and_warn_below_five() {
+        let dir = Path::new("/cache");
+        for (free, status) in [
+            (0, Status::Fail),
+            (JIT_FAIL - 1, Status::Fail),
+            (JIT_FAIL, Status::Warn),
+            (JIT_WARN - 1, Status::Warn),
+            (JIT_WARN, Status::Pass),
+        ] {
+            let c = jit_margin(free, "Triton", dir);
+            assert_eq!(c.status, status, "{free} bytes: {}", c.summary);
+        }
+        let c = jit_margin(JIT_FAIL / 2, "Triton", dir);
+        assert!(
+            c.summary.starts_with("only 512.0 MiB free for the Triton cache (/cache): the first launch compiles kernels")
+                && c.fix.as_deref().is_some_and(|f| f.contains("TRITON_CACHE_DIR")),
+            "{c:?}"
+        );
+    }
+
+    /// The two H200s of the real capture (tests/fixtures/gpu/h200x2/nvidia-smi-query.txt).
+    fn h200x2() -> Vec<Gpu> {
+        let capture = include_str!("../../../tests/fixtures/gpu/h200x2/nvidia-smi-query.txt");
+        let csv: String = capture
+            .lines()
+            .filter(|l| !l.starts_with('$') && !l.starts_with("[exit"))
+            .flat_map(|l| [l, "\n"])
+            .collect();
+        crate::host::gpu::parse_csv(&csv)
+    }
+
+    fn gpus_check(tp: &str, cvd: Option<&str>) -> Check {
+        let gpus = h200x2();
+        assert_eq!(gpus.len(), 2);
+        let cmd = ["python", "-m", "sglang.launch_server"].map(String::from);
+        let args = ["--tp-size", tp].map(String::from);
+        let env = BTreeMap::new();
+        let l = Launch {
+            recipe: "r",
+            profile: "p",
+            cmd: &cmd,
+            args: &args,
+            env: &env,
+            port: None,
+            unset: &[],
+            made_by: &[],
+            pinned_sglang: None,
+            tp_var: true,
+        };
+        let h = Host {
+            gpus: &gpus,
+            cuda_visible: cvd,
+            own_server: None,
+            home: None,
+            ram_available: None,
+        };
+        check(&l, &h)
+            .into_iter()
+            .find(|c| c.id == "launch.gpus")
+            .unwrap()
+    }
+
+    #[test]
+    fn tensor_parallel_one_gpu_too_few_fails() {
+        assert_eq!(gpus_check("2", None).status, Status::Pass);
+        assert_eq!(gpus_check("1", None).status, Status::Pass);
+        let c = gpus_check("3", None);
+        assert_eq!(c.status, Status::Fail, "{c:?}");
+        assert!(
+            c.summary
+                .starts_with("--tp-size 3 (tp 3) needs 3 GPUs; 2 visible"),
+            "{}",
+            c.summary
+        );
+        let c = gpus_check("2", Some("0"));
+        assert_eq!(c.status, Status::Fail, "{c:?}");
+        assert!(
+            c.summary
+                .starts_with("--tp-size 2 (tp 2) needs 2 GPUs; 1 visible (CUDA_VISIBLE_DEVICES=0)"),
+            "{}",
+            c.summary
+        );
+    }
 }

@@ -77,9 +77,94 @@ pub(crate) struct Here<'a> {
     pub gpus: &'a [Gpu],
 }
 
+/// Launch checks that a setting cannot change: what the user must still supply (a model path).
+/// A `--set` is offered when, applied, no check fails but those, as before.
+const HOST_SHAPED: &[&str] = &[
+    "launch.gpus",
+    "launch.gpu-group",
+    "launch.quantization",
+    "launch.weights",
+];
+
 /// Every launch check of the named profiles (None: the one `kiln up`/`kiln serve` picks; for
-/// `up`, its baseline too), in order.
+/// `up`, its baseline too), in order. A `--set` a failed check suggests (`tp=1` on one GPU) is
+/// tried: the checks run again with it applied, and it stays in the hint only if they pass.
 pub(crate) fn launch_checks(
+    recipe: &Recipe,
+    reload: &Reload,
+    here: &Here,
+    profiles: &[Option<&str>],
+    up: bool,
+) -> Result<Launched> {
+    let mut found = evaluate(recipe, reload, here, profiles, up)?;
+    let Some(set) = found.checks.iter().find_map(suggested_set) else {
+        return Ok(found);
+    };
+    let with = |more: &[String]| {
+        let mut all = vec![set.clone()];
+        all.extend_from_slice(more);
+        reload(&all)
+    };
+    // A suggestion the recipe cannot take (`--set port=…` where the port is no variable of it)
+    // is not tried: the checks stand as they are.
+    let Ok(applied) = with(&[]) else {
+        return Ok(found);
+    };
+    let again = evaluate(&applied, &with, here, profiles, up)?;
+    let still: Vec<String> = again
+        .checks
+        .iter()
+        .filter(|c| c.status == Status::Fail)
+        .filter(|c| {
+            HOST_SHAPED.contains(&c.id)
+                || !found
+                    .checks
+                    .iter()
+                    .any(|o| o.id == c.id && o.summary == c.summary && o.status == Status::Fail)
+        })
+        .map(|c| c.id.to_string())
+        .fold(Vec::new(), |mut v, id| {
+            if !v.contains(&id) {
+                v.push(id);
+            }
+            v
+        });
+    if !still.is_empty() {
+        let instead = if here.gpus.is_empty() || found.recipe == "llama-cuda" {
+            String::new()
+        } else {
+            "; `kiln up llama-cuda` runs the whole loop on this GPU".to_string()
+        };
+        for c in found
+            .checks
+            .iter_mut()
+            .filter(|c| suggested_set(c).as_ref() == Some(&set))
+        {
+            c.fix = Some(format!(
+                "with `--set {set}` {} still fails: no setting of this recipe fits this host{instead}; or run it on a host with enough GPUs",
+                still.join(", ")
+            ));
+        }
+    }
+    found.tried = Some((set, still));
+    Ok(found)
+}
+
+/// The `--set VAR=VALUE` a failed check's fix suggests with a value (`tp=1`; not a placeholder
+/// such as `model=PATH`, which only the user can fill), if any.
+fn suggested_set(c: &Check) -> Option<String> {
+    if c.status != Status::Fail {
+        return None;
+    }
+    let fix = c.fix.as_deref()?;
+    let rest = &fix[fix.find("`--set ")? + "`--set ".len()..];
+    let set = &rest[..rest.find('`')?];
+    let (_, value) = set.split_once('=')?;
+    let placeholder = value.chars().all(|c| c.is_ascii_uppercase() || c == '_');
+    (!placeholder).then(|| set.to_string())
+}
+
+fn evaluate(
     recipe: &Recipe,
     reload: &Reload,
     here: &Here,
@@ -171,6 +256,7 @@ pub(crate) fn launch_checks(
         checks,
         passing,
         gpus: host.gpus.len(),
+        tried: None,
     })
 }
 
@@ -182,6 +268,8 @@ pub(crate) struct Launched {
     /// Other profiles of the recipe without a failure here.
     passing: Vec<String>,
     gpus: usize,
+    /// The `--set` a failed check suggested, and the checks that still fail with it applied.
+    tried: Option<(String, Vec<String>)>,
 }
 
 impl Launched {
@@ -221,14 +309,22 @@ impl Launched {
     /// What would run instead, for the error's hint.
     fn alternatives(&self, up: bool) -> Vec<String> {
         let mut alt = Vec::new();
-        if let Some(c) = self
-            .checks
-            .iter()
-            .find(|c| c.id == "launch.gpus" && c.status == Status::Fail)
-            .and_then(|c| c.fix.as_ref())
-            .filter(|f| f.contains("--set tp="))
-        {
-            alt.push(c.split(", or ").next().unwrap_or(c).to_string());
+        match &self.tried {
+            Some((set, still)) if still.is_empty() => {
+                let fix = self
+                    .checks
+                    .iter()
+                    .filter_map(|c| c.fix.as_deref())
+                    .find(|f| f.contains(&format!("`--set {set}`")));
+                if let Some(f) = fix {
+                    alt.push(f.split(", or ").next().unwrap_or(f).to_string());
+                }
+            }
+            Some((set, still)) => alt.push(format!(
+                "no setting of this recipe fits this host (with `--set {set}` {} still fails)",
+                still.join(", ")
+            )),
+            None => {}
         }
         for p in &self.passing {
             alt.push(format!("`--profile {p}`"));

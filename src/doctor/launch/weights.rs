@@ -16,9 +16,8 @@ pub(crate) struct Size {
 }
 
 fn read_json(path: &Path) -> Option<serde_json::Value> {
-    let f = std::fs::File::open(path).ok()?;
-    let mut text = String::new();
-    f.take(MAX_JSON).read_to_string(&mut text).ok()?;
+    // Non-blocking and regular files only: a FIFO in a model directory is refused, not read.
+    let text = crate::bounded::read_state(path, MAX_JSON).ok()?;
     serde_json::from_str(&text).ok()
 }
 

@@ -23,7 +23,8 @@ pub(super) fn install(
 ) -> Result<()> {
     let marker = marker_text(c, wheels);
     let dest = &c.install_path;
-    if std::fs::read_to_string(dest.join(MARKER)).ok().as_deref() == Some(marker.as_str()) {
+    let found = crate::bounded::read_io(&dest.join(MARKER), MARKER_CAP).ok();
+    if found.as_deref() == Some(marker.as_bytes()) {
         let _ = writeln!(
             log,
             "CUDA {} from PyPI is already laid out at {}: unpacking skipped",
@@ -31,6 +32,9 @@ pub(super) fn install(
             dest.display()
         );
         return check_tools(step, c, dest, log);
+    }
+    if found.is_none() {
+        refuse_what_kiln_did_not_make(step, dest)?;
     }
     for w in wheels {
         super::super::fetch::fetch(
@@ -247,6 +251,44 @@ fn finish_layout(root: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A marker is a few hundred bytes of JSON; more is not one kiln wrote.
+const MARKER_CAP: u64 = 1 << 20;
+
+/// kiln replaces only what it laid out (a prefix with its marker) or an empty directory: a
+/// toolkit the runfile installed, or any directory of the user's, at `install_path` is refused,
+/// never moved aside and deleted.
+fn refuse_what_kiln_did_not_make(step: &Step, dest: &Path) -> Result<()> {
+    let Ok(meta) = dest.symlink_metadata() else {
+        return Ok(());
+    };
+    let empty_dir =
+        meta.is_dir() && std::fs::read_dir(dest).is_ok_and(|mut entries| entries.next().is_none());
+    if empty_dir {
+        return Ok(());
+    }
+    let what = if meta.file_type().is_symlink() {
+        "a symlink"
+    } else if meta.is_dir() {
+        "a directory"
+    } else {
+        "a file"
+    };
+    Err(Error::other(
+        format!(
+            "step `{}`: refusing to replace {}: it is {what} kiln did not lay out (it has no {MARKER}), \
+             and kiln never deletes what it did not create",
+            step.id,
+            dest.display()
+        ),
+        Some(format!(
+            "point the step's install_path at a directory that does not exist yet, or keep the \
+             toolkit already there (source = \"runfile\"); if {} is yours to discard, remove \
+             it yourself first",
+            dest.display()
+        )),
+    ))
 }
 
 /// Rename `staging` to `dest`; whatever was at `dest` goes aside first and is removed after.

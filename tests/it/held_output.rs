@@ -1,0 +1,74 @@
+//! Children that hold on (issue 34): a tool kiln reads that exits but leaves a process of its
+//! own holding its stdout must not hold kiln. The real nvidia-smi captures (the fake replays
+//! them, tests/fixtures/gpu/bin) behind a wrapper that starts a sleeper on the same stdout.
+
+use std::path::Path;
+
+use crate::common::Workspace;
+
+#[test]
+fn an_nvidia_smi_whose_child_keeps_stdout_open_still_gives_the_gpu_facts() {
+    let ws = Workspace::new();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpu");
+    let token = format!("300.{}", std::process::id());
+    let bin = ws.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let smi = bin.join("nvidia-smi");
+    std::fs::write(
+        &smi,
+        format!(
+            "#!/bin/sh\n\"{}\" \"$@\"\ncode=$?\nsleep {token} &\nexit $code\n",
+            fixtures.join("bin/nvidia-smi").display()
+        ),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let path = std::env::var("PATH").unwrap_or_default();
+    let path: Vec<&str> = path
+        .split(':')
+        .filter(|d| !Path::new(d).join("nvidia-smi").exists())
+        .collect();
+    let out = ws
+        .kiln()
+        .args(["doctor", "--json", "nvidia.driver"])
+        .env("PATH", format!("{}:{}", bin.display(), path.join(":")))
+        .env("FAKE_NVIDIA_SMI_SCENARIO", fixtures.join("h200x2"))
+        .env("HOME", ws.path())
+        .timeout(std::time::Duration::from_secs(300))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let report = crate::reporter::json_event(&text, "doctor");
+    let driver = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "nvidia.driver")
+        .unwrap_or_else(|| panic!("no nvidia.driver check:\n{text}"))
+        .clone();
+    // Before: each call waited for the sleeper's pipe until its 15-s timeout, and the check
+    // said nvidia-smi timed out. Now the output read up to its exit is used.
+    assert!(
+        driver["summary"]
+            .as_str()
+            .is_some_and(|s| s.contains("driver 580.159.04, 2× NVIDIA H200")),
+        "{driver}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // No sleeper outlives the check: each was ended with its group.
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let zombie = stat.rsplit(')').next()?.trim_start().starts_with('Z');
+            (!zombie && String::from_utf8_lossy(&cmdline).contains(&token))
+                .then(|| e.file_name().to_string_lossy().into_owned())
+        })
+        .collect();
+    assert!(left.is_empty(), "sleepers left running: {left:?}");
+}
