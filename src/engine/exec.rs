@@ -286,6 +286,7 @@ fn run_one(
         }
         if let Some(id) = key_id
             .as_deref()
+            .filter(|_| super::restore::cacheable(step).is_ok())
             .filter(|id| super::restore::available(ctx, id))
         {
             if let Some(outcome) = super::restore::restore(step, id, &fp, state, ctx, reporter) {
@@ -351,8 +352,17 @@ fn run_one(
             cache_key: key_id.clone(),
             restored_from: None,
         })?;
-        if let Some(key) = &cache_key {
-            super::restore::store(step, recipe, key, ctx, reporter);
+        let stored = match (&cache_key, super::restore::cacheable(step)) {
+            (Some(key), Ok(())) => super::restore::store(step, recipe, key, ctx, reporter),
+            (_, Err(why)) => Err(why.to_string()),
+            (None, Ok(())) => Err("it has no key (the run's notes say why)".into()),
+        };
+        {
+            use std::io::Write;
+            let _ = match stored {
+                Ok(id) => writeln!(log, "--- outputs stored in the step cache (entry {id}) ---"),
+                Err(why) => writeln!(log, "--- not stored in the step cache: {why} ---"),
+            };
         }
         Ok(Outcome::Ran)
     })();

@@ -12,8 +12,9 @@ use crate::recipe::{Recipe, Step};
 use crate::report::{Outcome, Reporter};
 use crate::steps::StepContext;
 
-/// The key `step` is cached under, when it is cached at all: `cache` on, outputs declared,
-/// every dependency's key known (`dep_keys`).
+/// The key of `step`, every step's (a step that is not cached still hands its key to its
+/// dependents' keys); `None` when a dependency's key is unknown (done by a kiln without the
+/// step cache) or an input cannot be read, said as a note.
 pub(super) fn key(
     step: &Step,
     recipe: &Recipe,
@@ -21,10 +22,15 @@ pub(super) fn key(
     ctx: &StepContext,
     reporter: &dyn Reporter,
 ) -> Option<StepKey> {
-    if !step.cache || step.outputs.is_empty() {
+    let Some(dep_keys) = dep_keys else {
+        reporter.note(&format!(
+            "step `{}` is not cached: a dependency has no step-cache key (done by an older kiln); \
+             it gets one when it runs again",
+            step.id
+        ));
         return None;
-    }
-    match cache_key::compute(step, dep_keys?, &recipe.requires, ctx.paths, ctx.memo) {
+    };
+    match cache_key::compute(step, dep_keys, &recipe.requires, ctx.paths, ctx.memo) {
         Ok(k) => Some(k),
         Err(e) => {
             reporter.warning(&format!(
@@ -34,6 +40,18 @@ pub(super) fn key(
             ));
             None
         }
+    }
+}
+
+/// Whether `step`'s outputs go to the step cache: `cache` on and outputs declared (`outputs`,
+/// else `check.paths`). Why not, when not.
+pub(super) fn cacheable(step: &Step) -> std::result::Result<(), &'static str> {
+    if !step.cache {
+        Err("`cache = false`")
+    } else if step.outputs.is_empty() {
+        Err("it declares no `outputs` and no `check.paths`")
+    } else {
+        Ok(())
     }
 }
 
@@ -91,28 +109,23 @@ pub(super) fn restore(
     }
 }
 
-/// Archive a step's outputs after it ran; a warning (never a failed step) when they cannot be.
+/// Archive a step's outputs after it ran: the entry's short id, or why they are not stored
+/// (also a warning; never a failed step).
 pub(super) fn store(
     step: &Step,
     recipe: &Recipe,
     key: &StepKey,
     ctx: &StepContext,
     reporter: &dyn Reporter,
-) {
+) -> std::result::Result<String, String> {
     let portable = Portable::new(ctx.paths);
     let outputs: Vec<String> = step.outputs.iter().map(|o| portable.path(o)).collect();
     let cache = StepCache::new(&ctx.paths.steps());
-    match cache.store(key, &recipe.name, &step.id, &step.outputs, &outputs) {
-        Ok(Ok(_)) => {}
-        Ok(Err(NotStored(why))) => {
-            reporter.warning(&format!("step `{}` is not cached: {why}", step.id));
-        }
-        Err(e) => {
-            reporter.warning(&format!(
-                "step `{}` is not cached: {}",
-                step.id,
-                e.with_causes()
-            ));
-        }
-    }
+    let why = match cache.store(key, &recipe.name, &step.id, &step.outputs, &outputs) {
+        Ok(Ok(id)) => return Ok(short(&id).to_string()),
+        Ok(Err(NotStored(why))) => why,
+        Err(e) => e.with_causes(),
+    };
+    reporter.warning(&format!("step `{}` is not cached: {why}", step.id));
+    Err(why)
 }
