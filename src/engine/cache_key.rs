@@ -1,5 +1,6 @@
 //! A step's step-cache key: its fingerprint's inputs made portable across state directories,
-//! plus what the host gives every build (the `requires` tools' versions, OS, CPU arch, libc).
+//! plus what the host gives every build (the `requires` tools' versions, OS, CPU arch and
+//! feature flags, libc).
 //!
 //! Portable: the state and cache directories are written `${state}` and `${cache}` wherever a
 //! definition, env value or input path names them, so state B asks for the key state A stored.
@@ -145,7 +146,29 @@ fn host() -> BTreeMap<String, String> {
     h.insert("os".into(), std::env::consts::OS.into());
     h.insert("arch".into(), std::env::consts::ARCH.into());
     h.insert("libc".into(), libc_version());
+    // A `-march=native` build (llama.cpp's GGML_NATIVE) runs only where these CPU features are.
+    h.insert("cpu_features".into(), cpu_features());
     h
+}
+
+/// sha256 of the first CPU's sorted feature flags (`/proc/cpuinfo` `flags`, arm64 `Features`);
+/// "unknown" where there is none.
+fn cpu_features() -> String {
+    let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") else {
+        return "unknown".into();
+    };
+    let flags = info.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        matches!(name.trim(), "flags" | "Features").then_some(value)
+    });
+    flags.map_or_else(
+        || "unknown".into(),
+        |f| {
+            let mut words: Vec<&str> = f.split_whitespace().collect();
+            words.sort_unstable();
+            sha256_bytes(words.join(" ").as_bytes())
+        },
+    )
 }
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
