@@ -240,3 +240,21 @@ fn cache_false_is_never_stored() {
         "the step log says why: {log}"
     );
 }
+
+#[test]
+fn cache_pull_with_a_port_over_65535_is_a_usage_error_not_a_panic() {
+    let ws = Workspace::new();
+    let out = ws
+        .kiln()
+        .args(["cache", "pull", "127.0.0.1:70000/kiln/wheels:t"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("port `70000` is not a number from 1 to 65535"),
+        "{err}"
+    );
+    assert!(err.contains("hint:"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
