@@ -267,6 +267,69 @@ impl StepCache {
 
     /// Remove staging leftovers, unreadable or corrupt entries, and entries older than
     /// `max_age_secs`. Returns the removed directories with the reason.
+    /// The ids of the entries here whose entry.json reads (export takes these).
+    pub(crate) fn list(&self) -> Vec<String> {
+        let mut ids: Vec<String> = std::fs::read_dir(&self.root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let entry = read_entry(&e.path())?;
+                (entry.key.id() == name).then_some(name)
+            })
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// The files of entry `id` an export carries, by name inside the entry.
+    pub(crate) fn entry_files(&self, id: &str) -> [(&'static str, PathBuf); 2] {
+        let dir = self.entry_dir(id);
+        [
+            ("entry.json", dir.join("entry.json")),
+            (ARCHIVE, dir.join(ARCHIVE)),
+        ]
+    }
+
+    /// Check an imported entry directory `staged` (named by its id): its entry.json matches
+    /// its key, its archive its sha256 and size. Its id.
+    pub(crate) fn verify_staged(staged: &Path) -> std::result::Result<String, String> {
+        let name = staged
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let entry = read_entry(staged)
+            .ok_or_else(|| format!("step entry {name}: no readable entry.json"))?;
+        if entry.key.id() != name {
+            return Err(format!("step entry {name} does not match its key"));
+        }
+        let (sha, size) = File::open(staged.join(ARCHIVE))
+            .and_then(sha256_reader)
+            .map_err(|e| format!("step entry {name}: cannot read {ARCHIVE}: {e}"))?;
+        if sha != entry.archive_sha256 || size != entry.size {
+            return Err(format!(
+                "step entry {name}: {ARCHIVE} has sha256 {sha} ({size} bytes), the entry says {} ({} bytes)",
+                entry.archive_sha256, entry.size
+            ));
+        }
+        Ok(name)
+    }
+
+    /// Move a verified imported entry directory in. `Ok(false)`: already here.
+    pub(crate) fn insert_staged(&self, staged: &Path) -> std::result::Result<bool, String> {
+        let name = Self::verify_staged(staged)?;
+        if self.has(&name) {
+            return Ok(false);
+        }
+        create_dir(&self.root).map_err(|e| e.with_causes())?;
+        match std::fs::rename(staged, self.entry_dir(&name)) {
+            Ok(()) => Ok(true),
+            Err(_) if self.has(&name) => Ok(false),
+            Err(e) => Err(format!("cannot store step entry {name}: {e}")),
+        }
+    }
+
     pub(crate) fn gc(&self, max_age_secs: Option<u64>) -> Result<Vec<(String, String)>> {
         let now = now_unix();
         let mut removed = Vec::new();

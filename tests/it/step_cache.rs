@@ -55,6 +55,10 @@ impl Setup {
 
     /// `kiln up r.toml` with state dir `state`, the shared cache, the counting `cc` first on PATH.
     fn up(&self, state: &str) -> String {
+        self.up_with_cache(state, &self.cache())
+    }
+
+    fn up_with_cache(&self, state: &str, cache: &Path) -> String {
         let path = format!(
             "{}:{}",
             self.ws.path().join("bin").display(),
@@ -65,7 +69,7 @@ impl Setup {
             .kiln()
             .args(["up", "r.toml"])
             .env("KILN_HOME", self.ws.path().join(state))
-            .env("KILN_CACHE_DIR", self.cache())
+            .env("KILN_CACHE_DIR", cache)
             .env("CC_COUNT", self.ws.path().join("cc-count"))
             .env("PATH", path)
             .output()
@@ -257,4 +261,67 @@ fn cache_pull_with_a_port_over_65535_is_a_usage_error_not_a_panic() {
     );
     assert!(err.contains("hint:"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn export_from_one_cache_import_into_an_empty_one_restores_without_the_compiler() {
+    let s = Setup::new();
+    s.up("A");
+    let archive = s.ws.path().join("cache.tar");
+    let other = s.ws.path().join("other-cache");
+    let cache = |dir: &Path, args: &[&str]| {
+        let out =
+            s.ws.kiln()
+                .args(args)
+                .env("KILN_CACHE_DIR", dir)
+                .output()
+                .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{args:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let exported = cache(&s.cache(), &["cache", "export", archive.to_str().unwrap()]);
+    assert!(exported.contains("1 step entry"), "{exported}");
+    let imported = cache(&other, &["cache", "import", archive.to_str().unwrap()]);
+    assert!(imported.contains("1 step entry"), "{imported}");
+    let b = s.up_with_cache("B", &other);
+    assert_eq!(s.compiler_runs(), 1, "state B ran the compiler:\n{b}");
+    assert!(b.contains("restored from cache (entry"), "{b}");
+}
+
+#[test]
+fn an_archive_with_a_tampered_step_entry_imports_nothing() {
+    let s = Setup::new();
+    s.up("A");
+    let tar = s.entries()[0].join("outputs.tar");
+    let mut bytes = std::fs::read(&tar).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&tar, &bytes).unwrap();
+    let archive = s.ws.path().join("cache.tar");
+    let other = s.ws.path().join("other-cache");
+    let run = |dir: &Path, args: &[&str]| {
+        s.ws.kiln()
+            .args(args)
+            .env("KILN_CACHE_DIR", dir)
+            .output()
+            .unwrap()
+    };
+    assert!(
+        run(&s.cache(), &["cache", "export", archive.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let out = run(&other, &["cache", "import", archive.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("the entry says"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(other.join("steps"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "imported: {left:?}");
 }
