@@ -15,7 +15,7 @@
 //! <state>/tune/<recipe>/                   `kiln tune` results and winner profiles
 //! <state>/patches/                         originals of patched files (for revert)
 //! <state>/running/                         process groups the watchdog ends with kiln
-//! <cache>/{downloads,wheels,tools,python-facts}/   $KILN_CACHE_DIR, else <state>/cache
+//! <cache>/{downloads,wheels,steps,tools,python-facts}/   $KILN_CACHE_DIR, else <state>/cache
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -226,6 +226,11 @@ impl StatePaths {
     /// The compiled-wheel cache.
     pub fn wheels(&self) -> PathBuf {
         self.cache.join("wheels")
+    }
+
+    /// The step cache (a step's outputs by its cache key).
+    pub fn steps(&self) -> PathBuf {
+        self.cache.join("steps")
     }
 
     /// Tools kiln installs for itself (`uv`).

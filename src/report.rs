@@ -27,6 +27,8 @@ pub(crate) use style::ColorWhen;
 #[serde(tag = "outcome", content = "detail", rename_all = "snake_case")]
 pub(crate) enum Outcome {
     Ran,
+    /// Its outputs came from the step cache: the entry's short id.
+    Restored(String),
     /// Its fingerprint matched once its dependencies were done.
     UpToDate,
     Skipped(String),

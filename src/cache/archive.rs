@@ -1,5 +1,7 @@
-//! `kiln cache export|import`: the wheel cache as a tar archive with a sha256 manifest, verified
-//! file by file on import before anything enters the cache.
+//! `kiln cache export|import`: the wheel cache and the step cache as one tar archive with a
+//! sha256 manifest, verified file by file on import before anything enters either cache.
+//! Wheels live under `wheels/<id>/`, step entries under `steps/<id>/` (a kiln without the step
+//! cache imports the wheels and leaves the rest).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
@@ -7,6 +9,7 @@ use std::path::{Component, Path};
 
 use serde::{Deserialize, Serialize};
 
+use super::steps::StepCache;
 use super::wheels::{Entry, WheelCache};
 use crate::error::{Error, Result};
 use crate::hash::sha256_reader;
@@ -20,24 +23,42 @@ struct Manifest {
 
 const FORMAT: &str = "kiln-wheel-cache-v1";
 
-/// Write every entry of `cache` into a tar archive at `out` (a new or regular file, replaced
-/// atomically, or a stream such as `/dev/stdout`; see src/output.rs). Returns the number of
-/// entries.
-pub(crate) fn export(cache: &WheelCache, out: &Path) -> Result<usize> {
+/// How many entries an export or import carried.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub wheels: usize,
+    pub steps: usize,
+}
+
+/// Write every entry of `cache` and `steps` into a tar archive at `out` (a new or regular file,
+/// replaced atomically, or a stream such as `/dev/stdout`; see src/output.rs).
+pub(crate) fn export(cache: &WheelCache, steps: &StepCache, out: &Path) -> Result<Counts> {
     let target = crate::output::check(out, "the cache archive", true)?;
     let entries = cache.list();
-    let mut files = BTreeMap::new();
+    let mut all: Vec<(String, std::path::PathBuf)> = Vec::new();
     for (id, entry) in &entries {
-        for (name, path) in entry_files(cache, id, entry) {
-            let f = File::open(&path)
-                .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-            files.insert(
-                name,
-                sha256_reader(f)
-                    .map_err(|e| Error::io("cannot hash a cache file", e))?
-                    .0,
-            );
+        all.extend(entry_files(cache, id, entry));
+    }
+    let step_ids = steps.list();
+    for id in &step_ids {
+        for (name, path) in steps.entry_files(id) {
+            all.push((format!("steps/{id}/{name}"), path));
         }
+    }
+    let counts = Counts {
+        wheels: entries.len(),
+        steps: step_ids.len(),
+    };
+    let mut files = BTreeMap::new();
+    for (name, path) in &all {
+        let f = File::open(path)
+            .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+        files.insert(
+            name.clone(),
+            sha256_reader(f)
+                .map_err(|e| Error::io("cannot hash a cache file", e))?
+                .0,
+        );
     }
     let manifest = serde_json::to_vec_pretty(&Manifest {
         format: FORMAT.into(),
@@ -50,25 +71,24 @@ pub(crate) fn export(cache: &WheelCache, out: &Path) -> Result<usize> {
             .write(true)
             .open(out)
             .map_err(ctx)?;
-        write_tar(cache, &entries, &manifest, stream).map_err(ctx)?;
-        return Ok(entries.len());
+        write_tar(&all, &manifest, stream).map_err(ctx)?;
+        return Ok(counts);
     }
     let tmp = crate::output::temp_beside(out);
     let written = File::create(&tmp)
-        .and_then(|f| write_tar(cache, &entries, &manifest, f))
+        .and_then(|f| write_tar(&all, &manifest, f))
         .and_then(|f| crate::fs::sync_file(&f))
         .and_then(|()| crate::fs::rename(&tmp, out));
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
         return Err(ctx(e));
     }
-    Ok(entries.len())
+    Ok(counts)
 }
 
 /// The archive: manifest.json first, then each entry's files.
 fn write_tar<W: std::io::Write>(
-    cache: &WheelCache,
-    entries: &[(String, Entry)],
+    files: &[(String, std::path::PathBuf)],
     manifest: &[u8],
     out: W,
 ) -> std::io::Result<W> {
@@ -78,10 +98,8 @@ fn write_tar<W: std::io::Write>(
     header.set_mode(0o644);
     header.set_cksum();
     tar.append_data(&mut header, "manifest.json", manifest)?;
-    for (id, entry) in entries {
-        for (name, path) in entry_files(cache, id, entry) {
-            tar.append_path_with_name(&path, &name)?;
-        }
+    for (name, path) in files {
+        tar.append_path_with_name(path, name)?;
     }
     tar.into_inner()
 }
@@ -98,7 +116,7 @@ fn entry_files(cache: &WheelCache, id: &str, entry: &Entry) -> Vec<(String, std:
 }
 
 /// Verify and import an archive made by `export`. Returns the number of entries imported.
-pub(crate) fn import(cache: &WheelCache, archive: &Path) -> Result<usize> {
+pub(crate) fn import(cache: &WheelCache, steps: &StepCache, archive: &Path) -> Result<Counts> {
     let bad = |why: String| {
         Error::other(
             format!("cannot import {}: {why}", archive.display()),
@@ -206,10 +224,34 @@ pub(crate) fn import(cache: &WheelCache, archive: &Path) -> Result<usize> {
             cache.insert_entry(&entry, &dir.path().join(&entry.wheel))?;
             count += 1;
         }
-        Ok(count)
+        let step_count = import_steps(steps, &staging.join("steps")).map_err(&bad)?;
+        Ok(Counts {
+            wheels: count,
+            steps: step_count,
+        })
     })();
     let _ = std::fs::remove_dir_all(&staging);
     result
+}
+
+/// Move the step entries staged under `staged` in, every one checked before the first moves.
+fn import_steps(steps: &StepCache, staged: &Path) -> std::result::Result<usize, String> {
+    let dirs: Vec<std::path::PathBuf> = std::fs::read_dir(staged)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|d| d.path())
+        .collect();
+    for dir in &dirs {
+        StepCache::verify_staged(dir)?;
+    }
+    let mut count = 0;
+    for dir in &dirs {
+        if steps.insert_staged(dir)? {
+            count += 1;
+        }
+    }
+    Ok(count)
 }
 
 fn tempdir_near(root: &Path) -> Result<std::path::PathBuf> {

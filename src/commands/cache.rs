@@ -1,4 +1,5 @@
-//! `kiln cache ls|gc|export|import`: the compiled-wheel cache.
+//! `kiln cache ls|gc|export|import|push|pull`: the compiled-wheel cache (export, import and gc
+//! carry the step cache's entries too).
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -18,6 +19,7 @@ use crate::units::{format_size, parse_duration};
 
 pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
     let cache = WheelCache::new(&settings.paths.wheels());
+    let steps = crate::cache::steps::StepCache::new(&settings.paths.steps());
     match &args.command {
         CacheCommand::Ls { json } => {
             crate::report::json_lines(*json);
@@ -36,7 +38,8 @@ pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
                     })
                 })
                 .transpose()?;
-            let removed = cache.gc(max_age.map(|d| d.as_secs()))?;
+            let mut removed = cache.gc(max_age.map(|d| d.as_secs()))?;
+            removed.extend(steps.gc(max_age.map(|d| d.as_secs()))?);
             for (id, why) in &removed {
                 println!("removed {}: {why}", id.chars().take(24).collect::<String>());
             }
@@ -48,20 +51,32 @@ pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
             Ok(0)
         }
         CacheCommand::Export { file } => {
-            let n = archive::export(&cache, file)?;
+            let n = archive::export(&cache, &steps, file)?;
+            let n = format!(
+                "{} wheel(s) and {} step entr{}",
+                n.wheels,
+                n.steps,
+                if n.steps == 1 { "y" } else { "ies" }
+            );
             // A stream on stdout carries the archive: the count goes to stderr then.
             let streamed = crate::output::check(file, "the cache archive", true)?
                 == crate::output::Output::Stream;
             if streamed {
-                eprintln!("exported {n} wheel(s) to {}", file.display());
+                eprintln!("exported {n} to {}", file.display());
             } else {
-                println!("exported {n} wheel(s) to {}", file.display());
+                println!("exported {n} to {}", file.display());
             }
             Ok(0)
         }
         CacheCommand::Import { file } => {
-            let n = archive::import(&cache, file)?;
-            println!("imported {n} wheel(s) from {}", file.display());
+            let n = archive::import(&cache, &steps, file)?;
+            println!(
+                "imported {} wheel(s) and {} step entr{} from {}",
+                n.wheels,
+                n.steps,
+                if n.steps == 1 { "y" } else { "ies" },
+                file.display()
+            );
             Ok(0)
         }
         CacheCommand::Push { reference } => {

@@ -33,6 +33,8 @@ struct Finished {
     index: usize,
     result: Result<Outcome>,
     digest: Option<String>,
+    /// Its step-cache key id, for its dependents' keys.
+    key: Option<String>,
     elapsed: Duration,
 }
 
@@ -42,6 +44,7 @@ fn initial_states(
     plan: &Plan,
     state: &StateDir,
     digests: &mut [Option<String>],
+    keys: &mut [Option<String>],
     summary: &mut RunSummary,
 ) -> Vec<State> {
     let mut states = vec![State::Done; plan.steps.len()];
@@ -50,12 +53,14 @@ fn initial_states(
             Status::Stale(_) => states[i] = State::Pending,
             Status::Skipped(why) => {
                 digests[i] = Some("skipped".into());
+                keys[i] = Some("skipped".into());
                 summary
                     .outcomes
                     .push((p.id.clone(), Outcome::Skipped(why.clone())));
             }
             Status::Fresh | Status::NotSelected => {
                 digests[i].clone_from(&p.digest);
+                keys[i] = state.receipt(&p.id).and_then(|r| r.cache_key);
                 if p.status == Status::NotSelected && !state.has_receipt(&p.id) {
                     // A dependency --only leaves out must have completed before.
                     states[i] = State::Missing;
@@ -104,6 +109,27 @@ fn dep_digests(
         .collect()
 }
 
+/// The step-cache key ids of step `i`'s dependencies, by id; `None` when one is unknown (a
+/// dependency not cached, or done by a kiln without the step cache): then `i` is not cached.
+fn dep_keys(
+    recipe: &Recipe,
+    queue: &Scheduler,
+    keys: &[Option<String>],
+    i: usize,
+) -> Option<BTreeMap<String, String>> {
+    queue
+        .deps(i)
+        .iter()
+        .map(|&d| Some((recipe.steps[d].id.clone(), keys[d].clone()?)))
+        .collect()
+}
+
+/// What a step's dependencies hand it: their fingerprint digests and step-cache keys.
+struct Deps {
+    digests: BTreeMap<String, String>,
+    keys: Option<BTreeMap<String, String>>,
+}
+
 /// Execute the stale steps of `plan`. Fails with the first step error after running steps end.
 /// Ready steps come from a queue fed by in-degree counts ([`Scheduler`]): linear in the steps.
 pub(crate) fn execute(
@@ -120,8 +146,9 @@ pub(crate) fn execute(
     crate::steps::fetch::remove_stale_partials(&ctx.paths.downloads());
     let n = recipe.steps.len();
     let mut digests: Vec<Option<String>> = vec![None; n];
+    let mut keys: Vec<Option<String>> = vec![None; n];
     let mut summary = RunSummary::default();
-    let states = initial_states(plan, state, &mut digests, &mut summary);
+    let states = initial_states(plan, state, &mut digests, &mut keys, &mut summary);
     let to_run = states.iter().filter(|s| **s == State::Pending).count();
     reporter.run_started(&recipe.name, to_run, n);
     for (id, outcome) in &summary.outcomes {
@@ -151,16 +178,21 @@ pub(crate) fn execute(
                 let step = &recipe.steps[i];
                 running += 1;
                 mem_in_use += step.mem_per_job.unwrap_or(0);
-                let deps = dep_digests(recipe, &queue, &digests, i);
+                let deps = Deps {
+                    digests: dep_digests(recipe, &queue, &digests, i),
+                    keys: dep_keys(recipe, &queue, &keys, i),
+                };
                 let tx = tx.clone();
                 let forced = plan.steps[i].forced;
                 scope.spawn(move || {
                     let t = Instant::now();
-                    let (result, digest) = run_one(step, deps, forced, state, ctx, reporter);
+                    let (result, digest, key) =
+                        run_one(step, recipe, deps, forced, state, ctx, reporter);
                     let _ = tx.send(Finished {
                         index: i,
                         result,
                         digest,
+                        key,
                         elapsed: t.elapsed(),
                     });
                 });
@@ -178,6 +210,7 @@ pub(crate) fn execute(
                     if let Some(d) = done.digest {
                         digests[done.index] = Some(d);
                     }
+                    keys[done.index] = done.key;
                     reporter.step_finished(&step.id, &outcome, done.elapsed);
                     summary.outcomes.push((step.id.clone(), outcome));
                 }
@@ -225,26 +258,39 @@ pub(crate) fn report_fresh(plan: &Plan, reporter: &dyn Reporter) {
     reporter.run_finished(true, started.elapsed());
 }
 
-/// Fingerprint (now that dependencies are done), run with retries, check, write the receipt.
+/// Fingerprint (now that dependencies are done), restore from the step cache or run with
+/// retries, check, write the receipt, store the outputs in the step cache.
 fn run_one(
     step: &Step,
-    deps: BTreeMap<String, String>,
+    recipe: &Recipe,
+    deps: Deps,
     forced: bool,
     state: &StateDir,
     ctx: &StepContext,
     reporter: &dyn Reporter,
-) -> (Result<Outcome>, Option<String>) {
-    let fp = match fingerprint::compute(step, deps, ctx.memo) {
+) -> (Result<Outcome>, Option<String>, Option<String>) {
+    let fp = match fingerprint::compute(step, deps.digests, ctx.memo) {
         Ok(fp) => fp,
-        Err(e) => return (Err(e), None),
+        Err(e) => return (Err(e), None, None),
     };
     let digest = Some(fp.digest.clone());
+    let cache_key = super::restore::key(step, recipe, deps.keys, ctx, reporter);
+    let key_id = cache_key.as_ref().map(crate::cache::steps::StepKey::id);
     if !forced {
         if let Some(r) = state.receipt(&step.id) {
             if explain_change(&r.fingerprint, &fp).is_none()
                 && crate::steps::check(step, &mut std::io::sink()).is_ok()
             {
-                return (Ok(Outcome::UpToDate), digest);
+                return (Ok(Outcome::UpToDate), digest, key_id.or(r.cache_key));
+            }
+        }
+        if let Some(id) = key_id
+            .as_deref()
+            .filter(|_| super::restore::cacheable(step).is_ok())
+            .filter(|id| super::restore::available(ctx, id))
+        {
+            if let Some(outcome) = super::restore::restore(step, id, &fp, state, ctx, reporter) {
+                return (Ok(outcome), digest, key_id);
             }
         }
     }
@@ -303,11 +349,25 @@ fn run_one(
                 .map_or(0, |d| d.as_secs()),
             duration_ms: started.elapsed().as_millis() as u64,
             kiln_version: env!("CARGO_PKG_VERSION").to_string(),
+            cache_key: key_id.clone(),
+            restored_from: None,
         })?;
+        let stored = match (&cache_key, super::restore::cacheable(step)) {
+            (Some(key), Ok(())) => super::restore::store(step, recipe, key, ctx, reporter),
+            (_, Err(why)) => Err(why.to_string()),
+            (None, Ok(())) => Err("it has no key (the run's notes say why)".into()),
+        };
+        {
+            use std::io::Write;
+            let _ = match stored {
+                Ok(id) => writeln!(log, "--- outputs stored in the step cache (entry {id}) ---"),
+                Err(why) => writeln!(log, "--- not stored in the step cache: {why} ---"),
+            };
+        }
         Ok(Outcome::Ran)
     })();
     if !log_created.get() {
-        return (result, digest);
+        return (result, digest, key_id);
     }
     if let Err(e) = &result {
         // The step log tells the whole story, the failure included (and its OS cause).
@@ -317,7 +377,7 @@ fn run_one(
         }
     }
     let result = result.map_err(|e| with_log(e, &step.id, &log_path));
-    (result, digest)
+    (result, digest, key_id)
 }
 
 /// Attach the step id, log path and output tail to an error for the final report.

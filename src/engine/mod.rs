@@ -1,5 +1,6 @@
 //! The step engine: fingerprints, receipts, the pure plan, and parallel execution.
 
+mod cache_key;
 pub(crate) mod exec;
 pub(crate) mod fingerprint;
 mod flush;
@@ -7,6 +8,7 @@ pub(crate) mod fresh;
 mod index;
 pub(crate) mod plan;
 mod progress;
+mod restore;
 mod schedule;
 pub(crate) mod state;
 

@@ -173,6 +173,8 @@ mod tests {
                 retries: 0,
                 mem_per_job: None,
                 requires: Vec::new(),
+                outputs: Vec::new(),
+                cache: true,
             })
             .collect()
     }

@@ -24,6 +24,12 @@ pub(crate) struct Receipt {
     pub finished_unix: u64,
     pub duration_ms: u64,
     pub kiln_version: String,
+    /// The step-cache key id of this step (dependents' keys are built from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_key: Option<String>,
+    /// `restored from cache (entry <short id>)`: the outputs came from the step cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<String>,
 }
 
 /// One recipe's run state: receipts, logs, the memo and the lock (paths from [`StatePaths`]),

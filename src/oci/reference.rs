@@ -68,15 +68,27 @@ impl Reference {
         if !tag_ok {
             return Err(bad("tags are letters, digits, `.`, `_` and `-`"));
         }
-        let host = registry.rsplit_once(':').map_or(registry, |(h, _)| h);
+        let (host, port) = match registry.rsplit_once(':') {
+            Some((h, p)) if !h.ends_with('[') && !p.ends_with(']') => (h, Some(p)),
+            _ => (registry, None),
+        };
+        if let Some(p) = port {
+            if p.parse::<u16>().map_or(true, |n| n == 0) {
+                return Err(bad(&format!("port `{p}` is not a number from 1 to 65535")));
+            }
+        }
         let loopback = matches!(host, "localhost" | "127.0.0.1" | "[::1]");
         let scheme = forced.unwrap_or(if loopback { "http" } else { "https" });
-        Ok(Reference {
+        let reference = Reference {
             scheme: scheme.to_string(),
             registry: registry.to_string(),
             repository: repository.to_string(),
             tag: tag.to_string(),
-        })
+        };
+        if super::auth::Origin::of_url(&reference.api_base()).is_none() {
+            return Err(bad("its registry is not a host name or address"));
+        }
+        Ok(reference)
     }
 
     /// `scheme://registry/v2/repository`
@@ -114,5 +126,20 @@ mod tests {
         assert!(Reference::parse("ftp://x/y").is_err());
         let e = Reference::parse("https://me:hunter22@ghcr.io/org/cache").unwrap_err();
         assert!(!e.render().contains("hunter22"), "{}", e.render());
+    }
+
+    #[test]
+    fn a_port_outside_1_to_65535_is_refused() {
+        for text in [
+            "127.0.0.1:70000/k/w",
+            "localhost:0/k/w",
+            "h:99999999999/k/w",
+            "h:x/k/w",
+        ] {
+            let e = Reference::parse(text).unwrap_err().render();
+            assert!(e.contains("not a number from 1 to 65535"), "{text}: {e}");
+        }
+        assert!(Reference::parse("[::1]:5000/k/w").is_ok());
+        assert!(Reference::parse("[::1]/k/w").is_ok());
     }
 }

@@ -209,6 +209,22 @@ pub struct Step {
     /// Host tools this step needs (`requires`), checked by `kiln up` when the step will run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) requires: Vec<crate::requires::Requirement>,
+    /// Paths the step cache archives after the step succeeds and restores instead of running it
+    /// (`outputs`, else the `check.paths`); empty: the step is not cached.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<PathBuf>,
+    /// `cache = false` in the recipe: the step always runs.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub cache: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference

@@ -131,6 +131,11 @@ pub(super) struct Step {
     /// Host tools this step needs, checked only when it is going to run.
     #[serde(default)]
     pub requires: Vec<Spanned<String>>,
+    /// What the step produces, archived in the step cache (default: `check.paths`).
+    #[serde(default)]
+    pub outputs: Vec<Spanned<String>>,
+    /// `cache = false`: never archive or restore this step's outputs.
+    pub cache: Option<Spanned<bool>>,
 
     // kind = "run"
     pub cmd: Option<Spanned<Command>>,

@@ -10,6 +10,11 @@ pub(super) fn outcome_line(id: &str, outcome: &Outcome, elapsed: Duration) -> St
     let p = |tone, s: &str| paint(Stream::Stderr, tone, s);
     match outcome {
         Outcome::Ran => format!("  {} {id} ({})", p(Tone::Good, "✓ ran   "), secs(elapsed)),
+        Outcome::Restored(entry) => format!(
+            "  {} {id}: restored from cache (entry {entry}) ({})",
+            p(Tone::Good, "✓ cached"),
+            secs(elapsed)
+        ),
         Outcome::UpToDate => format!("  {} {id}", p(Tone::Good, "✓ fresh ")),
         Outcome::Skipped(why) => format!("  {} {id}: {why}", p(Tone::Dim, "- skip  ")),
         Outcome::Failed(why) => format!("  {} {id}: {why}", p(Tone::Bad, "✗ failed")),

@@ -51,6 +51,7 @@ mod shipped;
 mod sm120_sass;
 mod spoof;
 mod state_dir;
+mod step_cache;
 mod tune;
 mod up_e2e;
 mod up_outcome;

@@ -183,6 +183,15 @@ pub(super) fn step(
             )?),
         }),
     };
+    let mut outputs = Vec::new();
+    for o in &s.outputs {
+        outputs.push(r.path(file, o, &cwd)?);
+    }
+    if outputs.is_empty() {
+        if let Some(Check::Paths(p)) = &check {
+            outputs.clone_from(p);
+        }
+    }
     let when = match &s.when {
         None => None,
         Some(w) => Some(condition(r, file, w)?),
@@ -215,6 +224,8 @@ pub(super) fn step(
         retries: s.retries.as_ref().map_or(0, |n| *n.get_ref()),
         mem_per_job,
         requires: super::requires::entries(r.sources, file, &s.requires)?,
+        outputs,
+        cache: s.cache.as_ref().is_none_or(|c| *c.get_ref()),
     })
 }
 

@@ -1,0 +1,131 @@
+//! The engine's side of the step cache: the key a step asks for, a restore instead of a run
+//! (then the step's own check), and the store after a run. Steps never know of it.
+
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::cache_key::{self, Portable};
+use super::fingerprint::Fingerprint;
+use super::state::{Receipt, StateDir};
+use crate::cache::steps::{short, NotStored, StepCache, StepKey};
+use crate::recipe::{Recipe, Step};
+use crate::report::{Outcome, Reporter};
+use crate::steps::StepContext;
+
+/// The key of `step`, every step's (a step that is not cached still hands its key to its
+/// dependents' keys); `None` when a dependency's key is unknown (done by a kiln without the
+/// step cache) or an input cannot be read, said as a note.
+pub(super) fn key(
+    step: &Step,
+    recipe: &Recipe,
+    dep_keys: Option<BTreeMap<String, String>>,
+    ctx: &StepContext,
+    reporter: &dyn Reporter,
+) -> Option<StepKey> {
+    let Some(dep_keys) = dep_keys else {
+        reporter.note(&format!(
+            "step `{}` is not cached: a dependency has no step-cache key (done by an older kiln); \
+             it gets one when it runs again",
+            step.id
+        ));
+        return None;
+    };
+    match cache_key::compute(step, dep_keys, &recipe.requires, ctx.paths, ctx.memo) {
+        Ok(k) => Some(k),
+        Err(e) => {
+            reporter.warning(&format!(
+                "step `{}` is not cached: {}",
+                step.id,
+                e.with_causes()
+            ));
+            None
+        }
+    }
+}
+
+/// Whether `step`'s outputs go to the step cache: `cache` on and outputs declared (`outputs`,
+/// else `check.paths`). Why not, when not.
+pub(super) fn cacheable(step: &Step) -> std::result::Result<(), &'static str> {
+    if !step.cache {
+        Err("`cache = false`")
+    } else if step.outputs.is_empty() {
+        Err("it declares no `outputs` and no `check.paths`")
+    } else {
+        Ok(())
+    }
+}
+
+/// Whether the step cache holds `id`.
+pub(super) fn available(ctx: &StepContext, id: &str) -> bool {
+    StepCache::new(&ctx.paths.steps()).has(id)
+}
+
+/// Restore `step` from entry `id`, then run its check and write its receipt. `None` (with a
+/// warning) when the entry is refused or its outputs fail the check: the step runs then.
+pub(super) fn restore(
+    step: &Step,
+    id: &str,
+    fp: &Fingerprint,
+    state: &StateDir,
+    ctx: &StepContext,
+    reporter: &dyn Reporter,
+) -> Option<Outcome> {
+    let cache = StepCache::new(&ctx.paths.steps());
+    let started = std::time::Instant::now();
+    // The old receipt no longer describes what is on disk once outputs are replaced.
+    if state.remove_receipt(&step.id).is_err() {
+        return None;
+    }
+    if let Err(e) = cache.restore(id, &step.outputs) {
+        reporter.warning(&format!("step `{}`: {}", step.id, e.with_causes()));
+        return None;
+    }
+    if let Err(e) = crate::steps::check(step, &mut std::io::sink()) {
+        reporter.warning(&format!(
+            "step `{}`: the outputs restored from cache (entry {}) fail its check ({}); running it",
+            step.id,
+            short(id),
+            e.with_causes()
+        ));
+        return None;
+    }
+    let written = state.write_receipt(&Receipt {
+        step: step.id.clone(),
+        fingerprint: fp.clone(),
+        finished_unix: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        duration_ms: started.elapsed().as_millis() as u64,
+        kiln_version: env!("CARGO_PKG_VERSION").to_string(),
+        cache_key: Some(id.to_string()),
+        restored_from: Some(format!("restored from cache (entry {})", short(id))),
+    });
+    match written {
+        Ok(()) => Some(Outcome::Restored(short(id).to_string())),
+        Err(e) => {
+            reporter.warning(&format!("step `{}`: {}", step.id, e.with_causes()));
+            None
+        }
+    }
+}
+
+/// Archive a step's outputs after it ran: the entry's short id, or why they are not stored
+/// (also a warning; never a failed step).
+pub(super) fn store(
+    step: &Step,
+    recipe: &Recipe,
+    key: &StepKey,
+    ctx: &StepContext,
+    reporter: &dyn Reporter,
+) -> std::result::Result<String, String> {
+    let portable = Portable::new(ctx.paths);
+    let outputs: Vec<String> = step.outputs.iter().map(|o| portable.path(o)).collect();
+    let cache = StepCache::new(&ctx.paths.steps());
+    let why = match cache.store(key, &recipe.name, &step.id, &step.outputs, &outputs) {
+        Ok(Ok(id)) => return Ok(short(&id).to_string()),
+        Ok(Err(NotStored(why))) => why,
+        Err(e) => e.with_causes(),
+    };
+    reporter.warning(&format!("step `{}` is not cached: {why}", step.id));
+    Err(why)
+}

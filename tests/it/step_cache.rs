@@ -1,0 +1,327 @@
+//! The step cache with the real binary: a real `cc` compile step stored by state A is restored
+//! in a fresh state B sharing `KILN_CACHE_DIR`, the compiler not run; a changed input misses; a
+//! corrupted entry is refused (nothing restored, the step runs); `cache = false` never stores.
+
+use std::path::{Path, PathBuf};
+
+use crate::common::Workspace;
+
+/// `prep` is never cached (`cache = false`, no outputs) and still hands `build` its key.
+const RECIPE: &str = r#"[recipe]
+name = "cc-demo"
+
+[vars]
+prefix = "${kiln.work_dir}"
+
+[[step]]
+id = "prep"
+kind = "run"
+cmd = ["sh", "-c", "mkdir -p \"$1\" && echo prep > \"$1/prep.txt\"", "sh", "${prefix}/prep"]
+check = { paths = ["${prefix}/prep/prep.txt"] }
+cache = false
+
+[[step]]
+id = "build"
+kind = "run"
+needs = ["prep"]
+inputs = ["${recipe.dir}/hello.c"]
+cmd = ["sh", "-c", "mkdir -p \"$1/bin\" && cc -o \"$1/bin/hello\" \"$2\"", "sh", "${prefix}", "${recipe.dir}/hello.c"]
+outputs = ["${prefix}/bin"]
+check = { paths = ["${prefix}/bin/hello"] }
+"#;
+
+struct Setup {
+    ws: Workspace,
+}
+
+impl Setup {
+    fn new() -> Self {
+        let ws = Workspace::new();
+        ws.write("r.toml", RECIPE);
+        ws.write("hello.c", "int main(void) { return 0; }\n");
+        // A `cc` that counts its calls, then is the real compiler.
+        let cc = ws.write(
+            "bin/cc",
+            "#!/bin/sh\necho run >> \"$CC_COUNT\"\nfor c in /usr/bin/cc /usr/bin/gcc /usr/bin/clang; do [ -x \"$c\" ] && exec \"$c\" \"$@\"; done\nexit 127\n",
+        );
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&cc, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Setup { ws }
+    }
+
+    fn cache(&self) -> PathBuf {
+        self.ws.path().join("shared-cache")
+    }
+
+    /// `kiln up r.toml` with state dir `state`, the shared cache, the counting `cc` first on PATH.
+    fn up(&self, state: &str) -> String {
+        self.up_with_cache(state, &self.cache())
+    }
+
+    fn up_with_cache(&self, state: &str, cache: &Path) -> String {
+        let path = format!(
+            "{}:{}",
+            self.ws.path().join("bin").display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = self
+            .ws
+            .kiln()
+            .args(["up", "r.toml"])
+            .env("KILN_HOME", self.ws.path().join(state))
+            .env("KILN_CACHE_DIR", cache)
+            .env("CC_COUNT", self.ws.path().join("cc-count"))
+            .env("PATH", path)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "kiln up failed:\n{text}");
+        text
+    }
+
+    fn compiler_runs(&self) -> usize {
+        std::fs::read_to_string(self.ws.path().join("cc-count")).map_or(0, |s| s.lines().count())
+    }
+
+    fn entries(&self) -> Vec<PathBuf> {
+        let dir = self.cache().join("steps");
+        let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        v.retain(|p| p.join("entry.json").is_file());
+        v
+    }
+
+    fn receipt(&self, state: &str) -> serde_json::Value {
+        let p = self
+            .ws
+            .path()
+            .join(state)
+            .join("runs/cc-demo/receipts/build.json");
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+    }
+
+    fn hello(&self, state: &str) -> PathBuf {
+        self.ws.path().join(state).join("work/cc-demo/bin/hello")
+    }
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
+}
+
+#[test]
+fn a_fresh_state_restores_the_compile_without_running_the_compiler() {
+    let s = Setup::new();
+    let a = s.up("A");
+    assert!(a.contains("ran    build"), "{a}");
+    assert_eq!(s.compiler_runs(), 1);
+    assert_eq!(
+        s.entries().len(),
+        1,
+        "one entry: build (prep is cache = false)"
+    );
+    let b = s.up("B");
+    assert_eq!(s.compiler_runs(), 1, "state B ran the compiler:\n{b}");
+    let entry = s.entries()[0].file_name().unwrap().to_string_lossy()[..12].to_string();
+    assert!(
+        b.contains(&format!("restored from cache (entry {entry})")),
+        "{b}"
+    );
+    assert_eq!(
+        s.receipt("B")["restored_from"],
+        format!("restored from cache (entry {entry})")
+    );
+    assert!(is_executable(&s.hello("B")), "the mode is kept");
+    // prep is never cached: it ran in B too.
+    assert!(b.contains("ran    prep"), "{b}");
+}
+
+#[test]
+fn one_changed_input_byte_misses() {
+    let s = Setup::new();
+    s.up("A");
+    s.ws.write("hello.c", "int main(void) { return 1; }\n");
+    let b = s.up("B");
+    assert!(b.contains("ran    build"), "{b}");
+    assert_eq!(s.compiler_runs(), 2);
+    assert_eq!(s.entries().len(), 2, "the new key is stored beside the old");
+}
+
+#[test]
+fn a_corrupted_entry_is_refused_nothing_restored_and_the_step_runs() {
+    let s = Setup::new();
+    s.up("A");
+    let tar = s.entries()[0].join("outputs.tar");
+    let mut bytes = std::fs::read(&tar).unwrap();
+    // Flip a byte in the middle of the compiled binary's data, then also try a truncation.
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&tar, &bytes).unwrap();
+    let b = s.up("B");
+    assert!(
+        b.contains("ran    build"),
+        "a corrupted entry was used:\n{b}"
+    );
+    assert!(!b.contains("restored from cache"), "{b}");
+    assert_eq!(s.compiler_runs(), 2);
+    assert_eq!(s.receipt("B")["restored_from"], serde_json::Value::Null);
+
+    std::fs::write(&tar, &bytes[..bytes.len() / 3]).unwrap();
+    std::fs::remove_dir_all(s.ws.path().join("B")).unwrap();
+    let b = s.up("B");
+    assert!(
+        b.contains("ran    build"),
+        "a truncated entry was used:\n{b}"
+    );
+    assert_eq!(s.compiler_runs(), 3);
+    let leftovers: Vec<_> = std::fs::read_dir(s.hello("B").parent().unwrap().parent().unwrap())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "bin" && n != "prep")
+        .collect();
+    assert!(leftovers.is_empty(), "restore temps left: {leftovers:?}");
+}
+
+#[test]
+fn a_forged_entry_whose_archive_hash_was_rewritten_is_refused_file_by_file() {
+    use sha2::{Digest, Sha256};
+    let s = Setup::new();
+    s.up("A");
+    let dir = &s.entries()[0];
+    let tar = dir.join("outputs.tar");
+    let mut bytes = std::fs::read(&tar).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&tar, &bytes).unwrap();
+    // The forger also rewrites the archive's hash in entry.json; only the manifest is left.
+    let entry_path = dir.join("entry.json");
+    let mut entry: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&entry_path).unwrap()).unwrap();
+    let sha = Sha256::digest(&bytes)
+        .iter()
+        .fold(String::new(), |mut hex, b| {
+            use std::fmt::Write;
+            let _ = write!(hex, "{b:02x}");
+            hex
+        });
+    entry["archive_sha256"] = serde_json::Value::String(sha);
+    std::fs::write(&entry_path, entry.to_string()).unwrap();
+    let b = s.up("B");
+    assert!(b.contains("ran    build"), "a forged entry was used:\n{b}");
+    assert!(
+        b.contains("the manifest says"),
+        "refused by the manifest:\n{b}"
+    );
+    assert_eq!(s.compiler_runs(), 2);
+}
+
+#[test]
+fn cache_false_is_never_stored() {
+    let s = Setup::new();
+    s.ws.write(
+        "r.toml",
+        &RECIPE.replace(
+            "outputs = [\"${prefix}/bin\"]",
+            "outputs = [\"${prefix}/bin\"]\ncache = false",
+        ),
+    );
+    s.up("A");
+    assert!(s.entries().is_empty(), "entries: {:?}", s.entries());
+    let log = std::fs::read_to_string(s.ws.path().join("A/runs/cc-demo/logs/build.log"))
+        .unwrap_or_default();
+    let b = s.up("B");
+    assert!(b.contains("ran    build"), "{b}");
+    assert_eq!(s.compiler_runs(), 2);
+    assert!(
+        log.contains("not stored in the step cache: `cache = false`"),
+        "the step log says why: {log}"
+    );
+}
+
+#[test]
+fn cache_pull_with_a_port_over_65535_is_a_usage_error_not_a_panic() {
+    let ws = Workspace::new();
+    let out = ws
+        .kiln()
+        .args(["cache", "pull", "127.0.0.1:70000/kiln/wheels:t"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("port `70000` is not a number from 1 to 65535"),
+        "{err}"
+    );
+    assert!(err.contains("hint:"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn export_from_one_cache_import_into_an_empty_one_restores_without_the_compiler() {
+    let s = Setup::new();
+    s.up("A");
+    let archive = s.ws.path().join("cache.tar");
+    let other = s.ws.path().join("other-cache");
+    let cache = |dir: &Path, args: &[&str]| {
+        let out =
+            s.ws.kiln()
+                .args(args)
+                .env("KILN_CACHE_DIR", dir)
+                .output()
+                .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{args:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let exported = cache(&s.cache(), &["cache", "export", archive.to_str().unwrap()]);
+    assert!(exported.contains("1 step entry"), "{exported}");
+    let imported = cache(&other, &["cache", "import", archive.to_str().unwrap()]);
+    assert!(imported.contains("1 step entry"), "{imported}");
+    let b = s.up_with_cache("B", &other);
+    assert_eq!(s.compiler_runs(), 1, "state B ran the compiler:\n{b}");
+    assert!(b.contains("restored from cache (entry"), "{b}");
+}
+
+#[test]
+fn an_archive_with_a_tampered_step_entry_imports_nothing() {
+    let s = Setup::new();
+    s.up("A");
+    let tar = s.entries()[0].join("outputs.tar");
+    let mut bytes = std::fs::read(&tar).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&tar, &bytes).unwrap();
+    let archive = s.ws.path().join("cache.tar");
+    let other = s.ws.path().join("other-cache");
+    let run = |dir: &Path, args: &[&str]| {
+        s.ws.kiln()
+            .args(args)
+            .env("KILN_CACHE_DIR", dir)
+            .output()
+            .unwrap()
+    };
+    assert!(
+        run(&s.cache(), &["cache", "export", archive.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let out = run(&other, &["cache", "import", archive.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("the entry says"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(other.join("steps"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "imported: {left:?}");
+}
