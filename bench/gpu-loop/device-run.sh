@@ -8,6 +8,11 @@
 #   up          machine facts, `kiln up llama-cuda --profile tuned --set llama_bench=on`: build,
 #               serve, prove, bench, and llama.cpp's own llama-bench (the ceiling) from the same tree
 #   ensure      `kiln up llama-cuda --no-serve`: a no-op on a warm machine, the build on a fresh one
+#   cache       the step cache: state A (KILN_HOME) `kiln up llama-cuda --no-serve` (cold build, or
+#               --force build where A's receipt predates the step cache) -> `kiln cache export` ->
+#               fresh state B with an empty cache, `kiln cache import` -> `kiln up llama-cuda
+#               --no-serve` timed (target <= 60 s against the 383 s cold build), its
+#               "restored from cache" lines
 #   evidence    evidence-ab.sh: `-lv 5` / `--metrics` on and off, paired; the TTFT probe
 #   flashinfer  the seed recipe's flashinfer + flashinfer-warmup steps against the machine's torch
 #               and CUDA (stack=system, JIT), twice: a fresh state, then another fresh state that
@@ -155,6 +160,30 @@ if [[ $modes == *" flashinfer "* ]]; then
   done
   du -sh "$KILN_CACHE_DIR/flashinfer" 2>&1 | tee -a "$summary"
   unset KILN_CACHE_DIR
+  collect
+fi
+
+if [[ $modes == *" cache "* ]]; then
+  say "step cache: state A up, export; fresh state B import, up --no-serve"
+  timed "cache: state A up --no-serve" "$kiln" up llama-cuda --no-serve "${src[@]}" >"$res/cache-a.out" 2>"$res/cache-a.err"
+  archive=/root/kiln-step-cache.tar
+  rm -f "$archive"
+  "$kiln" cache export "$archive" 2>&1 | tee -a "$summary"
+  if grep -q " 0 step entries" "$summary"; then
+    # A's build receipt predates the step cache: build once more so its outputs are stored.
+    timed "cache: state A up --no-serve --force build" "$kiln" up llama-cuda --no-serve --force build "${src[@]}" \
+      >"$res/cache-a-force.out" 2>"$res/cache-a-force.err"
+    rm -f "$archive"
+    "$kiln" cache export "$archive" 2>&1 | tee -a "$summary"
+  fi
+  sb=/root/kiln-state-b
+  rm -rf "$sb"
+  mkdir -p "$sb"
+  env KILN_HOME=$sb "$kiln" cache import "$archive" 2>&1 | tee -a "$summary"
+  timed "cache: state B up --no-serve (target <= 60 s, cold 383 s)" env KILN_HOME=$sb "$kiln" up llama-cuda --no-serve "${src[@]}" \
+    >"$res/cache-b.out" 2>"$res/cache-b.err"
+  grep -E "restored from cache|ran |not cached|refused" "$res/cache-b.err" "$res/cache-b.out" | tee -a "$summary"
+  find "$sb/runs" -name '*.log' -exec cp {} "$res/step-logs/" \; 2>/dev/null
   collect
 fi
 
