@@ -194,10 +194,14 @@ fn the_record_is_not_trusted_past_a_change_to_what_the_plan_read() {
             "after {what}:\n{plan}"
         );
         let up = kiln(&ws, &["up", "r.toml"], &env).stderr;
-        assert!(
-            up.contains(&format!("ran    {step}")),
-            "after {what}:\n{up}"
-        );
+        // A removed output whose step key did not change comes back from the step cache (its
+        // files checked against the entry); every other change reruns the step.
+        let done = if what == "a checked path removed" {
+            format!("cached {step}: restored from cache (entry ")
+        } else {
+            format!("ran    {step}")
+        };
+        assert!(up.contains(&done), "after {what}:\n{up}");
         if what == "a host fact a condition reads" {
             // Back to the facts the other changes are planned with.
             kiln(&ws, &["up", "r.toml"], &[HOPPER]);
