@@ -7,10 +7,10 @@
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
+use super::loaded::{LoadOptions, Loaded};
 use super::{cache, shipped, validate, wire, Recipe};
 use crate::diagnostic::Diagnostic;
 use crate::error::{Error, Result};
-use crate::host::Facts;
 use crate::paths::StatePaths;
 use crate::source::{SourceFile, Sources};
 
@@ -19,25 +19,11 @@ pub(super) const MAX_FILE_BYTES: u64 = 4 << 20;
 /// How deep imports may nest (a imports b imports c ...).
 pub(super) const MAX_IMPORT_DEPTH: usize = 32;
 
-pub struct LoadOptions<'a> {
-    /// `--set key=value`, in order.
-    pub overrides: &'a [(String, String)],
-    pub facts: &'a Facts,
-    /// The state directory (and its cache) the recipe's `${kiln.*}` paths point into.
-    pub paths: &'a StatePaths,
-}
-
 /// Where a file lives: on disk, or inside the binary.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Origin {
     Disk(PathBuf),
     Embedded(String),
-}
-
-pub(super) struct Loaded {
-    pub sources: Sources,
-    /// Parsed files, imports before the files that import them; the root is last.
-    pub files: Vec<(usize, wire::File)>,
 }
 
 /// Load a recipe by path or shipped name (`None`: the default recipe).

@@ -8,6 +8,7 @@ pub mod cuda_arch;
 pub mod graph;
 pub mod interp;
 mod load;
+mod loaded;
 pub mod shipped;
 mod validate;
 pub mod when;
@@ -19,7 +20,8 @@ use std::time::Duration;
 
 pub use api::Api;
 pub(crate) use cache::{slot_base, Inputs};
-pub use load::{load, name_of, LoadOptions};
+pub use load::{load, name_of};
+pub use loaded::LoadOptions;
 
 /// A validated recipe: variables resolved, steps in dependency order.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]

@@ -14,7 +14,7 @@ use crate::recipe::{wire, CudaSource, Wheel};
 /// `URL#sha256=HEX`, separated by whitespace.
 pub(super) fn wheels(r: &mut Resolver, file: usize, s: &wire::Step) -> Result<Vec<Wheel>> {
     let Some(list) = &s.wheels else {
-        return Err(super::kinds::missing(
+        return Err(super::fields::missing(
             r,
             file,
             s,

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use toml::Spanned;
 
-use super::steps::{command, download, download_path, extract_path, python_step};
+use super::fields::{
+    command, download, download_path, extract_path, missing, python_step, sass_target,
+};
 use super::vars::Resolver;
 use crate::diagnostic::did_you_mean;
 use crate::error::{Error, Result};
@@ -42,23 +44,6 @@ impl KindInput<'_, '_> {
     pub(super) fn missing(&self, key: &str, example: &str) -> Error {
         missing(self.r, self.file, self.s, key, example)
     }
-}
-
-/// The error for a key a `s.kind` step must have.
-pub(super) fn missing(r: &Resolver, file: usize, s: &wire::Step, key: &str, ex: &str) -> Error {
-    let kind = s.kind.get_ref();
-    let article = if kind.starts_with(['a', 'e', 'i', 'o', 'u']) {
-        "an"
-    } else {
-        "a"
-    };
-    r.diag(
-        file,
-        s.kind.span(),
-        format!("{article} `{kind}` step needs `{key}`"),
-    )
-    .with_hint(format!("add `{key} = {ex}`"))
-    .into()
 }
 
 pub(super) const KINDS: &[Kind] = &[
@@ -147,7 +132,7 @@ fn run(k: &mut KindInput) -> Result<StepKind> {
     let shell = k.s.shell.as_ref().is_some_and(|b| *b.get_ref());
     let sass = match &k.s.sass {
         Some(x) => {
-            let (f, arch) = super::steps::sass_target(k.r, k.file, x, "file")?;
+            let (f, arch) = sass_target(k.r, k.file, x, "file")?;
             Some((k.cwd.join(f), arch))
         }
         None => None,

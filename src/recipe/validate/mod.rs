@@ -2,6 +2,7 @@
 //! locations and hints.
 
 mod cuda;
+mod fields;
 mod kinds;
 
 pub(super) use kinds::static_name;
@@ -14,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::interp::Template;
-use super::load::{LoadOptions, Loaded};
+use super::loaded::{LoadOptions, Loaded};
 use super::{graph, wire, Recipe, Step};
 use crate::diagnostic::did_you_mean;
 use crate::error::{Error, Result};

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use toml::Spanned;
 
 use super::super::interp::{Quoting, Template, VarRef};
-use super::super::load::LoadOptions;
+use super::super::loaded::LoadOptions;
 use crate::diagnostic::{did_you_mean, Diagnostic};
 use crate::error::{Error, Result};
 use crate::host::FACT_KEYS;
