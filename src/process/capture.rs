@@ -1,5 +1,6 @@
 //! Short commands whose output kiln reads (`nvidia-smi`, a server's `--help`, the doctor's
-//! probes): stdout and stderr captured separately and concurrently, each up to a cap, under a
+//! probes, `nvcc --version`, a venv's Python probes): every captured child takes this one path,
+//! stdout and stderr captured separately and concurrently, each up to a cap, under a
 //! deadline. The wait ends with the child, not with its pipes: a grandchild that keeps stdout
 //! open after the child exited gets a short grace period, then the whole group is ended and
 //! what was read is kept. Past the cap (a `/dev/zero` writer) the group is ended at once and
@@ -17,6 +18,9 @@ use crate::error::{Error, Result};
 pub(crate) const CAPTURE_CAP: usize = 16 << 20;
 /// How long the pipes may stay open after the child exited (a grandchild holding them).
 const EXIT_GRACE: Duration = Duration::from_secs(2);
+/// The deadline of a short command that names none ([`capture`]: `nvcc --version`, a Python
+/// probe of a venv): long enough for a cold `import` on a slow disk.
+pub(crate) const SHORT_DEADLINE: Duration = Duration::from_secs(300);
 
 /// What a short command printed and how it ended (see [`capture_timeout`]).
 #[derive(Debug, Clone)]
@@ -41,6 +45,30 @@ impl Captured {
 /// here (callers judge it); only a failure to start is.
 pub(crate) fn capture_timeout(spec: &CommandSpec, timeout: Duration) -> Result<Captured> {
     capture_capped(spec, timeout, CAPTURE_CAP)
+}
+
+/// Run a short command and return its stdout, through the same capture as
+/// [`capture_timeout`] (the cap, the grace for a grandchild holding the pipes, the whole group
+/// ended) under [`SHORT_DEADLINE`]; an error carries how it ended and its stderr.
+pub(crate) fn capture(program: &str, args: &[&str]) -> Result<String> {
+    let spec = CommandSpec::new(program, args.iter().copied());
+    let c = capture_timeout(&spec, SHORT_DEADLINE)?;
+    if c.success() {
+        return Ok(c.stdout);
+    }
+    let how = match c.code {
+        _ if c.timed_out => format!("still running after {} s", SHORT_DEADLINE.as_secs()),
+        Some(code) => format!("exit status: {code}"),
+        None => "ended by a signal or by kiln".to_string(),
+    };
+    Err(Error::other(
+        format!(
+            "`{program} {}` failed ({how}): {}",
+            args.join(" "),
+            c.stderr.trim()
+        ),
+        None,
+    ))
 }
 
 /// One stream's reader: its bytes so far, and whether it went past the cap.

@@ -14,7 +14,7 @@ use crate::redact::Redactor;
 mod capture;
 pub(crate) mod identity;
 mod lines;
-pub(crate) use capture::capture_timeout;
+pub(crate) use capture::{capture, capture_timeout};
 pub(crate) use lines::Limits;
 pub(crate) mod watchdog;
 
@@ -55,8 +55,8 @@ impl CommandSpec {
 
     /// The one child-process builder: stdin null, its own process group, tied to kiln (see
     /// [`Tie`]), the spec's environment and directory; a non-zero exit is the caller's to judge.
-    /// Every way kiln runs a child (logged, captured, captured with a timeout) starts here;
-    /// `spawn_detached` applies the same [`own_group`] to a plain `Command`.
+    /// Every logged run starts here; the captures (`capture`, `capture_timeout`: one path) and
+    /// `spawn_detached` apply the same [`own_group`] to a plain `Command`.
     fn expression(&self, tie: Tie) -> duct::Expression {
         let mut expr = duct::cmd(self.resolved_program(), &self.args)
             .stdin_null()
@@ -324,29 +324,6 @@ pub(crate) fn stop_recorded_group(id: &Identity) -> std::result::Result<(), Refu
     id.verify()?;
     kill_group(id.pid);
     Ok(())
-}
-
-/// Run a short command and return its stdout; an error carries the exit status and stderr.
-pub(crate) fn capture(program: &str, args: &[&str]) -> Result<String> {
-    let spec = CommandSpec::new(program, args.iter().copied());
-    let out = spec
-        .expression(Tie::DeathSignal)
-        .stdout_capture()
-        .stderr_capture()
-        .run()
-        .map_err(|e| spawn_error(&spec, e))?;
-    if !out.status.success() {
-        return Err(Error::other(
-            format!(
-                "`{program} {}` failed ({}): {}",
-                args.join(" "),
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-            None,
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn spawn_error(spec: &CommandSpec, e: std::io::Error) -> Error {

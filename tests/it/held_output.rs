@@ -1,8 +1,12 @@
 //! Children that hold on (issue 34): a tool kiln reads that exits but leaves a process of its
 //! own holding its stdout must not hold kiln. The real nvidia-smi captures (the fake replays
-//! them, tests/fixtures/gpu/bin) behind a wrapper that starts a sleeper on the same stdout.
+//! them, tests/fixtures/gpu/bin) behind a wrapper that starts a sleeper on the same stdout; and
+//! a short command read whole (the patch step's site-packages probe of a Python) whose Python
+//! leaves such a sleeper, or writes without end.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use crate::common::Workspace;
 
@@ -59,16 +63,69 @@ fn an_nvidia_smi_whose_child_keeps_stdout_open_still_gives_the_gpu_facts() {
         String::from_utf8_lossy(&out.stderr)
     );
     // No sleeper outlives the check: each was ended with its group.
-    let left: Vec<String> = std::fs::read_dir("/proc")
+    let left = running_with(&token);
+    assert!(left.is_empty(), "sleepers left running: {left:?}");
+}
+
+/// The live (not zombie) processes whose command line holds `token`, by pid.
+fn running_with(token: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
         .filter_map(|e| {
             let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
             let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
             let zombie = stat.rsplit(')').next()?.trim_start().starts_with('Z');
-            (!zombie && String::from_utf8_lossy(&cmdline).contains(&token))
+            (!zombie && String::from_utf8_lossy(&cmdline).contains(token))
                 .then(|| e.file_name().to_string_lossy().into_owned())
         })
-        .collect();
+        .collect()
+}
+
+/// An executable `python` in `ws` that runs `body` (sh).
+fn fake_python(ws: &Workspace, body: &str) -> PathBuf {
+    let python = ws.write("bin/python", &format!("#!/bin/sh\n{body}\n"));
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    python
+}
+
+/// `patch::site_packages_of(python)` on a thread of its own, so that a regression (the probe
+/// waiting for the sleeper's pipe) fails the test after 240 s instead of hanging the suite.
+fn probe(python: PathBuf) -> kiln::error::Result<PathBuf> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(kiln::patch::site_packages_of(&python));
+    });
+    rx.recv_timeout(Duration::from_secs(240))
+        .expect("the site-packages probe is held by a process its Python left running")
+}
+
+#[test]
+fn a_python_probe_whose_child_keeps_stdout_open_still_gives_site_packages() {
+    let ws = Workspace::new();
+    let site = ws.path().join("site-packages");
+    std::fs::create_dir_all(&site).unwrap();
+    let token = format!("600.{}", std::process::id());
+    let python = fake_python(
+        &ws,
+        &format!("echo '{}'\nsleep {token} &\nexit 0", site.display()),
+    );
+    // Before: `process::capture` read stdout to its end, which the sleeper held for 600 s.
+    assert_eq!(probe(python).unwrap(), site);
+    let left = running_with(&token);
     assert!(left.is_empty(), "sleepers left running: {left:?}");
+}
+
+#[test]
+fn a_python_probe_that_writes_without_end_is_cut_at_the_cap() {
+    let ws = Workspace::new();
+    let token = format!("zero.{}", std::process::id());
+    // cat reads /dev/zero for ever; the second name only marks the process.
+    let python = fake_python(&ws, &format!("exec cat /dev/zero /nonexistent/{token}"));
+    // Before: the probe's stdout grew in memory without bound.
+    let err = probe(python).unwrap_err().to_string();
+    assert!(err.contains("wrote more than 16.0 MiB"), "{err}");
+    let left = running_with(&token);
+    assert!(left.is_empty(), "writers left running: {left:?}");
 }
