@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::hash::{hex, sha256_bytes, HashMemo};
 use crate::recipe::Step;
 
@@ -40,14 +40,7 @@ pub(crate) fn compute(
     deps: BTreeMap<String, String>,
     memo: &HashMemo,
 ) -> Result<Fingerprint> {
-    let definition = sha256_bytes(
-        &serde_json::to_vec(&Definition {
-            kind: &step.kind,
-            cwd: &step.cwd,
-            check: &step.check,
-        })
-        .expect("definitions serialize"),
-    );
+    let definition = sha256_bytes(&definition_json(step)?);
     let env = step
         .env
         .iter()
@@ -81,6 +74,28 @@ pub(crate) fn compute(
         env,
         inputs,
         deps,
+    })
+}
+
+/// The canonical definition of `step`, as JSON. A path that is not UTF-8 cannot be written as
+/// JSON text: an error naming the step, not a panic (the loader refuses such recipe
+/// directories and the state directory refuses them too, so this is the last guard).
+fn definition_json(step: &Step) -> Result<Vec<u8>> {
+    serde_json::to_vec(&Definition {
+        kind: &step.kind,
+        cwd: &step.cwd,
+        check: &step.check,
+    })
+    .map_err(|e| {
+        Error::other(
+            format!(
+                "step `{}`: cannot write its definition down for its fingerprint: {e} \
+                 (working directory {})",
+                step.id,
+                step.cwd.display()
+            ),
+            Some("give the step paths that are UTF-8 (its `cwd`, outputs, check paths)".into()),
+        )
     })
 }
 
@@ -152,4 +167,40 @@ fn diff_maps(
     then.keys()
         .find(|k| !now.contains_key(*k))
         .map(|k| format!("{what} {k} was removed"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
+
+    use super::*;
+
+    fn step_in(cwd: &Path) -> Step {
+        let mut step: Step = serde_json::from_value(serde_json::json!({
+            "id": "build",
+            "kind": {"kind": "run", "cmd": {"argv": ["true"]}},
+            "cwd": "/",
+        }))
+        .unwrap();
+        step.cwd = cwd.to_path_buf();
+        step
+    }
+
+    #[test]
+    fn a_step_whose_directory_is_not_utf8_is_an_error_not_a_panic() {
+        let memo = HashMemo::default();
+        let odd = Path::new(OsStr::from_bytes(b"/tmp/kiln-\xff-dir"));
+        let err = compute(&step_in(odd), BTreeMap::new(), &memo).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("step `build`") && text.contains("kiln-\u{fffd}-dir"),
+            "{text}"
+        );
+        assert!(err.hint().is_some_and(|h| h.contains("UTF-8")), "{err:?}");
+        // A UTF-8 directory still gives a fingerprint.
+        let fp = compute(&step_in(Path::new("/tmp")), BTreeMap::new(), &memo).unwrap();
+        assert_eq!(fp.digest.len(), 64);
+    }
 }

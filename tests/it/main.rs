@@ -31,6 +31,7 @@ mod image_names;
 mod input_limits;
 mod launch_preflight;
 mod net_deadlines;
+mod non_utf8_paths;
 mod oci_auth;
 mod output_paths;
 mod patch;

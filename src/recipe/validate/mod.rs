@@ -40,6 +40,19 @@ pub(super) fn build(loaded: &Loaded, opts: &LoadOptions) -> Result<Recipe> {
         },
     );
     let recipe_dir = std::fs::canonicalize(&recipe_dir).unwrap_or(recipe_dir);
+    if recipe_dir.to_str().is_none() {
+        // `${recipe.dir}`, the inputs and a profile's directory are text: a lossy copy would
+        // name another directory (and a step would create it).
+        return Err(Error::usage(
+            format!(
+                "the directory of recipe {}, {}, is not valid UTF-8: `${{recipe.dir}}`, the \
+                 step inputs and the server's directory are resolved from it as text",
+                sources.files[*root_id].path.display(),
+                recipe_dir.display()
+            ),
+            Some("move the recipe (or run kiln from) a directory whose path is UTF-8".into()),
+        ));
+    }
     let work_dir = opts.paths.work(&name);
 
     let mut r = Resolver {
