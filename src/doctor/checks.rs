@@ -502,23 +502,42 @@ fn custom_allreduce(f: &DoctorFacts) -> Check {
     }
 }
 
+/// Warn when a GPU reports persistence mode `Disabled`; any other answer passes, a GPU that
+/// does not report it (`[N/A]`, empty, or no such column: some vGPU and WSL drivers) included,
+/// and the summary names those.
 fn persistence(f: &DoctorFacts) -> Check {
     let id = "gpu.persistence";
     if let Some(c) = no_gpu(f, id) {
         return c;
     }
-    let off: Vec<String> = f
-        .gpus
-        .iter()
-        .filter(|g| g.persistence_mode.as_deref() == Some("Disabled"))
-        .map(|g| g.index.to_string())
-        .collect();
-    if off.is_empty() {
-        Check::pass(id, "persistence mode on (or not reported)")
-    } else {
-        Check::warn(id, format!("persistence mode off on GPU {}: each start re-initialises the driver (seconds, and clocks reset)", off.join(", ")))
-            .fix("sudo nvidia-smi -pm 1   (or enable the nvidia-persistenced service)")
+    let gpus_where = |want: fn(Option<&str>) -> bool| -> Vec<String> {
+        f.gpus
+            .iter()
+            .filter(|g| want(g.persistence_mode.as_deref()))
+            .map(|g| g.index.to_string())
+            .collect()
+    };
+    let off = gpus_where(|m| m == Some("Disabled"));
+    let unreported = gpus_where(|m| m.is_none());
+    if !off.is_empty() {
+        return Check::warn(id, format!("persistence mode off on GPU {}: each start re-initialises the driver (seconds, and clocks reset)", off.join(", ")))
+            .fix("sudo nvidia-smi -pm 1   (or enable the nvidia-persistenced service)");
     }
+    if unreported.is_empty() {
+        return Check::pass(id, "persistence mode on");
+    }
+    let on = if unreported.len() == f.gpus.len() {
+        ""
+    } else {
+        "persistence mode on elsewhere, "
+    };
+    Check::pass(
+        id,
+        format!(
+            "{on}persistence mode not reported by GPU {} (the driver answers [N/A] or has no such field): not a warning",
+            unreported.join(", ")
+        ),
+    )
 }
 
 fn ecc(f: &DoctorFacts) -> Check {

@@ -631,3 +631,61 @@ fn doctor_with_a_recipe_repeats_what_plan_warns_about_its_toolchain() {
     ]));
     assert_eq!(status(&r, "toolchain.arch"), "pass", "{r:#}");
 }
+
+/// The real 2× H200 captures with the query's `persistence_mode` rewritten by `edit` (row by
+/// row, header included), as a scenario directory in `ws`.
+fn h200_with_persistence(ws: &Workspace, edit: fn(Vec<&str>) -> Vec<String>) -> PathBuf {
+    let dir = ws.path().join("h200x2-persistence");
+    crate::common::copy_tree(&fixtures().join("h200x2"), &dir);
+    let query = dir.join("nvidia-smi-query.txt");
+    let text = std::fs::read_to_string(&query).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    // The invocation line and the `[exit 0]` line stay; the CSV between them is edited.
+    let last = lines.len() - 1;
+    for line in &mut lines[1..last] {
+        *line = edit(line.split(", ").collect()).join(", ");
+    }
+    std::fs::write(&query, lines.join("\n") + "\n").unwrap();
+    dir
+}
+
+#[test]
+fn a_gpu_that_does_not_report_persistence_mode_passes_and_is_named() {
+    // The capture's column 8 is `persistence_mode` (`Enabled` on both GPUs).
+    let na: fn(Vec<&str>) -> Vec<String> = |cells| {
+        let mut cells: Vec<String> = cells.into_iter().map(str::to_string).collect();
+        if cells[8] == "Enabled" {
+            cells[8] = "[N/A]".into();
+        }
+        cells
+    };
+    let gone: fn(Vec<&str>) -> Vec<String> = |mut cells| {
+        cells.remove(8);
+        cells.into_iter().map(str::to_string).collect()
+    };
+    for (how, edit) in [("[N/A]", na), ("no such column", gone)] {
+        let ws = Workspace::new();
+        let scenario = h200_with_persistence(&ws, edit);
+        let header = std::fs::read_to_string(scenario.join("nvidia-smi-query.txt")).unwrap();
+        assert_eq!(
+            header.lines().nth(1).unwrap().contains("persistence_mode"),
+            how == "[N/A]",
+            "{header}"
+        );
+        let (code, report) = json(&mut doctor(&ws, Some(scenario.to_str().unwrap())));
+        assert_exit_matches(code, &report);
+        // The rest of the query is still read.
+        assert_eq!(status(&report, "nvidia.driver"), "pass", "{how}");
+        assert_eq!(status(&report, "gpu.persistence"), "pass", "{how}");
+        assert_eq!(
+            summary(&report, "gpu.persistence"),
+            "persistence mode not reported by GPU 0, 1 (the driver answers [N/A] or has no such field): not a warning",
+            "{how}"
+        );
+        assert!(check(&report, "gpu.persistence")["fix"].is_null(), "{how}");
+    }
+    // Unedited, both GPUs report `Enabled`.
+    let ws = Workspace::new();
+    let (_, report) = json(&mut doctor(&ws, Some("h200x2")));
+    assert_eq!(summary(&report, "gpu.persistence"), "persistence mode on");
+}
