@@ -2,58 +2,14 @@
 //! (`tests/support/sglang_wire_server.py`) on loopback: an advisory (runs that came back short)
 //! is a warning and exit 0, `--strict` makes it exit 1; each run is a typed `bench_run` event.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::common::Workspace;
 use crate::serve::free_port;
-
-/// The stand-in, killed (its own pid) when dropped.
-struct StandIn {
-    child: Child,
-    url: String,
-}
-
-impl StandIn {
-    fn start(flags: &[&str]) -> StandIn {
-        let port = free_port();
-        let script =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/sglang_wire_server.py");
-        let child = Command::new("python3")
-            .arg(script)
-            .args(["--model-path", "tiny-sglang", "--port", &port.to_string()])
-            .args(["--startup-s", "0.2", "--step-ms", "0.5"])
-            .args(flags)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python3 runs the SGLang stand-in");
-        let s = StandIn {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-        };
-        let until = Instant::now() + Duration::from_secs(30);
-        while ureq::get(&format!("{}/health_generate", s.url))
-            .timeout(Duration::from_secs(5))
-            .call()
-            .map_or(true, |r| r.status() != 200)
-        {
-            assert!(Instant::now() < until, "the stand-in never became healthy");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        s
-    }
-}
-
-impl Drop for StandIn {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use crate::sglang_wire::Server;
 
 fn bench(url: &str, extra: &[&str]) -> Output {
     Workspace::new()
@@ -77,7 +33,7 @@ fn text(o: &Output) -> String {
 /// said once and the exit is 0; `--strict` turns the same run into exit 1.
 #[test]
 fn an_advisory_warns_and_exits_0_and_strict_fails_it() {
-    let s = StandIn::start(&["--stop-after", "24"]);
+    let s = Server::start(&["--stop-after", "24"]);
     let plain = bench(&s.url, &["--api", "sglang"]);
     let all = text(&plain);
     assert_eq!(plain.status.code(), Some(0), "{all}");
@@ -96,7 +52,7 @@ fn an_advisory_warns_and_exits_0_and_strict_fails_it() {
 /// advisory is a `warning` event.
 #[test]
 fn bench_runs_are_typed_json_events() {
-    let s = StandIn::start(&["--stop-after", "24"]);
+    let s = Server::start(&["--stop-after", "24"]);
     let out = bench(&s.url, &["--api", "sglang", "--json"]);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -135,7 +91,7 @@ fn bench_runs_are_typed_json_events() {
 /// `/generate` (the stand-in answers nothing else with tokens).
 #[test]
 fn bare_bench_finds_sglang_by_its_model_info() {
-    let s = StandIn::start(&[]);
+    let s = Server::start(&[]);
     let out = bench(&s.url, &[]);
     let all = text(&out);
     assert_eq!(out.status.code(), Some(0), "{all}");
@@ -167,7 +123,7 @@ fn bare_bench_finds_llama_server_by_its_server_header() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let s = StandIn {
+    let s = Server {
         child,
         url: format!("http://127.0.0.1:{port}"),
     };
@@ -208,7 +164,7 @@ fn bare_bench_against_an_unknown_server_names_the_flag() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let s = StandIn {
+    let s = Server {
         child,
         url: format!("http://127.0.0.1:{port}"),
     };

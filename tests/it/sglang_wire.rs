@@ -19,16 +19,17 @@ fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/sglang_wire_server.py")
 }
 
-/// The stand-in server, started by the test and killed (its own pid) when dropped.
-struct Server {
-    child: Child,
-    url: String,
+/// The stand-in server, started by the test and killed (its own pid) when dropped; bench_cli.rs
+/// starts it here too, and holds its other servers (llama-server, Python's http.server) in it.
+pub(crate) struct Server {
+    pub(crate) child: Child,
+    pub(crate) url: String,
 }
 
 impl Server {
     /// Start it with `flags` and wait until `/health_generate` answers 200 (its log is dropped,
     /// a Python error shows on stderr).
-    fn start(flags: &[&str]) -> Server {
+    pub(crate) fn start(flags: &[&str]) -> Server {
         let port = free_port();
         let child = Command::new("python3")
             .arg(script())
