@@ -173,7 +173,10 @@ fn an_input_edited_twice_within_a_second_is_never_missed() {
     std::fs::write(&input, "edit a\n").unwrap();
     set_times(&fs, &image, "src/a.txt", second);
     let first = std::fs::metadata(&input).unwrap();
-    assert_eq!((first.mtime(), first.ctime()), (second as i64, second as i64));
+    assert_eq!(
+        (first.mtime(), first.ctime()),
+        (second as i64, second as i64)
+    );
     kiln(&root, &["up", "r.toml"]);
     assert_eq!(runs(&root), 2, "the first edit was missed");
     std::fs::write(&input, "edit b\n").unwrap();
