@@ -33,6 +33,9 @@ pub fn up(
         .as_ref()
         .map(|c| Ceiling::read(c, opts.bench.max_tokens))
         .transpose()?;
+    if let Some(c) = &mut ceiling {
+        c.note_a_skipped_writer(s);
+    }
     let split = !v.profile.evidence_args.is_empty() && crate::serve::base_url(v.profile).is_some();
     // The baseline's greedy outputs first (its server stopped again), then the candidate's
     // from the judged launch: the profile is loaded once for the A/B and the verdicts.
@@ -113,7 +116,7 @@ pub fn up(
         ));
         (verdicts, Vec::new())
     };
-    if let Some(c) = &ceiling {
+    if let Some(c) = ceiling.as_ref().filter(|c| c.worth_saying()) {
         let from = launches
             .last()
             .filter(|_| bench.is_some())
