@@ -12,13 +12,13 @@ use crate::common::Workspace;
 use crate::serve::free_port;
 
 /// The stand-in, killed (its own pid) when dropped.
-struct StandIn {
+pub(crate) struct StandIn {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl StandIn {
-    fn start(flags: &[&str]) -> StandIn {
+    pub(crate) fn start(flags: &[&str]) -> StandIn {
         let port = free_port();
         let script =
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/sglang_wire_server.py");
