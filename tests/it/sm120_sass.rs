@@ -131,6 +131,27 @@ fn sm120_sass_builds_and_proves_sm120_code_without_a_gpu() {
                 .contains("ptxas fatal   : Value 'sm_120f' is not defined for option 'gpu-name'"),
         "{refused}"
     );
+    // The run's last lines say what it proved and where the evidence is.
+    let tail: Vec<&str> = stderr.lines().rev().take(6).collect();
+    for step in [
+        "axpy-nvcc13.0.cubin (step `nvcc-sm120`",
+        "axpy-ptxas12.8.cubin (step `ptxas-sm120`",
+        "axpy-nvcc13.0-family.cubin (step `family-nvcc13.0`",
+    ] {
+        assert!(
+            tail.iter()
+                .any(|l| l.starts_with("kiln: proved: sm_120 SASS in ") && l.contains(step)),
+            "{step}: {stderr}"
+        );
+    }
+    assert_eq!(
+        tail[0],
+        format!(
+            "kiln: evidence: {} (2 file(s): family-nvcc13.0.txt, family-ptxas12.8.txt)",
+            ev.display()
+        ),
+        "{stderr}"
+    );
     // A second run finds everything in place: nothing to run.
     let again = ws
         .kiln()
