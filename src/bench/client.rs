@@ -6,52 +6,15 @@
 use std::io::{BufRead, BufReader, Read};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use serde_json::Value;
 
+use super::generation::Stream;
 use super::protocol;
 use crate::error::{Error, Result};
+use crate::oci::auth::same_origin;
 
+pub use super::generation::{Generation, Request};
 pub use crate::recipe::Api;
-
-/// What one streamed request measured.
-#[derive(Debug, Clone, Serialize)]
-pub struct Generation {
-    /// Completion tokens: what was streamed (token ids, else pieces), or the server's own count
-    /// where it is consistent with the stream (a piece can hold several tokens).
-    pub tokens: u64,
-    pub prompt_tokens: Option<u64>,
-    /// Seconds from sending the request to the first token.
-    pub ttft_s: f64,
-    /// Seconds from sending the request to the last token.
-    pub e2e_s: f64,
-    /// (tokens after the first event) / (last token time − first token time).
-    pub decode_tok_s: Option<f64>,
-    /// The server's own decode rate where it reports one (llama.cpp `timings.predicted_per_second`).
-    pub server_decode_tok_s: Option<f64>,
-    pub spec_verify_ct: Option<u64>,
-    /// completion_tokens / spec_verify_ct, per request.
-    pub accept_length: Option<f64>,
-    pub finish_reason: Option<String>,
-    /// Where the server's own count disagreed with the stream.
-    #[serde(skip)]
-    pub warnings: Vec<String>,
-    /// Token ids (SGLang) or streamed pieces (OpenAI).
-    #[serde(skip)]
-    pub pieces: Vec<String>,
-    #[serde(skip)]
-    pub text: String,
-}
-
-impl Generation {
-    pub fn e2e_tok_s(&self) -> f64 {
-        if self.e2e_s > 0.0 {
-            self.tokens as f64 / self.e2e_s
-        } else {
-            0.0
-        }
-    }
-}
 
 /// Without one byte from the server, a request has stalled (capped by the request's deadline).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -63,16 +26,6 @@ pub const MAX_STREAM_BYTES: u64 = 64 << 20;
 /// The default whole-request deadline: two minutes, plus 0.2 s per requested token (5 tok/s).
 pub fn default_deadline(max_tokens: u32) -> Duration {
     Duration::from_secs(120) + Duration::from_millis(200) * max_tokens
-}
-
-pub struct Request<'a> {
-    pub prompt: &'a str,
-    pub max_tokens: u32,
-    /// Greedy (temperature 0).
-    pub greedy: bool,
-    pub ignore_eos: bool,
-    /// The whole request, first byte to last.
-    pub timeout: Duration,
 }
 
 /// Stream one completion from `base` (e.g. `http://127.0.0.1:30000`).
@@ -186,7 +139,7 @@ fn follow(
         let location = resp.header("Location").unwrap_or("").to_string();
         let next = resolve(&url, &location);
         match next {
-            Some(n) if origin(&n) == origin(&url) => url = n,
+            Some(n) if same_origin(&n, &url) => url = n,
             _ => {
                 return Err(Error::other(
                     format!(
@@ -204,146 +157,14 @@ fn follow(
     ))
 }
 
-/// `scheme://host:port` of an absolute URL (the port made explicit).
-fn origin(url: &str) -> Option<String> {
-    let (scheme, rest) = url.split_once("://")?;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let authority = authority.rsplit('@').next()?.to_ascii_lowercase();
-    let has_port = authority
-        .rsplit_once(':')
-        .is_some_and(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-        && !authority.ends_with(']');
-    let default = match scheme.to_ascii_lowercase().as_str() {
-        "http" => "80",
-        "https" => "443",
-        _ => return None,
-    };
-    Some(if has_port {
-        format!("{}://{authority}", scheme.to_ascii_lowercase())
-    } else {
-        format!("{}://{authority}:{default}", scheme.to_ascii_lowercase())
-    })
-}
-
-/// `location` resolved against `base`: absolute, or a path on `base`'s origin.
+/// `location` resolved against `base` (RFC 3986 reference resolution, the `url` crate); None
+/// for an empty or unparsable one.
 fn resolve(base: &str, location: &str) -> Option<String> {
-    if location.contains("://") {
-        return Some(location.to_string());
+    if location.trim().is_empty() {
+        return None;
     }
-    if location.starts_with("//") {
-        let scheme = base.split_once("://")?.0;
-        return Some(format!("{scheme}:{location}"));
-    }
-    let (scheme, rest) = base.split_once("://")?;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    if location.starts_with('/') {
-        return Some(format!("{scheme}://{authority}{location}"));
-    }
-    None
-}
-
-/// What a streamed response has shown so far (`protocol::chunk` feeds it).
-#[derive(Default)]
-pub(super) struct Stream {
-    first: Option<(f64, u64)>,
-    last: f64,
-    count: u64,
-    pub(super) server_tokens: Option<u64>,
-    pub(super) prompt_tokens: Option<u64>,
-    pub(super) server_rate: Option<f64>,
-    pub(super) verify_ct: Option<u64>,
-    pub(super) finish: Option<String>,
-    pub(super) pieces: Vec<String>,
-    pub(super) text: String,
-}
-
-impl Stream {
-    /// Tokens so far (`total`, cumulative) at `now` seconds.
-    /// Tokens streamed so far.
-    pub(super) fn count(&self) -> u64 {
-        self.count
-    }
-
-    pub(super) fn saw_tokens(&mut self, now: f64, total: u64) {
-        if total > self.count {
-            self.first.get_or_insert((now, total));
-            self.last = now;
-            self.count = total;
-        }
-    }
-
-    fn finish(self, api: Api, max_tokens: u32) -> Result<Generation> {
-        let Some((t_first, n_first)) = self.first else {
-            return Err(Error::other(
-                format!(
-                    "the server streamed no tokens (finish reason: {})",
-                    self.finish.as_deref().unwrap_or("none")
-                ),
-                Some(format!(
-                    "check the prompt and max tokens; api `{}`",
-                    api.name()
-                )),
-            ));
-        };
-        let (tokens, warnings) = self.cross_check(api, max_tokens)?;
-        let span = self.last - t_first;
-        let decode =
-            (self.count > n_first && span > 0.0).then(|| (self.count - n_first) as f64 / span);
-        let accept = self
-            .verify_ct
-            .filter(|&c| c > 0)
-            .map(|c| tokens as f64 / c as f64);
-        Ok(Generation {
-            tokens,
-            prompt_tokens: self.prompt_tokens,
-            ttft_s: t_first,
-            e2e_s: self.last,
-            decode_tok_s: decode,
-            server_decode_tok_s: self.server_rate,
-            spec_verify_ct: self.verify_ct,
-            accept_length: accept,
-            finish_reason: self.finish,
-            warnings,
-            pieces: self.pieces,
-            text: self.text,
-        })
-    }
-}
-
-impl Stream {
-    /// The token count to report: what was streamed, or the server's count where the stream
-    /// allows it (token ids: exactly; text pieces: at least one token each, at most one per byte
-    /// of text plus a few that print nothing). A count above `max_tokens` is refused.
-    fn cross_check(&self, api: Api, max_tokens: u32) -> Result<(u64, Vec<String>)> {
-        let streamed = self.count;
-        let mut warnings = Vec::new();
-        for (what, n) in [
-            ("streamed", streamed),
-            ("the server's usage", self.server_tokens.unwrap_or(0)),
-        ] {
-            if n > u64::from(max_tokens) {
-                return Err(Error::other(
-                    format!("the server reported {n} completion tokens ({what}) for a request of at most {max_tokens}"),
-                    Some("a server that returns more than it was asked cannot be measured; check --url and --api".into()),
-                ));
-            }
-        }
-        let Some(server) = self.server_tokens else {
-            return Ok((streamed, warnings));
-        };
-        let (low, high) = match api {
-            Api::Sglang if !self.pieces.is_empty() => (streamed, streamed),
-            _ => (streamed, (self.text.len() as u64).max(streamed) + 4),
-        };
-        if (low..=high).contains(&server) {
-            return Ok((server, warnings));
-        }
-        warnings.push(format!(
-            "the server's usage says {server} completion tokens but the stream shows {streamed} ({} bytes of text): counted {streamed}",
-            self.text.len()
-        ));
-        Ok((streamed, warnings))
-    }
+    let joined = url::Url::parse(base).ok()?.join(location).ok()?;
+    Some(joined.into())
 }
 
 /// One line (without its `\n`), at most [`MAX_LINE_BYTES`]; `None` at the end of the stream.

@@ -4,6 +4,7 @@
 pub mod ab;
 mod baseline;
 pub mod client;
+mod generation;
 pub mod plot;
 mod protocol;
 pub mod stats;

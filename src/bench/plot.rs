@@ -1,23 +1,46 @@
-//! A hand-written SVG: per-run tok/s bars, with the baseline median as a dashed line.
+//! A hand-written SVG: per-run tok/s bars, with the baseline median as a dashed line and a
+//! decode ceiling (llama-bench's figure for the same build) as a labelled solid line.
+
+/// A horizontal reference line: its label (`llama-bench tg2048`) and tok/s.
+pub struct Ceiling<'a> {
+    pub label: &'a str,
+    pub tok_s: f64,
+}
 
 /// The plot of a bench report: decode tok/s per run (end-to-end where the server reports no
 /// decode rate), with its gate's baseline median.
 pub fn of_report(r: &super::Report) -> String {
+    of_report_with(r, None)
+}
+
+/// [`of_report`] with the build's decode ceiling drawn beside the runs.
+pub fn of_report_with(r: &super::Report, ceiling: Option<&Ceiling>) -> String {
     let values: Vec<f64> = r
         .runs
         .iter()
         .map(|run| run.decode_tok_s.unwrap_or(run.e2e_tok_s))
         .collect();
     let title = format!("kiln bench {} ({})", r.url, r.fingerprint_id);
-    svg(&title, &values, r.gate.as_ref().map(|g| g.baseline_median))
+    svg(
+        &title,
+        &values,
+        r.gate.as_ref().map(|g| g.baseline_median),
+        ceiling,
+    )
 }
 
-pub fn svg(title: &str, runs: &[f64], baseline_median: Option<f64>) -> String {
+pub fn svg(
+    title: &str,
+    runs: &[f64],
+    baseline_median: Option<f64>,
+    ceiling: Option<&Ceiling>,
+) -> String {
     let (w, h, left, bottom, top) = (640.0_f64, 360.0_f64, 60.0_f64, 40.0_f64, 40.0_f64);
     let ymax = runs
         .iter()
         .copied()
         .chain(baseline_median)
+        .chain(ceiling.map(|c| c.tok_s))
         .fold(1e-9_f64, f64::max)
         * 1.15;
     let plot_h = h - top - bottom;
@@ -72,6 +95,18 @@ pub fn svg(title: &str, runs: &[f64], baseline_median: Option<f64>) -> String {
             y(0.9 * b) + 14.0
         ));
     }
+    if let Some(c) = ceiling {
+        s.push_str(&format!(
+            "<line class=\"ceiling\" x1=\"{left}\" y1=\"{0:.1}\" x2=\"{1}\" y2=\"{0:.1}\" stroke=\"#54a24b\" stroke-width=\"2\"><title>ceiling: {2} {3:.1} tok/s</title></line>\n\
+             <text x=\"{4:.1}\" y=\"{5:.1}\" text-anchor=\"start\" fill=\"#54a24b\">ceiling: {2} {3:.1} tok/s</text>\n",
+            y(c.tok_s),
+            w - 20.0,
+            escape(c.label),
+            c.tok_s,
+            left + 6.0,
+            y(c.tok_s) - 4.0
+        ));
+    }
     s.push_str(&format!(
         "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">run</text>\n</svg>\n",
         left + (w - left) / 2.0,
@@ -92,9 +127,35 @@ pub(crate) fn escape(s: &str) -> String {
 mod tests {
     #[test]
     fn bars_and_baseline() {
-        let s = super::svg("a <b>", &[10.0, 20.0], Some(15.0));
+        let s = super::svg("a <b>", &[10.0, 20.0], Some(15.0), None);
         assert_eq!(s.matches("<rect x=").count(), 2);
         assert!(s.contains("baseline median 15.0") && s.contains("a &lt;b&gt;"));
         assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
+        assert!(!s.contains("ceiling"));
+    }
+
+    #[test]
+    fn the_ceiling_is_a_labelled_line_at_its_height_inside_the_axis() {
+        let c = super::Ceiling {
+            label: "llama-bench tg2048 <&>",
+            tok_s: 40.0,
+        };
+        let s = super::svg("t", &[10.0, 20.0], None, Some(&c));
+        assert!(
+            s.contains("ceiling: llama-bench tg2048 &lt;&amp;&gt; 40.0 tok/s"),
+            "{s}"
+        );
+        // The axis reaches above the ceiling (ymax = 1.15 × 40 = 46): its line sits at
+        // top + plot_h × (1 − 40/46) = 40 + 280 × 0.1304 = 76.5, horizontal.
+        let line = s
+            .lines()
+            .find(|l| l.starts_with("<line class=\"ceiling\""))
+            .unwrap();
+        assert!(
+            line.contains("y1=\"76.5\"") && line.contains("y2=\"76.5\""),
+            "{line}"
+        );
+        // The top tick is ymax: 46.0, above every bar and the ceiling.
+        assert!(s.contains(">46.0</text>"), "{s}");
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use super::client::{Request, Stream};
+use super::generation::{Request, Stream};
 use super::wire::escape_controls;
 use crate::hash::sha256_bytes;
 use crate::recipe::Api;

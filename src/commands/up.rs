@@ -53,7 +53,13 @@ pub(super) fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
             stage = "serve";
             serve_and_prove(settings, &recipe, args)
         }
-        Ok(false) => Ok(0),
+        Ok(false) => {
+            // A run of steps only ends with what it proved and where its evidence is.
+            for line in pipeline::proved(settings.session(&recipe)) {
+                crate::report::current().note(&line);
+            }
+            Ok(0)
+        }
         Err(e) => Err(e),
     };
     if let Err(e) = &result {

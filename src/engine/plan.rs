@@ -10,7 +10,7 @@ use crate::diagnostic::did_you_mean;
 use crate::error::{Error, Result};
 use crate::hash::HashMemo;
 use crate::host::Facts;
-use crate::recipe::{graph, Check, Recipe};
+use crate::recipe::{graph, Check, Recipe, Step};
 
 /// Which steps a run covers (`--only`, `--from`, `--force`).
 #[derive(Debug, Clone, Default)]
@@ -104,13 +104,6 @@ pub(crate) fn plan(
         .as_deref()
         .map(|f| graph::downstream(f, &needs))
         .unwrap_or_default();
-    let lookup = |key: &str| -> Option<String> {
-        match key.strip_prefix("var.") {
-            Some(v) => recipe.vars.get(v).cloned(),
-            None => facts.get(key),
-        }
-    };
-
     let mut digests: BTreeMap<&str, String> = BTreeMap::new();
     let mut out = Vec::with_capacity(recipe.steps.len());
     for step in &recipe.steps {
@@ -134,14 +127,11 @@ pub(crate) fn plan(
             max_jobs: crate::steps::max_jobs(step),
             digest: None,
         };
-        if let Some(w) = &step.when {
-            if !w.expr.eval(&lookup) {
-                planned.status =
-                    Status::Skipped(format!("`when = \"{}\"` is false on this host", w.text));
-                digests.insert(&step.id, "skipped".into());
-                out.push(planned);
-                continue;
-            }
+        if let Some(why) = skipped_by_when(recipe, step, facts) {
+            planned.status = Status::Skipped(why);
+            digests.insert(&step.id, "skipped".into());
+            out.push(planned);
+            continue;
         }
         let fp = fingerprint::compute(step, deps, memo)?;
         digests.insert(&step.id, fp.digest.clone());
@@ -157,6 +147,19 @@ pub(crate) fn plan(
         recipe: recipe.name.clone(),
         steps: out,
     })
+}
+
+/// Why `step` does not run on this host: its `when` is false (`var.X` read from the recipe's
+/// vars, any other key a host fact). None: it has no `when`, or its `when` holds.
+pub(crate) fn skipped_by_when(recipe: &Recipe, step: &Step, facts: &Facts) -> Option<String> {
+    let w = step.when.as_ref()?;
+    let lookup = |key: &str| -> Option<String> {
+        match key.strip_prefix("var.") {
+            Some(v) => recipe.vars.get(v).cloned(),
+            None => facts.get(key),
+        }
+    };
+    (!w.expr.eval(&lookup)).then(|| format!("`when = \"{}\"` is false on this host", w.text))
 }
 
 /// What a plan leaves for the next one (the caller's part: [`plan`] itself writes nothing): the

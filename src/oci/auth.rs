@@ -8,42 +8,38 @@
 
 use std::collections::BTreeMap;
 
-/// `scheme://host:port`, the unit credentials are scoped to (like a browser's origin).
+/// `scheme://host:port`, the unit credentials are scoped to (like a browser's origin). The one
+/// place kiln decides whether two URLs share an origin: [`Origin::holds`] and [`same_origin`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Origin {
     pub scheme: String,
-    /// Lowercased; IPv6 in brackets.
+    /// Lowercased (IDNA for names); IPv6 in brackets.
     pub host: String,
+    /// Explicit, or the scheme's default (80, 443).
     pub port: u16,
 }
 
 impl Origin {
-    /// The origin of an absolute `http://` or `https://` URL; None for anything else (including
-    /// a URL with userinfo, which kiln never follows).
+    /// The origin of an absolute `http://` or `https://` URL (WHATWG parsing, the `url` crate);
+    /// None for anything else, including a URL with userinfo, which kiln never follows.
     pub(crate) fn of_url(url: &str) -> Option<Origin> {
-        let (scheme, rest) = url.split_once("://")?;
-        let scheme = scheme.to_ascii_lowercase();
-        let default_port = match scheme.as_str() {
-            "http" => 80,
-            "https" => 443,
-            _ => return None,
-        };
-        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-        if authority.is_empty() || authority.contains('@') {
-            return None;
-        }
-        let (host, port) = match authority.rsplit_once(':') {
-            Some((h, p)) if !p.contains(']') => (h, p.parse().ok()?),
-            _ => (authority, default_port),
-        };
-        if host.is_empty() {
+        let parsed = url::Url::parse(url).ok()?;
+        if !matches!(parsed.scheme(), "http" | "https")
+            || !parsed.username().is_empty()
+            || parsed.password().is_some()
+        {
             return None;
         }
         Some(Origin {
-            scheme,
-            host: host.to_ascii_lowercase(),
-            port,
+            scheme: parsed.scheme().to_string(),
+            host: parsed.host_str()?.to_string(),
+            port: parsed.port_or_known_default()?,
         })
+    }
+
+    /// Whether `url` is on this origin (an unparsable URL is on none).
+    pub(crate) fn holds(&self, url: &str) -> bool {
+        Origin::of_url(url).as_ref() == Some(self)
     }
 
     pub(crate) fn is_loopback(&self) -> bool {
@@ -59,6 +55,12 @@ impl Origin {
     pub(crate) fn is_private_channel(&self) -> bool {
         self.scheme == "https" || self.is_loopback()
     }
+}
+
+/// Whether `a` and `b` are absolute http(s) URLs of one origin: scheme, host and port (a
+/// default port written out or not), case-insensitive; a URL with userinfo matches nothing.
+pub(crate) fn same_origin(a: &str, b: &str) -> bool {
+    Origin::of_url(a).is_some_and(|o| o.holds(b))
 }
 
 /// Whether the registry's password may be sent to a bearer `realm` named by `registry`'s
@@ -172,6 +174,61 @@ mod tests {
         assert!(Origin::of_url("http://user:pw@evil.example/").is_none());
         assert!(Origin::of_url("ftp://x/").is_none());
         assert!(Origin::of_url("/v2/x/blobs/uploads/1").is_none());
+    }
+
+    #[test]
+    fn same_origin_normalises_default_ports_and_case_and_refuses_userinfo() {
+        // Default ports, written out or not.
+        assert!(same_origin("http://r.example/v2/", "http://r.example:80/x"));
+        assert!(same_origin(
+            "https://r.example:443/a",
+            "https://r.example/b"
+        ));
+        assert!(!same_origin("http://r.example/", "http://r.example:443/"));
+        // Scheme and host compare without case; the path, query and fragment do not count.
+        assert!(same_origin(
+            "HTTPS://GHCR.io/v2/",
+            "https://ghcr.io/token?x=1#f"
+        ));
+        // Userinfo: never an origin, not even its own.
+        assert!(!same_origin(
+            "http://u:p@r.example/",
+            "http://u:p@r.example/"
+        ));
+        assert!(!same_origin("http://r.example/", "http://u@r.example/"));
+        assert!(!same_origin(
+            "http://r.example/",
+            "http://r.example@evil.example/"
+        ));
+        // IPv6: the bracketed address, its port outside the brackets.
+        let v6 = Origin::of_url("http://[::1]/x").unwrap();
+        assert_eq!((v6.host.as_str(), v6.port), ("[::1]", 80));
+        assert!(v6.is_loopback());
+        assert!(same_origin(
+            "http://[::1]:8080/",
+            "http://[0:0:0:0:0:0:0:1]:8080/y"
+        ));
+        assert!(!same_origin("http://[::1]:8080/", "http://[::1]:8081/"));
+        // A redirect to another port or scheme is another origin: credentials stay behind.
+        assert!(!same_origin(
+            "http://127.0.0.1:5000/v2/",
+            "http://127.0.0.1:5001/v2/"
+        ));
+        assert!(!same_origin(
+            "https://r.example/v2/",
+            "http://r.example/v2/"
+        ));
+        assert!(!same_origin(
+            "http://127.0.0.1:5000/",
+            "http://localhost:5000/"
+        ));
+        // Not absolute http(s): no origin at all.
+        assert!(!same_origin("/v2/x", "/v2/x"));
+        assert!(!same_origin("file:///etc/passwd", "file:///etc/passwd"));
+        assert!(!same_origin(
+            "http://r.example:99999/",
+            "http://r.example:99999/"
+        ));
     }
 
     #[test]

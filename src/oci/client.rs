@@ -156,7 +156,7 @@ impl Registry {
 
     /// The `Authorization` value for a request to `url`: only on the registry's own origin.
     fn authorization_for(&self, url: &str) -> Option<String> {
-        if Origin::of_url(url).as_ref() != Some(&self.origin) {
+        if !self.origin.holds(url) {
             return None;
         }
         self.authorization.lock().expect("auth lock").clone()

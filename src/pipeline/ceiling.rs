@@ -1,7 +1,8 @@
 //! The decode ceiling of a build: llama.cpp's `llama-bench -o json` output (a profile's
 //! `ceiling = { llama_bench = "PATH" }`), side by side with the served decode figure. A missing
-//! file (the step that writes it did not run) is said plainly; a malformed one is an error that
-//! names the file, line and column.
+//! file is said plainly when the step that writes it should have run; when that step is off on
+//! this host (its `when` is false: llama-bench is opt-in) the report notes it and the run's end
+//! says nothing. A malformed file is an error that names the file, line and column.
 
 use std::path::{Path, PathBuf};
 
@@ -30,6 +31,10 @@ pub struct Ceiling {
     pub served_decode_tok_s: Option<f64>,
     /// served / ceiling.
     pub ratio: Option<f64>,
+    /// The file is not there because the step that writes it is off on this host:
+    /// `step `llama-bench` is skipped (`when = "…"` is false on this host)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
 }
 
 impl Ceiling {
@@ -42,7 +47,30 @@ impl Ceiling {
             figure: read_llama_bench(path, max_tokens)?,
             served_decode_tok_s: None,
             ratio: None,
+            skipped: None,
         })
+    }
+
+    /// Note why the file is missing when the recipe step that writes it (its `outputs` or
+    /// `check.paths` name the file) is skipped by its `when`, the plan's own rule.
+    pub(super) fn note_a_skipped_writer(&mut self, s: super::Session) {
+        if self.figure.is_some() {
+            return;
+        }
+        self.skipped = s
+            .recipe
+            .steps
+            .iter()
+            .filter(|step| writes(step, &self.path))
+            .find_map(|step| {
+                crate::engine::plan::skipped_by_when(s.recipe, step, s.facts)
+                    .map(|why| format!("step `{}` is skipped ({why})", step.id))
+            });
+    }
+
+    /// Whether the run's end says this line: not when the ceiling's step is off on this host.
+    pub fn worth_saying(&self) -> bool {
+        self.skipped.is_none()
     }
 
     /// Compare with the served decode figure.
@@ -57,6 +85,9 @@ impl Ceiling {
     /// `served 779.5 tok/s (bench launch) · ceiling llama-bench tg2048 893.6 tok/s · 0.87×`.
     pub fn line(&self, served_from: &str) -> String {
         let Some(f) = &self.figure else {
+            if let Some(why) = &self.skipped {
+                return format!("no ceiling: {why}");
+            }
             return format!(
                 "no ceiling: {} is not there (the step that writes it did not run)",
                 self.path.display()
@@ -73,6 +104,12 @@ impl Ceiling {
             _ => format!("no served decode figure to compare · {ceiling}"),
         }
     }
+}
+
+/// Whether `step` writes `path`: one of its outputs (which default to its `check.paths`).
+fn writes(step: &crate::recipe::Step, path: &Path) -> bool {
+    step.outputs.iter().any(|o| o == path)
+        || matches!(&step.check, Some(crate::recipe::Check::Paths(p)) if p.iter().any(|o| o == path))
 }
 
 /// One entry of llama-bench's JSON array (other fields ignored).
@@ -151,11 +188,45 @@ mod tests {
             figure: Some(f),
             served_decode_tok_s: None,
             ratio: None,
+            skipped: None,
         };
         c.compare(Some(752.2));
         assert_eq!(
             c.line("bench launch"),
             "served 752.2 tok/s (bench launch) · ceiling llama-bench tg2048 893.6 tok/s (sd 0.6) · 0.842×"
+        );
+    }
+
+    #[test]
+    fn a_missing_file_its_skipped_step_writes_is_noted_not_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let ceiling_of = |overrides: &[(String, String)]| {
+            let (recipe, paths, facts) = super::super::header::opt_in_recipe(dir.path(), overrides);
+            let s = super::super::Session {
+                recipe: &recipe,
+                paths: &paths,
+                facts: &facts,
+            };
+            let spec = recipe.profiles["tuned"].ceiling.clone().unwrap();
+            let mut c = Ceiling::read(&spec, 2048).unwrap();
+            c.note_a_skipped_writer(s);
+            c
+        };
+        // Off by default: the report notes why, the run's end says nothing.
+        let off = ceiling_of(&[]);
+        assert!(!off.worth_saying());
+        assert_eq!(
+            off.line("bench launch"),
+            "no ceiling: step `bench` is skipped (`when = \"var.flag == on\"` is false on this host)"
+        );
+        // Asked for and missing: said plainly.
+        let on = ceiling_of(&[("flag".to_string(), "on".to_string())]);
+        assert!(on.worth_saying());
+        assert!(
+            on.line("bench launch")
+                .ends_with("bench.json is not there (the step that writes it did not run)"),
+            "{}",
+            on.line("bench launch")
         );
     }
 

@@ -24,7 +24,7 @@ pub struct Header {
 pub struct StepLine {
     pub id: String,
     pub kind: String,
-    /// `done in 1.2 s`, or `not done`.
+    /// `done in 1.2 s`, `skipped (`when = "…"` is false on this host)`, or `not done`.
     pub status: String,
     /// The log, relative to report.html's directory, when there is one.
     pub log: Option<String>,
@@ -44,9 +44,7 @@ impl Header {
                 StepLine {
                     id: step.id.clone(),
                     kind: step.kind.name().to_string(),
-                    status: state.receipt(&step.id).map_or("not done".into(), |r| {
-                        format!("done in {:.1} s", r.duration_ms as f64 / 1000.0)
-                    }),
+                    status: status(s, step, &state),
                     log: log.is_file().then(|| relative(&page_dir, &log)).flatten(),
                 }
             })
@@ -69,6 +67,20 @@ impl Header {
             steps,
         }
     }
+}
+
+/// What the step's receipt says, or that its `when` (the plan's own evaluation) skips it.
+fn status(
+    s: Session,
+    step: &crate::recipe::Step,
+    state: &crate::engine::state::StateDir,
+) -> String {
+    if let Some(why) = crate::engine::plan::skipped_by_when(s.recipe, step, s.facts) {
+        return format!("skipped ({why})");
+    }
+    state.receipt(&step.id).map_or("not done".into(), |r| {
+        format!("done in {:.1} s", r.duration_ms as f64 / 1000.0)
+    })
 }
 
 fn hostname() -> String {
@@ -99,9 +111,70 @@ fn relative(from: &std::path::Path, to: &std::path::Path) -> Option<String> {
     Some(parts.join("/"))
 }
 
+/// A recipe whose `bench` step (writing `${prefix}/bench.json`) runs only with `--set
+/// flag=on`, and a `tuned` profile with that file as its ceiling; loaded with `overrides`.
+#[cfg(test)]
+pub(super) fn opt_in_recipe(
+    dir: &std::path::Path,
+    overrides: &[(String, String)],
+) -> (
+    crate::recipe::Recipe,
+    crate::paths::StatePaths,
+    crate::host::Facts,
+) {
+    let file = dir.join("r.toml");
+    std::fs::write(
+        &file,
+        "[recipe]\nname = \"opt-in\"\n[vars]\nflag = \"off\"\nprefix = \"${kiln.work_dir}\"\n\
+         [[step]]\nid = \"build\"\nkind = \"run\"\ncmd = [\"true\"]\n\
+         [[step]]\nid = \"bench\"\nkind = \"run\"\nneeds = [\"build\"]\nwhen = \"var.flag == on\"\n\
+         cmd = [\"true\"]\ncheck = { paths = [\"${prefix}/bench.json\"] }\n\
+         [profile.tuned]\ncmd = [\"true\"]\nceiling = { llama_bench = \"${prefix}/bench.json\" }\n",
+    )
+    .unwrap();
+    let paths = crate::paths::StatePaths::new(dir.join("state"), None);
+    let facts = crate::host::Facts::new();
+    let opts = crate::recipe::LoadOptions {
+        overrides,
+        facts: &facts,
+        paths: &paths,
+    };
+    let recipe = crate::recipe::load(Some(file.to_str().unwrap()), &opts).unwrap();
+    (recipe, paths, facts)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_step_its_when_skips_is_skipped_not_not_done() {
+        let dir = tempfile::tempdir().unwrap();
+        let statuses = |overrides: &[(String, String)]| {
+            let (recipe, paths, facts) = opt_in_recipe(dir.path(), overrides);
+            let s = Session {
+                recipe: &recipe,
+                paths: &paths,
+                facts: &facts,
+            };
+            Header::of(s, None)
+                .steps
+                .into_iter()
+                .map(|l| (l.id, l.status))
+                .collect::<Vec<_>>()
+        };
+        let skipped = "skipped (`when = \"var.flag == on\"` is false on this host)";
+        assert_eq!(
+            statuses(&[]),
+            [
+                ("build".to_string(), "not done".to_string()),
+                ("bench".to_string(), skipped.to_string())
+            ]
+        );
+        // The same `when` with the variable set: the step should run, and did not.
+        let on = [("flag".to_string(), "on".to_string())];
+        assert_eq!(statuses(&on)[1].1, "not done");
+    }
 
     #[test]
     fn log_links_are_relative_to_the_page() {

@@ -7,10 +7,11 @@
 
 use std::fmt::Write;
 
+use super::ceiling::Ceiling;
 use super::header::Header;
 use super::report::Served;
 use super::Report;
-use crate::bench::plot::escape;
+use crate::bench::plot::{self, escape};
 use crate::serve::verdict::Status;
 
 /// `YYYY-MM-DD HH:MM UTC` of a Unix time.
@@ -260,7 +261,7 @@ fn served(h: &mut String, r: &Served) {
         h.push_str("</table>\n");
     }
     if let Some(b) = &r.bench {
-        bench(h, b, &from(r, "bench"));
+        bench(h, b, &from(r, "bench"), r.ceiling.as_ref());
     }
     if let Some(c) = &r.ceiling {
         let _ = writeln!(
@@ -280,8 +281,17 @@ fn served(h: &mut String, r: &Served) {
     launches(h, r);
 }
 
-fn bench(h: &mut String, b: &crate::bench::Report, from: &str) {
-    let svg = crate::bench::plot::of_report(b);
+/// The bench section; its plot draws the ceiling (llama-bench's figure) when there is one.
+fn bench(h: &mut String, b: &crate::bench::Report, from: &str, ceiling: Option<&Ceiling>) {
+    let figure = ceiling.and_then(|c| c.figure.as_ref().map(|f| (c.source, f)));
+    let label = figure.map(|(source, f)| format!("{source} {}", f.test));
+    let line = figure
+        .zip(label.as_deref())
+        .map(|((_, f), label)| plot::Ceiling {
+            label,
+            tok_s: f.tok_s,
+        });
+    let svg = plot::of_report_with(b, line.as_ref());
     let _ = writeln!(
         h,
         "<h2>Benchmark{}</h2>\n<p><code>{}</code>, {} tokens per run, {} runs</p>\n<figure>{svg}</figure>",

@@ -36,6 +36,7 @@ mod header;
 mod html;
 mod judge;
 mod launches;
+mod proved;
 mod report;
 mod stages;
 mod up;
@@ -45,6 +46,7 @@ pub use files::ReportFiles;
 pub use header::{Header, StepLine};
 pub use judge::{judge, verdict_problems, Judgement, Outcome};
 pub use launches::{cross_check, LaunchSummary, Role};
+pub use proved::lines as proved;
 pub use report::{verdict_code, Findings, Report, Served};
 pub use stages::{
     bench_fingerprint, greedy_ab, greedy_outputs, launch, launch_bench, launch_of, measure,

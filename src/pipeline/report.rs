@@ -346,6 +346,7 @@ mod tests {
             }),
             served_decode_tok_s: None,
             ratio: None,
+            skipped: None,
         };
         ceiling.compare(Some(779.5));
         let mut r = report(true);

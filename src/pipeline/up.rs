@@ -33,6 +33,9 @@ pub fn up(
         .as_ref()
         .map(|c| Ceiling::read(c, opts.bench.max_tokens))
         .transpose()?;
+    if let Some(c) = &mut ceiling {
+        c.note_a_skipped_writer(s);
+    }
     let split = !v.profile.evidence_args.is_empty() && crate::serve::base_url(v.profile).is_some();
     // The baseline's greedy outputs first (its server stopped again), then the candidate's
     // from the judged launch: the profile is loaded once for the A/B and the verdicts.
@@ -113,7 +116,7 @@ pub fn up(
         ));
         (verdicts, Vec::new())
     };
-    if let Some(c) = &ceiling {
+    if let Some(c) = ceiling.as_ref().filter(|c| c.worth_saying()) {
         let from = launches
             .last()
             .filter(|_| bench.is_some())
@@ -131,11 +134,30 @@ pub fn up(
         ceiling,
     };
     let report = Report::new(s.recipe, &served, found, opts.strict);
-    for w in &report.outcome.warnings {
-        (narrate.say)(&format!("warning: {w}"));
-    }
+    say_warnings(&report, narrate);
     served.leave_running();
     Ok(report)
+}
+
+/// The outcome's warnings, each said once: the bench's own were shown with it (`Shown::Bench`).
+fn say_warnings(report: &Report, narrate: &mut Narrator) {
+    let shown_with_bench = |w: &str| {
+        w.strip_prefix("bench: ").is_some_and(|w| {
+            report
+                .served
+                .as_ref()
+                .and_then(|s| s.bench.as_ref())
+                .is_some_and(|b| b.warnings.iter().any(|b| b == w))
+        })
+    };
+    for w in report
+        .outcome
+        .warnings
+        .iter()
+        .filter(|w| !shown_with_bench(w))
+    {
+        (narrate.say)(&format!("warning: {w}"));
+    }
 }
 
 /// The greedy A/B of the judged launch against the baseline's outputs, when there are any.

@@ -29,6 +29,7 @@ mod held_output;
 mod image;
 mod image_names;
 mod input_limits;
+mod json_schema;
 mod launch_preflight;
 mod net_deadlines;
 mod non_utf8_paths;

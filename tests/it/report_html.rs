@@ -58,6 +58,13 @@ pub(crate) fn assert_renders_in_chromium(html: &Path) {
             "the bench plot's bars are not on the screenshot"
         );
     }
+    // The ceiling's line is the report's green (#54a24b), drawn where there is one.
+    if html_text(html).contains("<line class=\"ceiling\"") {
+        assert!(
+            pixels.contains(&[0x54, 0xa2, 0x4b]),
+            "the plot's ceiling line is not on the screenshot"
+        );
+    }
     let dom = Command::new("chromium")
         .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
         .arg(format!(
@@ -192,7 +199,19 @@ fn the_html_report_renders_in_headless_chromium_without_errors() {
             ab: Some(kiln::bench::ab::compare(&baseline, &candidate, 2)),
             bench: Some(bench),
             launches: Vec::new(),
-            ceiling: None,
+            ceiling: Some(kiln::pipeline::Ceiling {
+                source: "llama-bench",
+                path: "/s/work/demo/llama-bench.json".into(),
+                figure: Some(kiln::pipeline::Figure {
+                    test: "tg2048".into(),
+                    n_gen: 2048,
+                    tok_s: 80.0,
+                    stddev_tok_s: 0.5,
+                }),
+                served_decode_tok_s: Some(35.0),
+                ratio: Some(35.0 / 80.0),
+                skipped: None,
+            }),
         }),
         strict: false,
         outcome: kiln::pipeline::Outcome {
@@ -232,6 +251,13 @@ fn the_html_report_renders_in_headless_chromium_without_errors() {
     assert!(html.contains("&lt;script&gt;") && !html.contains("<script>"));
     assert!(html.contains("warning: bench: &lt;b&gt;noisy"), "{html}");
     assert!(html.contains("<svg") && html.contains("Greedy A/B"));
+    // The plot draws llama-bench's ceiling beside the runs: a labelled line in the SVG.
+    let svg = &html[html.find("<svg").unwrap()..html.find("</svg>").unwrap()];
+    assert!(
+        svg.contains("<line class=\"ceiling\"")
+            && svg.contains(">ceiling: llama-bench tg2048 80.0 tok/s</text>"),
+        "{svg}"
+    );
     // The header, the step summary with its log link, code spans, and tables, not terminal text.
     for part in [
         "<th>date</th><td>2025-12-01 14:40 UTC</td>",

@@ -131,6 +131,27 @@ fn sm120_sass_builds_and_proves_sm120_code_without_a_gpu() {
                 .contains("ptxas fatal   : Value 'sm_120f' is not defined for option 'gpu-name'"),
         "{refused}"
     );
+    // The run's last lines say what it proved and where the evidence is.
+    let tail: Vec<&str> = stderr.lines().rev().take(6).collect();
+    for step in [
+        "axpy-nvcc13.0.cubin (step `nvcc-sm120`",
+        "axpy-ptxas12.8.cubin (step `ptxas-sm120`",
+        "axpy-nvcc13.0-family.cubin (step `family-nvcc13.0`",
+    ] {
+        assert!(
+            tail.iter()
+                .any(|l| l.starts_with("kiln: proved: sm_120 SASS in ") && l.contains(step)),
+            "{step}: {stderr}"
+        );
+    }
+    assert_eq!(
+        tail[0],
+        format!(
+            "kiln: evidence: {} (2 file(s): family-nvcc13.0.txt, family-ptxas12.8.txt)",
+            ev.display()
+        ),
+        "{stderr}"
+    );
     // A second run finds everything in place: nothing to run.
     let again = ws
         .kiln()
@@ -141,6 +162,61 @@ fn sm120_sass_builds_and_proves_sm120_code_without_a_gpu() {
     assert!(again.status.success());
     let again = String::from_utf8_lossy(&again.stderr);
     assert!(again.contains("0 of 6 steps to run"), "{again}");
+}
+
+/// A run of steps ends with what it proved and where its evidence is: nvcc 13.0 (the cached
+/// PyPI toolkit) builds an sm_120 cubin that the step's `sass` check reads, and a second step
+/// writes an evidence file; the run's last lines name both, after the steps' own lines.
+#[test]
+fn a_run_ends_saying_what_it_proved_and_where_the_evidence_is() {
+    let cuda = pypi_toolkit("13.0.1");
+    let ws = Workspace::new();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/sm120-sass/axpy.cu");
+    ws.write(
+        "proof.toml",
+        &format!(
+            r#"[recipe]
+name = "proof"
+[vars]
+out = "${{kiln.work_dir}}/out"
+[[step]]
+id = "cubin"
+kind = "run"
+env = {{ CUDA_HOME = "{cuda}" }}
+shell = true
+cmd = "mkdir -p ${{out}} && {cuda}/bin/nvcc -cubin -arch=sm_120 -o ${{out}}/axpy.cubin {src}"
+sass = {{ file = "${{out}}/axpy.cubin", arch = "sm_120" }}
+[[step]]
+id = "record"
+kind = "run"
+needs = ["cubin"]
+shell = true
+cmd = "mkdir -p ${{out}}/evidence && echo nvcc 13.0 built sm_120 > ${{out}}/evidence/built.txt"
+check = {{ paths = ["${{out}}/evidence/built.txt"] }}
+"#,
+            cuda = cuda.display(),
+            src = src.display(),
+        ),
+    );
+    let out = ws.kiln().args(["up", "proof.toml"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let outdir = ws.state().join("work/proof/out");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(
+        lines[lines.len() - 2..],
+        [
+            format!(
+                "kiln: proved: sm_120 SASS in {}/axpy.cubin (step `cubin`: kiln read its device code)",
+                outdir.display()
+            ),
+            format!(
+                "kiln: evidence: {}/evidence (1 file(s): built.txt)",
+                outdir.display()
+            ),
+        ],
+        "{stderr}"
+    );
 }
 
 /// A recipe in a workspace that imports a copy of a shipped toolchain file.
