@@ -454,7 +454,6 @@ fn the_check_catches_upward_arrows_cycles_and_unplaced_modules() {
 /// only shrinks.
 const KNOWN_FILE_CYCLES: &[&[&str]] = &[
     &["bench::client", "bench::protocol"], // wire: protocol.rs
-    &["engine::fresh", "engine::plan"],    // stepcache
     &["recipe::load", "recipe::validate"], // recipe owner
     &[
         "recipe::validate::cuda",

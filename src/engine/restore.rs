@@ -8,6 +8,8 @@ use super::cache_key::{self, Portable};
 use super::fingerprint::Fingerprint;
 use super::state::{Receipt, StateDir};
 use crate::cache::steps::{short, NotStored, StepCache, StepKey};
+use crate::hash::HashMemo;
+use crate::paths::StatePaths;
 use crate::recipe::{Recipe, Step};
 use crate::report::{Outcome, Reporter};
 use crate::steps::StepContext;
@@ -53,6 +55,25 @@ pub(super) fn cacheable(step: &Step) -> std::result::Result<(), &'static str> {
     } else {
         Ok(())
     }
+}
+
+/// The key id `kiln plan` expects `step` to ask for (the run computes the same one), quietly:
+/// `None` where the run would not cache it or say why.
+pub(super) fn planned_key(
+    step: &Step,
+    recipe: &Recipe,
+    dep_keys: Option<BTreeMap<String, String>>,
+    paths: &StatePaths,
+    memo: &HashMemo,
+) -> Option<String> {
+    cache_key::compute(step, dep_keys?, &recipe.requires, paths, memo)
+        .ok()
+        .map(|k| k.id())
+}
+
+/// Whether a run would restore `step` from entry `id`: it is cacheable and the entry is here.
+pub(super) fn held(paths: &StatePaths, step: &Step, id: &str) -> bool {
+    cacheable(step).is_ok() && StepCache::new(&paths.steps()).has(id)
 }
 
 /// Whether the step cache holds `id`.

@@ -59,27 +59,36 @@ impl Setup {
     }
 
     fn up_with_cache(&self, state: &str, cache: &Path) -> String {
+        self.kiln_ok(state, cache, &["up", "r.toml"])
+    }
+
+    /// `kiln <args>` with state dir `state`, cache `cache`, the counting `cc` first on PATH.
+    fn kiln_in(&self, state: &str, cache: &Path, args: &[&str]) -> std::process::Output {
         let path = format!(
             "{}:{}",
             self.ws.path().join("bin").display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let out = self
-            .ws
+        self.ws
             .kiln()
-            .args(["up", "r.toml"])
+            .args(args)
             .env("KILN_HOME", self.ws.path().join(state))
             .env("KILN_CACHE_DIR", cache)
             .env("CC_COUNT", self.ws.path().join("cc-count"))
             .env("PATH", path)
             .output()
-            .unwrap();
+            .unwrap()
+    }
+
+    /// [`Self::kiln_in`], which must succeed: its stdout and stderr.
+    fn kiln_ok(&self, state: &str, cache: &Path, args: &[&str]) -> String {
+        let out = self.kiln_in(state, cache, args);
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(out.status.success(), "kiln up failed:\n{text}");
+        assert!(out.status.success(), "kiln {args:?} failed:\n{text}");
         text
     }
 
@@ -324,4 +333,66 @@ fn an_archive_with_a_tampered_step_entry_imports_nothing() {
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "imported: {left:?}");
+}
+
+#[test]
+fn plan_and_dry_run_say_which_steps_a_restore_would_serve() {
+    let s = Setup::new();
+    s.up("A");
+    let entry = s.entries()[0].file_name().unwrap().to_string_lossy()[..12].to_string();
+    let plan = s.kiln_ok("B", &s.cache(), &["plan", "r.toml"]);
+    let line = |id: &str| {
+        plan.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(id))
+            .unwrap_or_else(|| panic!("no line for {id}:\n{plan}"))
+            .to_string()
+    };
+    assert!(
+        line("build").ends_with(&format!(
+            "never completed; restore from cache (entry {entry})"
+        )),
+        "{plan}"
+    );
+    assert!(
+        line("prep").ends_with("never completed"),
+        "prep runs: {plan}"
+    );
+    let dry = s.kiln_ok("B", &s.cache(), &["up", "r.toml", "--dry-run"]);
+    assert!(
+        dry.contains("dry run: 1 step would run, 1 would be restored from the step cache"),
+        "{dry}"
+    );
+    let json = s.kiln_ok("B", &s.cache(), &["plan", "r.toml", "--json"]);
+    let event: serde_json::Value = json
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["event"] == "plan")
+        .unwrap_or_else(|| panic!("no plan event:\n{json}"));
+    let steps = event["steps"].as_array().unwrap();
+    assert_eq!(steps[1]["id"], "build");
+    assert_eq!(steps[1]["restore_entry"], entry.as_str(), "{event}");
+    assert!(steps[0].get("restore_entry").is_none(), "{event}");
+    assert_eq!(s.compiler_runs(), 1, "planning ran nothing");
+    let forced = s.kiln_ok(
+        "C",
+        &s.cache(),
+        &["up", "r.toml", "--dry-run", "--force", "build"],
+    );
+    assert!(
+        !forced.contains("restore from cache"),
+        "--force runs: {forced}"
+    );
+
+    // What the plan said is what the run does.
+    let b = s.up("B");
+    assert!(
+        b.contains(&format!("restored from cache (entry {entry})")),
+        "{b}"
+    );
+    assert_eq!(s.compiler_runs(), 1);
+
+    // A changed input byte: the key misses, the plan says the step runs.
+    s.ws.write("hello.c", "int main(void) { return 2; }\n");
+    let plan = s.kiln_ok("B", &s.cache(), &["plan", "r.toml"]);
+    assert!(!plan.contains("restore from cache"), "{plan}");
 }
