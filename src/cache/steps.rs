@@ -131,6 +131,18 @@ impl StepCache {
         self.root.join(id)
     }
 
+    /// A fresh directory an entry `id` is written into before it is renamed into place (`kiln
+    /// cache gc` removes what an interrupted insert left).
+    pub(crate) fn staging_dir(&self, id: &str) -> Result<PathBuf> {
+        create_dir(&self.root)?;
+        let staging = self
+            .root
+            .join(format!(".staging-{id}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&staging);
+        create_dir(&staging)?;
+        Ok(staging)
+    }
+
     /// Whether a complete entry for `id` is here (its files are verified on restore).
     pub(crate) fn has(&self, id: &str) -> bool {
         read_entry(&self.entry_dir(id)).is_some()
@@ -151,12 +163,7 @@ impl StepCache {
         if read_entry(&dir).is_some() {
             return Ok(Ok(id));
         }
-        create_dir(&self.root)?;
-        let staging = self
-            .root
-            .join(format!(".staging-{id}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&staging);
-        create_dir(&staging)?;
+        let staging = self.staging_dir(&id)?;
         let result = (|| {
             let tar_path = staging.join(ARCHIVE);
             let file = File::create(&tar_path)

@@ -76,9 +76,44 @@ pub(super) fn held(paths: &StatePaths, step: &Step, id: &str) -> bool {
     cacheable(step).is_ok() && StepCache::new(&paths.steps()).has(id)
 }
 
-/// Whether the step cache holds `id`.
+/// Whether the step cache holds `id`, or may fetch it from the remote cache
+/// (`KILN_REMOTE_CACHE`) on this miss ([`restore`] asks it).
 pub(super) fn available(ctx: &StepContext, id: &str) -> bool {
-    StepCache::new(&ctx.paths.steps()).has(id)
+    StepCache::new(&ctx.paths.steps()).has(id) || crate::cache::remote::configured().is_some()
+}
+
+/// A miss: fetch entry `id` from the remote cache, verified. Whether it is here now; a remote
+/// without it, or unreachable, is said and the step runs.
+fn fetch_remote(step: &Step, cache: &StepCache, id: &str, reporter: &dyn Reporter) -> bool {
+    let Some(remote) = crate::cache::remote::configured() else {
+        return false;
+    };
+    match cache.pull_remote(&remote, id) {
+        Ok(true) => {
+            reporter.note(&format!(
+                "step `{}`: entry {} pulled from the remote cache {remote}",
+                step.id,
+                short(id)
+            ));
+            true
+        }
+        Ok(false) => {
+            reporter.note(&format!(
+                "step `{}`: the remote cache {remote} has no entry {}; running it",
+                step.id,
+                short(id)
+            ));
+            false
+        }
+        Err(e) => {
+            reporter.warning(&format!(
+                "step `{}`: the remote cache is unavailable ({}); running it",
+                step.id,
+                e.with_causes().replace('\n', " ")
+            ));
+            false
+        }
+    }
 }
 
 /// Restore `step` from entry `id`, then run its check and write its receipt. `None` (with a
@@ -93,6 +128,9 @@ pub(super) fn restore(
 ) -> Option<Outcome> {
     let cache = StepCache::new(&ctx.paths.steps());
     let started = std::time::Instant::now();
+    if !cache.has(id) && !fetch_remote(step, &cache, id, reporter) {
+        return None;
+    }
     // The old receipt no longer describes what is on disk once outputs are replaced.
     if state.remove_receipt(&step.id).is_err() {
         return None;

@@ -30,12 +30,12 @@ outputs = ["${prefix}/bin"]
 check = { paths = ["${prefix}/bin/hello"] }
 "#;
 
-struct Setup {
-    ws: Workspace,
+pub(crate) struct Setup {
+    pub(crate) ws: Workspace,
 }
 
 impl Setup {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let ws = Workspace::new();
         ws.write("r.toml", RECIPE);
         ws.write("hello.c", "int main(void) { return 0; }\n");
@@ -49,39 +49,41 @@ impl Setup {
         Setup { ws }
     }
 
-    fn cache(&self) -> PathBuf {
+    pub(crate) fn cache(&self) -> PathBuf {
         self.ws.path().join("shared-cache")
     }
 
     /// `kiln up r.toml` with state dir `state`, the shared cache, the counting `cc` first on PATH.
-    fn up(&self, state: &str) -> String {
+    pub(crate) fn up(&self, state: &str) -> String {
         self.up_with_cache(state, &self.cache())
     }
 
-    fn up_with_cache(&self, state: &str, cache: &Path) -> String {
+    pub(crate) fn up_with_cache(&self, state: &str, cache: &Path) -> String {
         self.kiln_ok(state, cache, &["up", "r.toml"])
     }
 
-    /// `kiln <args>` with state dir `state`, cache `cache`, the counting `cc` first on PATH.
-    fn kiln_in(&self, state: &str, cache: &Path, args: &[&str]) -> std::process::Output {
+    /// `kiln` with state dir `state`, cache `cache`, the counting `cc` first on PATH.
+    pub(crate) fn kiln_cmd(&self, state: &str, cache: &Path) -> assert_cmd::Command {
         let path = format!(
             "{}:{}",
             self.ws.path().join("bin").display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        self.ws
-            .kiln()
-            .args(args)
-            .env("KILN_HOME", self.ws.path().join(state))
+        let mut cmd = self.ws.kiln();
+        cmd.env("KILN_HOME", self.ws.path().join(state))
             .env("KILN_CACHE_DIR", cache)
             .env("CC_COUNT", self.ws.path().join("cc-count"))
-            .env("PATH", path)
-            .output()
-            .unwrap()
+            .env("PATH", path);
+        cmd
+    }
+
+    /// `kiln <args>` in [`Self::kiln_cmd`]'s environment.
+    pub(crate) fn kiln_in(&self, state: &str, cache: &Path, args: &[&str]) -> std::process::Output {
+        self.kiln_cmd(state, cache).args(args).output().unwrap()
     }
 
     /// [`Self::kiln_in`], which must succeed: its stdout and stderr.
-    fn kiln_ok(&self, state: &str, cache: &Path, args: &[&str]) -> String {
+    pub(crate) fn kiln_ok(&self, state: &str, cache: &Path, args: &[&str]) -> String {
         let out = self.kiln_in(state, cache, args);
         let text = format!(
             "{}{}",
@@ -92,11 +94,11 @@ impl Setup {
         text
     }
 
-    fn compiler_runs(&self) -> usize {
+    pub(crate) fn compiler_runs(&self) -> usize {
         std::fs::read_to_string(self.ws.path().join("cc-count")).map_or(0, |s| s.lines().count())
     }
 
-    fn entries(&self) -> Vec<PathBuf> {
+    pub(crate) fn entries(&self) -> Vec<PathBuf> {
         let dir = self.cache().join("steps");
         let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
             .map(|d| d.flatten().map(|e| e.path()).collect())
@@ -105,7 +107,7 @@ impl Setup {
         v
     }
 
-    fn receipt(&self, state: &str) -> serde_json::Value {
+    pub(crate) fn receipt(&self, state: &str) -> serde_json::Value {
         let p = self
             .ws
             .path()
@@ -114,12 +116,12 @@ impl Setup {
         serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
     }
 
-    fn hello(&self, state: &str) -> PathBuf {
+    pub(crate) fn hello(&self, state: &str) -> PathBuf {
         self.ws.path().join(state).join("work/cc-demo/bin/hello")
     }
 }
 
-fn is_executable(p: &Path) -> bool {
+pub(crate) fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
 }
