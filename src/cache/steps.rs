@@ -259,8 +259,10 @@ impl StepCache {
                 }
             }
             unpack(&archive, &entry, &temps).map_err(corrupt)?;
+            kill_point("unpacked");
             for (out, temp) in outputs.iter().zip(&temps) {
                 replace(temp, out)?;
+                kill_point("replaced");
             }
             Ok(())
         })();
@@ -380,6 +382,22 @@ impl StepCache {
         Ok(removed)
     }
 }
+
+/// The test kill switch: `KILN_TEST_RESTORE_KILL_AT=unpacked` (every output unpacked, none in
+/// place) or `replaced` (the first output in place) makes a restore SIGKILL itself there, so a
+/// test can stop it between two writes. Debug builds only (the ones `cargo test` drives).
+#[cfg(debug_assertions)]
+fn kill_point(name: &str) {
+    if std::env::var("KILN_TEST_RESTORE_KILL_AT").is_ok_and(|at| at == name) {
+        // SAFETY: a signal to this very process; SIGKILL cannot be caught, nothing runs after.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn kill_point(_: &str) {}
 
 fn now_unix() -> u64 {
     std::time::SystemTime::now()

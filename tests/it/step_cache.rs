@@ -398,3 +398,65 @@ fn plan_and_dry_run_say_which_steps_a_restore_would_serve() {
     let plan = s.kiln_ok("B", &s.cache(), &["plan", "r.toml"]);
     assert!(!plan.contains("restore from cache"), "{plan}");
 }
+
+/// A restore SIGKILLed (the debug-only `KILN_TEST_RESTORE_KILL_AT`) after its outputs are
+/// unpacked beside their place, or after they are in place but before the receipt: the step is
+/// not done, and the next run restores it whole, leaving no temporaries.
+#[test]
+fn a_restore_killed_midway_leaves_the_step_not_done_and_a_rerun_completes() {
+    for at in ["unpacked", "replaced"] {
+        let s = Setup::new();
+        s.up("A");
+        let killed = s
+            .kiln_cmd("B", &s.cache())
+            .args(["up", "r.toml"])
+            .env("KILN_TEST_RESTORE_KILL_AT", at)
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            killed.status.signal(),
+            Some(9),
+            "{at}: not killed: {}",
+            String::from_utf8_lossy(&killed.stderr)
+        );
+        let receipt = s.ws.path().join("B/runs/cc-demo/receipts/build.json");
+        assert!(!receipt.exists(), "{at}: the killed restore left a receipt");
+        let work = s
+            .hello("B")
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        let names = || -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(&work)
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        match at {
+            "unpacked" => assert!(
+                names().iter().any(|n| n.starts_with(".bin.kiln-restore-")),
+                "the kill came before the rename: {:?}",
+                names()
+            ),
+            _ => assert!(is_executable(&s.hello("B")), "{at}: the output is in place"),
+        }
+        let plan = s.kiln_ok("B", &s.cache(), &["plan", "r.toml"]);
+        assert!(plan.contains("restore from cache (entry"), "{at}: {plan}");
+        let b = s.up("B");
+        assert!(b.contains("restored from cache (entry"), "{at}: {b}");
+        assert_eq!(
+            s.compiler_runs(),
+            1,
+            "{at}: the rerun ran the compiler:\n{b}"
+        );
+        assert!(is_executable(&s.hello("B")));
+        assert_eq!(names(), ["bin", "prep"], "{at}: temporaries left");
+        assert!(receipt.exists());
+    }
+}
