@@ -460,3 +460,51 @@ fn a_restore_killed_midway_leaves_the_step_not_done_and_a_rerun_completes() {
         assert!(receipt.exists());
     }
 }
+
+/// A step that builds with nvcc has the nvcc version in its key: the same version restores, a
+/// changed one misses. `nvcc` here replays the H200's real `nvcc --version` (no toolkit on
+/// this machine), with the release the test sets.
+#[test]
+fn a_changed_nvcc_version_misses() {
+    let s = Setup::new();
+    s.ws.write(
+        "r.toml",
+        &RECIPE.replace(
+            "mkdir -p \\\"$1/bin\\\" && cc",
+            "nvcc --version > /dev/null && mkdir -p \\\"$1/bin\\\" && cc",
+        ),
+    );
+    assert!(
+        std::fs::read_to_string(s.ws.path().join("r.toml"))
+            .unwrap()
+            .contains("nvcc --version"),
+        "the recipe runs nvcc"
+    );
+    let release = |v: &str| {
+        s.ws.write(
+            "nvcc-version.txt",
+            &format!(
+                "nvcc: NVIDIA (R) Cuda compiler driver\nCopyright (c) 2005-2025 NVIDIA Corporation\nBuilt on Wed_Aug_20_01:58:59_PM_PDT_2025\nCuda compilation tools, release {v}, V{v}.88\nBuild cuda_{v}.r{v}/compiler.36424714_0\n"
+            ),
+        );
+    };
+    release("13.0");
+    let nvcc = s.ws.write(
+        "bin/nvcc",
+        &format!(
+            "#!/bin/sh\ncat '{}'\n",
+            s.ws.path().join("nvcc-version.txt").display()
+        ),
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&nvcc, std::fs::Permissions::from_mode(0o755)).unwrap();
+    s.up("A");
+    assert_eq!(s.compiler_runs(), 1);
+    let b = s.up("B");
+    assert!(b.contains("restored from cache (entry"), "same nvcc: {b}");
+    assert_eq!(s.compiler_runs(), 1);
+    release("12.8");
+    let c = s.up("C");
+    assert!(c.contains("ran    build"), "another nvcc restored: {c}");
+    assert_eq!(s.compiler_runs(), 2);
+}
