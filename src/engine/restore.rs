@@ -188,3 +188,38 @@ pub(super) fn store(
     reporter.warning(&format!("step `{}` is not cached: {why}", step.id));
     Err(why)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::cacheable;
+
+    /// The seed recipe stores the FlashInfer warm-up's JIT kernels (its workspace under kiln's
+    /// cache directory) in the step cache.
+    #[test]
+    fn the_seed_recipe_caches_the_flashinfer_warm_up_kernels() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = crate::paths::StatePaths::new(dir.path().join("state"), None);
+        let facts = crate::host::Facts::new();
+        let opts = crate::recipe::LoadOptions {
+            overrides: &[],
+            facts: &facts,
+            paths: &paths,
+        };
+        let recipe = crate::recipe::load(Some("glm5-nvfp4-sm120"), &opts).unwrap();
+        let warmup = recipe
+            .steps
+            .iter()
+            .find(|s| s.id == "flashinfer-warmup")
+            .unwrap();
+        assert_eq!(warmup.outputs, [paths.cache().join("flashinfer")]);
+        assert_eq!(
+            warmup
+                .env
+                .get("FLASHINFER_WORKSPACE_BASE")
+                .map(std::path::PathBuf::from),
+            Some(paths.cache().join("flashinfer")),
+            "the output is where FlashInfer writes its kernels"
+        );
+        assert_eq!(cacheable(warmup), Ok(()));
+    }
+}
