@@ -52,13 +52,15 @@ pub(crate) struct RemoteStep {
     pub(crate) outputs_size: u64,
 }
 
+/// A blob a layer names: its sha256 and size.
+type Blob = (String, u64);
+
 /// The step entries of a manifest's layers, by id; an entry whose pair is incomplete or
 /// malformed is the error's reason.
 pub(crate) fn remote_steps(
     layers: &[Value],
 ) -> BTreeMap<String, std::result::Result<RemoteStep, String>> {
-    let mut parts: BTreeMap<String, (Option<(String, u64)>, Option<(String, u64)>)> =
-        BTreeMap::new();
+    let mut parts: BTreeMap<String, (Option<Blob>, Option<Blob>)> = BTreeMap::new();
     let mut bad: BTreeMap<String, String> = BTreeMap::new();
     for layer in layers.iter().filter(|l| is_step_layer(l)) {
         let id = layer_id(layer).unwrap_or_default().to_string();

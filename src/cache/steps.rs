@@ -274,8 +274,6 @@ impl StepCache {
         result.map(|()| entry)
     }
 
-    /// Remove staging leftovers, unreadable or corrupt entries, and entries older than
-    /// `max_age_secs`. Returns the removed directories with the reason.
     /// The ids of the entries here whose entry.json reads (export takes these).
     pub(crate) fn list(&self) -> Vec<String> {
         let mut ids: Vec<String> = std::fs::read_dir(&self.root)
@@ -339,47 +337,20 @@ impl StepCache {
         }
     }
 
+    /// Remove staging leftovers, unreadable or corrupt entries, and entries older than
+    /// `max_age_secs` ([`super::gc::gc`]). Returns the removed directories with the reason.
     pub(crate) fn gc(&self, max_age_secs: Option<u64>) -> Result<Vec<(String, String)>> {
-        let now = now_unix();
-        let mut removed = Vec::new();
-        for e in std::fs::read_dir(&self.root)
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let path = e.path();
-            let reason = if name.starts_with(".staging-") {
-                Some("unfinished insert".to_string())
-            } else {
-                match read_entry(&path) {
-                    None => Some("no readable entry.json".into()),
-                    Some(entry) => {
-                        let sha = File::open(path.join(ARCHIVE))
-                            .and_then(sha256_reader)
-                            .ok()
-                            .map(|(s, _)| s);
-                        if sha.as_deref() != Some(entry.archive_sha256.as_str())
-                            || entry.key.id() != name
-                        {
-                            Some("archive missing or corrupt".into())
-                        } else if max_age_secs
-                            .is_some_and(|max| now.saturating_sub(entry.created_unix) > max)
-                        {
-                            Some("older than --older-than".into())
-                        } else {
-                            None
-                        }
-                    }
-                }
-            };
-            if let Some(reason) = reason {
-                std::fs::remove_dir_all(&path)
-                    .map_err(|e| Error::io(format!("cannot remove {}", path.display()), e))?;
-                removed.push((name, reason));
+        super::gc::gc(&self.root, max_age_secs, |path, name| {
+            let entry = read_entry(path).ok_or("no readable entry.json")?;
+            let sha = File::open(path.join(ARCHIVE))
+                .and_then(sha256_reader)
+                .ok()
+                .map(|(s, _)| s);
+            if sha.as_deref() != Some(entry.archive_sha256.as_str()) || entry.key.id() != name {
+                return Err("archive missing or corrupt");
             }
-        }
-        Ok(removed)
+            Ok(entry.created_unix)
+        })
     }
 }
 

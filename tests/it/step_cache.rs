@@ -508,3 +508,39 @@ fn a_changed_nvcc_version_misses() {
     assert!(c.contains("ran    build"), "another nvcc restored: {c}");
     assert_eq!(s.compiler_runs(), 2);
 }
+
+/// `kiln cache gc --json` drops a corrupt step entry and a staging leftover (the walk both caches
+/// share), keeps a good one until `--older-than` says it is old, and says each as typed fields.
+#[test]
+fn cache_gc_drops_corrupt_and_unfinished_step_entries_and_says_which() {
+    let s = Setup::new();
+    s.up("A");
+    let staging = s.cache().join("steps/.staging-left-1");
+    std::fs::create_dir_all(&staging).unwrap();
+    let gc = |args: &[&str]| -> serde_json::Value {
+        let out = s.kiln_ok("A", &s.cache(), args);
+        out.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["event"] == "cache_gc")
+            .unwrap_or_else(|| panic!("no cache_gc event:\n{out}"))
+    };
+    let kept = gc(&["cache", "gc", "--json"]);
+    assert_eq!(
+        kept["removed"],
+        serde_json::json!([{"kind": "step", "id": ".staging-left-1", "reason": "unfinished insert"}])
+    );
+    assert_eq!(s.entries().len(), 1, "a good entry stays");
+    let tar = s.entries()[0].join("outputs.tar");
+    let id = s.entries()[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    std::fs::write(&tar, b"truncated").unwrap();
+    let removed = gc(&["cache", "gc", "--json"]);
+    assert_eq!(
+        removed["removed"],
+        serde_json::json!([{"kind": "step", "id": id, "reason": "archive missing or corrupt"}])
+    );
+    assert!(s.entries().is_empty());
+}
