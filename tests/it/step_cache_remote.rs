@@ -22,13 +22,11 @@ fn event(out: &str, name: &str) -> Value {
 }
 
 fn step_entries(cache: &Path) -> usize {
-    std::fs::read_dir(cache.join("steps"))
-        .map(|d| {
-            d.flatten()
-                .filter(|e| e.path().join("entry.json").is_file())
-                .count()
-        })
-        .unwrap_or(0)
+    std::fs::read_dir(cache.join("steps")).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| e.path().join("entry.json").is_file())
+            .count()
+    })
 }
 
 #[test]
