@@ -449,13 +449,8 @@ fn the_check_catches_upward_arrows_cycles_and_unplaced_modules() {
     assert_eq!(stray, ["module `new` is in no layer: add it to LAYERS"]);
 }
 
-/// File-level circles other engineers are cutting now; the lead empties this list as their
-/// branches land. A group listed here that is no longer a circle fails the test, so the list
-/// only shrinks.
-const KNOWN_FILE_CYCLES: &[&[&str]] = &[
-    &["engine::fresh", "engine::plan"], // stepcache
-];
-
+/// No two files import each other, directly or through a loop of files (issue 33): every
+/// circle is cut, so any new one fails here.
 #[test]
 fn no_two_files_import_each_other() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -465,19 +460,9 @@ fn no_two_files_import_each_other() {
         "{graph:?}"
     );
     let cycles = file_cycles(&graph);
-    let known: Vec<Vec<String>> = KNOWN_FILE_CYCLES
-        .iter()
-        .map(|c| c.iter().map(|f| (*f).to_string()).collect())
-        .collect();
-    let new: Vec<_> = cycles.iter().filter(|c| !known.contains(c)).collect();
-    let gone: Vec<_> = known.iter().filter(|c| !cycles.contains(c)).collect();
     assert!(
-        new.is_empty(),
-        "files that import each other (cut the circle): {new:?}"
-    );
-    assert!(
-        gone.is_empty(),
-        "cut already: remove from KNOWN_FILE_CYCLES: {gone:?}"
+        cycles.is_empty(),
+        "files that import each other (cut the circle): {cycles:?}"
     );
 }
 

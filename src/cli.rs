@@ -497,38 +497,39 @@ pub struct PatchTarget {
 pub struct CacheArgs {
     #[command(subcommand)]
     pub command: CacheCommand,
+    /// JSON lines on stdout: each subcommand's result as one typed event, then `outcome`
+    #[arg(long, global = true)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum CacheCommand {
-    /// List compiled wheels in the cache with their keys
-    Ls {
-        /// JSON lines on stdout: the entries as a `cache` event, then `outcome`
-        #[arg(long)]
-        json: bool,
-    },
+    /// List the compiled wheels and step entries in the cache with their keys
+    Ls,
     /// Drop unfinished, corrupt and (with --older-than) old entries
     Gc {
         /// Also drop entries older than this (e.g. `30d`)
         #[arg(long, value_name = "AGE")]
         older_than: Option<String>,
     },
-    /// Write every cached wheel into a tar archive with a sha256 manifest
+    /// Write every cached wheel and step entry into a tar archive with a sha256 manifest
     Export {
         /// The archive to write
         file: PathBuf,
     },
-    /// Verify an archive made by `export` and add its wheels to the cache
+    /// Verify an archive made by `export` and add its wheels and step entries to the cache
     Import {
         /// The archive to read
         file: PathBuf,
     },
-    /// Upload the cached wheels to an OCI registry (one blob per wheel, keys in annotations)
+    /// Upload the cached wheels and step entries to an OCI registry (blobs by sha256, keys in
+    /// annotations)
     Push {
         /// REGISTRY/REPO[:TAG], e.g. `127.0.0.1:5000/kiln/wheels:cu130`
         reference: String,
     },
-    /// Fetch the wheels an OCI registry holds into the cache, verifying every blob's sha256
+    /// Fetch the wheels and step entries an OCI registry holds into the cache, verifying every
+    /// blob's sha256
     Pull {
         /// REGISTRY/REPO[:TAG]
         reference: String,

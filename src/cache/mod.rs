@@ -2,9 +2,15 @@
 //! format), their portable archives, and its copy in an OCI registry (through oci's transport).
 
 pub(crate) mod archive;
+pub(crate) mod gc;
 pub(crate) mod remote;
+pub(crate) mod remote_steps;
 pub(crate) mod steps;
 pub(crate) mod wheels;
 
 pub use remote::{PullSummary, PushSummary};
 pub use wheels::{Entry, StoredWheel, WheelCache, WheelKey};
+
+/// The OCI annotations both kinds of remote entry carry: a file name, the entry's cache id.
+pub(crate) const ANNOTATION_TITLE: &str = "org.opencontainers.image.title";
+pub(crate) const ANNOTATION_ID: &str = "dev.kiln.cache.id";

@@ -14,9 +14,12 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
+use super::remote_steps::{self, is_step_layer, layer_id};
+use super::steps::StepCache;
 use super::wheels::{
     check_wheel_name, is_hex64, names_key, write_entry, Entry, StoredWheel, WheelCache, WheelKey,
 };
+use super::{ANNOTATION_ID, ANNOTATION_TITLE};
 use crate::error::{Error, Result};
 use crate::hash::HashingWriter;
 use crate::oci::{Reference, Registry};
@@ -31,8 +34,6 @@ const MEDIA_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 /// "no wheel cache" when it is an image or an index.
 const ACCEPT_ANY_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.v2+json, application/vnd.docker.distribution.manifest.list.v2+json";
 const MEDIA_EMPTY: &str = "application/vnd.oci.empty.v1+json";
-const ANNOTATION_TITLE: &str = "org.opencontainers.image.title";
-const ANNOTATION_ID: &str = "dev.kiln.cache.id";
 const ANNOTATION_KEY: &str = "dev.kiln.cache.key";
 const ANNOTATION_EXTRA: &str = "dev.kiln.cache.entry-extra";
 /// The largest wheel a pull accepts (the biggest CUDA wheels are a few GiB).
@@ -56,7 +57,7 @@ pub struct PullSummary {
 impl WheelCache {
     /// Upload every entry of this cache to `reference` ([`push_entries`]).
     pub fn push(&self, reference: &Reference, note: &dyn Fn(&str)) -> Result<PushSummary> {
-        push_entries(&self.stored()?, reference, note)
+        push_entries(&self.stored()?, None, reference, note).map(|p| p.wheels)
     }
 
     /// Fetch every entry `reference` holds into this cache. Each blob streams into a staging
@@ -97,6 +98,78 @@ impl WheelCache {
     }
 }
 
+/// What `kiln cache push` did: to the wheels, to the step entries.
+#[derive(Debug, Default)]
+pub(crate) struct Pushed {
+    pub(crate) wheels: PushSummary,
+    pub(crate) steps: PushSummary,
+}
+
+/// Upload every wheel and every step entry to `reference`, in one manifest.
+pub(crate) fn push_all(
+    wheels: &WheelCache,
+    steps: &StepCache,
+    reference: &Reference,
+    note: &dyn Fn(&str),
+) -> Result<Pushed> {
+    push_entries(&wheels.stored()?, Some(steps), reference, note)
+}
+
+impl StepCache {
+    /// Fetch the step entries `reference` holds (only entry `only`, when given) into this cache,
+    /// each verified before it is renamed into place ([`remote_steps::fetch`]). A malformed
+    /// entry fails the pull, when it is one asked for.
+    pub(crate) fn pull(
+        &self,
+        reference: &Reference,
+        only: Option<&str>,
+        note: &dyn Fn(&str),
+    ) -> Result<PullSummary> {
+        let registry = Registry::new(reference);
+        let mut summary = PullSummary::default();
+        let Some(layers) = remote_layers(&registry)? else {
+            // A miss asking for one entry: a tag not pushed yet does not hold it.
+            return match only {
+                Some(_) => Ok(summary),
+                None => Err(no_cache(reference)),
+            };
+        };
+        for (id, remote) in remote_steps::remote_steps(&layers) {
+            if only.is_some_and(|o| o != id) {
+                continue;
+            }
+            let remote = remote.map_err(|why| {
+                Error::other(
+                    format!("the cache at {reference} has a malformed step entry: {why}"),
+                    Some("it was not written by `kiln cache push`; push the cache again".into()),
+                )
+            })?;
+            if remote_steps::fetch(&registry, self, &remote, note)? {
+                summary.fetched += 1;
+                summary.bytes += remote.outputs_size + remote.entry_size;
+            } else {
+                summary.already_cached += 1;
+            }
+        }
+        Ok(summary)
+    }
+
+    /// A step's miss: fetch entry `id` from the remote cache `remote` (the value of
+    /// [`REMOTE_CACHE_VAR`]). Whether it is here now; why not, when the remote failed.
+    pub(crate) fn pull_remote(&self, remote: &str, id: &str) -> Result<bool> {
+        let reference = Reference::parse(remote)?;
+        self.pull(&reference, Some(id), &|_| {})?;
+        Ok(self.has(id))
+    }
+}
+
+fn no_cache(reference: &Reference) -> Error {
+    Error::other(
+        format!("registry has no wheel cache at {reference}"),
+        Some("push one first with `kiln cache push`, or check the repository and tag".to_string()),
+    )
+}
+
 /// The remote cache a build asks on a miss: `$KILN_REMOTE_CACHE`, when set and not empty.
 pub(crate) fn configured() -> Option<String> {
     std::env::var(REMOTE_CACHE_VAR)
@@ -109,17 +182,46 @@ pub(crate) fn configured() -> Option<String> {
 /// whose file no longer matches its entry.json is refused.
 fn push_entries(
     entries: &[StoredWheel],
+    steps: Option<&StepCache>,
     reference: &Reference,
     note: &dyn Fn(&str),
-) -> Result<PushSummary> {
+) -> Result<Pushed> {
     let registry = Registry::new(reference);
     let mut layers = Vec::new();
-    for layer in remote_layers(&registry)?.unwrap_or_default() {
+    let (remote_step_layers, remote_wheels): (Vec<Value>, Vec<Value>) = remote_layers(&registry)?
+        .unwrap_or_default()
+        .into_iter()
+        .partition(is_step_layer);
+    for layer in remote_wheels {
         match verified_remote(&registry, &layer, reference) {
             Ok(()) => layers.push(layer),
             Err(why) => note(&format!("not carrying over a remote entry: {why}")),
         }
     }
+    let mut step_layers: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for (id, remote) in remote_steps::remote_steps(&remote_step_layers) {
+        match remote.and_then(|r| remote_steps::carried(&registry, &r)) {
+            Ok(()) => {
+                let own = remote_step_layers
+                    .iter()
+                    .filter(|l| layer_id(l) == Some(&id));
+                step_layers.insert(id.clone(), own.cloned().collect());
+            }
+            Err(why) => note(&format!("not carrying over a remote entry: {why}")),
+        }
+    }
+    let mut pushed = Pushed::default();
+    for id in steps.map(StepCache::list).unwrap_or_default() {
+        let cache = steps.expect("listed from it");
+        let (own, uploaded) = remote_steps::upload(&registry, cache, &id, note)?;
+        if uploaded {
+            pushed.steps.uploaded += 1;
+        } else {
+            pushed.steps.already_there += 1;
+        }
+        step_layers.insert(id, own);
+    }
+    pushed.steps.total = step_layers.len();
     let mut summary = PushSummary::default();
     for e in entries {
         let (sha256, size) = hash_file(&e.path)?;
@@ -180,19 +282,24 @@ fn push_entries(
         registry.push_blob(&empty_digest, empty.len() as u64, &empty[..])?;
     }
     summary.total = layers.len();
+    layers.extend(step_layers.into_values().flatten());
     let manifest = json!({
         "schemaVersion": 2,
         "mediaType": MEDIA_MANIFEST,
         "artifactType": ARTIFACT_TYPE,
         "config": {"mediaType": MEDIA_EMPTY, "digest": empty_digest, "size": empty.len()},
         "layers": layers,
-        "annotations": {"dev.kiln.cache.entries": summary.total.to_string()},
+        "annotations": {
+            "dev.kiln.cache.entries": summary.total.to_string(),
+            "dev.kiln.cache.step-entries": pushed.steps.total.to_string(),
+        },
     });
     registry.put_manifest(
         MEDIA_MANIFEST,
         &serde_json::to_vec(&manifest).expect("json"),
     )?;
-    Ok(summary)
+    pushed.wheels = summary;
+    Ok(pushed)
 }
 
 /// The fields of an entry besides the four a layer holds itself (key, wheel, sha256, size).
@@ -216,18 +323,13 @@ fn pull_into(
     let wheels_dir = cache.root.as_path();
     let registry = Registry::new(reference);
     let Some(layers) = remote_layers(&registry)? else {
-        return Err(Error::other(
-            format!("registry has no wheel cache at {reference}"),
-            Some(
-                "push one first with `kiln cache push`, or check the repository and tag"
-                    .to_string(),
-            ),
-        ));
+        return Err(no_cache(reference));
     };
     let mut summary = PullSummary::default();
     crate::fs::create_dir(wheels_dir)?;
     let remotes = layers
         .iter()
+        .filter(|l| !is_step_layer(l))
         .map(|layer| RemoteWheel::from_layer(layer, reference))
         .collect::<Result<Vec<_>>>()?;
     for remote in &remotes {
@@ -376,7 +478,7 @@ fn entry_of(
 /// The layers of the tag's kiln wheel-cache manifest; None when the tag does not exist. A tag
 /// holding anything else (an image, an image index) is an error: a pull would find "0 wheels"
 /// in it and a push would replace it.
-fn remote_layers(registry: &Registry) -> Result<Option<Vec<Value>>> {
+pub(crate) fn remote_layers(registry: &Registry) -> Result<Option<Vec<Value>>> {
     let Some((content_type, bytes)) = registry.manifest(ACCEPT_ANY_MANIFEST)? else {
         return Ok(None);
     };

@@ -131,6 +131,18 @@ impl StepCache {
         self.root.join(id)
     }
 
+    /// A fresh directory an entry `id` is written into before it is renamed into place (`kiln
+    /// cache gc` removes what an interrupted insert left).
+    pub(crate) fn staging_dir(&self, id: &str) -> Result<PathBuf> {
+        create_dir(&self.root)?;
+        let staging = self
+            .root
+            .join(format!(".staging-{id}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&staging);
+        create_dir(&staging)?;
+        Ok(staging)
+    }
+
     /// Whether a complete entry for `id` is here (its files are verified on restore).
     pub(crate) fn has(&self, id: &str) -> bool {
         read_entry(&self.entry_dir(id)).is_some()
@@ -151,12 +163,7 @@ impl StepCache {
         if read_entry(&dir).is_some() {
             return Ok(Ok(id));
         }
-        create_dir(&self.root)?;
-        let staging = self
-            .root
-            .join(format!(".staging-{id}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&staging);
-        create_dir(&staging)?;
+        let staging = self.staging_dir(&id)?;
         let result = (|| {
             let tar_path = staging.join(ARCHIVE);
             let file = File::create(&tar_path)
@@ -252,8 +259,10 @@ impl StepCache {
                 }
             }
             unpack(&archive, &entry, &temps).map_err(corrupt)?;
+            kill_point("unpacked");
             for (out, temp) in outputs.iter().zip(&temps) {
                 replace(temp, out)?;
+                kill_point("replaced");
             }
             Ok(())
         })();
@@ -265,8 +274,6 @@ impl StepCache {
         result.map(|()| entry)
     }
 
-    /// Remove staging leftovers, unreadable or corrupt entries, and entries older than
-    /// `max_age_secs`. Returns the removed directories with the reason.
     /// The ids of the entries here whose entry.json reads (export takes these).
     pub(crate) fn list(&self) -> Vec<String> {
         let mut ids: Vec<String> = std::fs::read_dir(&self.root)
@@ -330,49 +337,38 @@ impl StepCache {
         }
     }
 
+    /// Remove staging leftovers, unreadable or corrupt entries, and entries older than
+    /// `max_age_secs` ([`super::gc::gc`]). Returns the removed directories with the reason.
     pub(crate) fn gc(&self, max_age_secs: Option<u64>) -> Result<Vec<(String, String)>> {
-        let now = now_unix();
-        let mut removed = Vec::new();
-        for e in std::fs::read_dir(&self.root)
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let path = e.path();
-            let reason = if name.starts_with(".staging-") {
-                Some("unfinished insert".to_string())
-            } else {
-                match read_entry(&path) {
-                    None => Some("no readable entry.json".into()),
-                    Some(entry) => {
-                        let sha = File::open(path.join(ARCHIVE))
-                            .and_then(sha256_reader)
-                            .ok()
-                            .map(|(s, _)| s);
-                        if sha.as_deref() != Some(entry.archive_sha256.as_str())
-                            || entry.key.id() != name
-                        {
-                            Some("archive missing or corrupt".into())
-                        } else if max_age_secs
-                            .is_some_and(|max| now.saturating_sub(entry.created_unix) > max)
-                        {
-                            Some("older than --older-than".into())
-                        } else {
-                            None
-                        }
-                    }
-                }
-            };
-            if let Some(reason) = reason {
-                std::fs::remove_dir_all(&path)
-                    .map_err(|e| Error::io(format!("cannot remove {}", path.display()), e))?;
-                removed.push((name, reason));
+        super::gc::gc(&self.root, max_age_secs, |path, name| {
+            let entry = read_entry(path).ok_or("no readable entry.json")?;
+            let sha = File::open(path.join(ARCHIVE))
+                .and_then(sha256_reader)
+                .ok()
+                .map(|(s, _)| s);
+            if sha.as_deref() != Some(entry.archive_sha256.as_str()) || entry.key.id() != name {
+                return Err("archive missing or corrupt");
             }
-        }
-        Ok(removed)
+            Ok(entry.created_unix)
+        })
     }
 }
+
+/// The test kill switch: `KILN_TEST_RESTORE_KILL_AT=unpacked` (every output unpacked, none in
+/// place) or `replaced` (the first output in place) makes a restore SIGKILL itself there, so a
+/// test can stop it between two writes. Debug builds only (the ones `cargo test` drives).
+#[cfg(debug_assertions)]
+fn kill_point(name: &str) {
+    if std::env::var("KILN_TEST_RESTORE_KILL_AT").is_ok_and(|at| at == name) {
+        // SAFETY: a signal to this very process; SIGKILL cannot be caught, nothing runs after.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn kill_point(_: &str) {}
 
 fn now_unix() -> u64 {
     std::time::SystemTime::now()

@@ -306,47 +306,17 @@ impl WheelCache {
     /// Remove staging leftovers, unreadable or corrupt entries, and entries older than `max_age_secs`.
     /// Returns the removed directories with the reason.
     pub(crate) fn gc(&self, max_age_secs: Option<u64>) -> Result<Vec<(String, String)>> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let mut removed = Vec::new();
-        for e in std::fs::read_dir(&self.root)
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let path = e.path();
-            let reason = if name.starts_with(".staging-") {
-                Some("unfinished insert".to_string())
-            } else {
-                match read_entry(&path) {
-                    None => Some("no readable entry.json".into()),
-                    Some(entry) => {
-                        let wheel = path.join(&entry.wheel);
-                        let sha = std::fs::File::open(&wheel)
-                            .ok()
-                            .and_then(|f| sha256_reader(f).ok())
-                            .map(|(s, _)| s);
-                        if sha.as_deref() != Some(entry.sha256.as_str()) || entry.key.id() != name {
-                            Some("wheel missing or corrupt".into())
-                        } else if max_age_secs.is_some_and(|max| {
-                            now.saturating_sub(entry.created_unix.unwrap_or(0)) > max
-                        }) {
-                            Some("older than --older-than".into())
-                        } else {
-                            None
-                        }
-                    }
-                }
-            };
-            if let Some(reason) = reason {
-                std::fs::remove_dir_all(&path)
-                    .map_err(|e| Error::io(format!("cannot remove {}", path.display()), e))?;
-                removed.push((name, reason));
+        super::gc::gc(&self.root, max_age_secs, |path, name| {
+            let entry = read_entry(path).ok_or("no readable entry.json")?;
+            let sha = std::fs::File::open(path.join(&entry.wheel))
+                .ok()
+                .and_then(|f| sha256_reader(f).ok())
+                .map(|(s, _)| s);
+            if sha.as_deref() != Some(entry.sha256.as_str()) || entry.key.id() != name {
+                return Err("wheel missing or corrupt");
             }
-        }
-        Ok(removed)
+            Ok(entry.created_unix.unwrap_or(0))
+        })
     }
 
     /// Every complete entry as it is carried (key as JSON; a missing cache: none), sorted by

@@ -1,5 +1,7 @@
-//! `kiln cache ls|gc|export|import|push|pull`: the compiled-wheel cache (export, import and gc
-//! carry the step cache's entries too).
+//! `kiln cache ls|gc|export|import|push|pull`: the compiled-wheel cache and the step cache,
+//! moved together. Each subcommand's result is one typed event (`cache`, `cache_gc`,
+//! `cache_exported`, `cache_imported`, `cache_pushed`, `cache_pulled`) for `--json`, a line for
+//! a human.
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -8,8 +10,10 @@ use serde::Serialize;
 
 use super::Settings;
 use crate::cache::{
-    archive,
+    archive, remote,
+    steps::{short, StepCache},
     wheels::{Entry, WheelCache},
+    PullSummary, PushSummary,
 };
 use crate::cli::{CacheArgs, CacheCommand};
 use crate::error::{Error, Result};
@@ -18,92 +22,220 @@ use crate::report::Block;
 use crate::units::{format_size, parse_duration};
 
 pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
+    crate::report::json_lines(args.json);
     let cache = WheelCache::new(&settings.paths.wheels());
-    let steps = crate::cache::steps::StepCache::new(&settings.paths.steps());
-    match &args.command {
-        CacheCommand::Ls { json } => {
-            crate::report::json_lines(*json);
-            list(&cache);
-            Ok(0)
-        }
-        CacheCommand::Gc { older_than } => {
-            let max_age = older_than
-                .as_deref()
-                .map(|a| {
-                    parse_duration(a).map_err(|m| {
-                        Error::usage(
-                            format!("--older-than {a}: {m}"),
-                            Some("e.g. `--older-than 30d`".into()),
-                        )
-                    })
-                })
-                .transpose()?;
-            let mut removed = cache.gc(max_age.map(|d| d.as_secs()))?;
-            removed.extend(steps.gc(max_age.map(|d| d.as_secs()))?);
-            for (id, why) in &removed {
-                println!("removed {}: {why}", id.chars().take(24).collect::<String>());
-            }
-            println!(
-                "{} entr{} removed",
-                removed.len(),
-                if removed.len() == 1 { "y" } else { "ies" }
-            );
-            Ok(0)
-        }
+    let steps = StepCache::new(&settings.paths.steps());
+    let block = match &args.command {
+        CacheCommand::Ls => list(&cache, &steps),
+        CacheCommand::Gc { older_than } => gc(&cache, &steps, older_than.as_deref())?,
         CacheCommand::Export { file } => {
-            let n = archive::export(&cache, &steps, file)?;
-            let n = format!(
-                "{} wheel(s) and {} step entr{}",
-                n.wheels,
-                n.steps,
-                if n.steps == 1 { "y" } else { "ies" }
-            );
-            // A stream on stdout carries the archive: the count goes to stderr then.
+            // A stream on stdout carries the archive: nothing else may be said there.
             let streamed = crate::output::check(file, "the cache archive", true)?
                 == crate::output::Output::Stream;
-            if streamed {
-                eprintln!("exported {n} to {}", file.display());
-            } else {
-                println!("exported {n} to {}", file.display());
+            if streamed && args.json {
+                return Err(Error::usage(
+                    "`kiln cache export --json` writes its events on stdout, so the archive cannot go there",
+                    Some("name a file: `kiln cache export --json cache.tar`".into()),
+                ));
             }
-            Ok(0)
+            let n = archive::export(&cache, &steps, file)?;
+            let text = format!(
+                "exported {} to {}",
+                counted(n.wheels, n.steps),
+                file.display()
+            );
+            let block = Block::new("cache_exported", text, &Moved::of(file, &n));
+            if streamed {
+                block.milestone()
+            } else {
+                block
+            }
         }
         CacheCommand::Import { file } => {
             let n = archive::import(&cache, &steps, file)?;
-            println!(
-                "imported {} wheel(s) and {} step entr{} from {}",
-                n.wheels,
-                n.steps,
-                if n.steps == 1 { "y" } else { "ies" },
+            let text = format!(
+                "imported {} from {}",
+                counted(n.wheels, n.steps),
                 file.display()
             );
-            Ok(0)
+            Block::new("cache_imported", text, &Moved::of(file, &n))
         }
         CacheCommand::Push { reference } => {
             let reference = Reference::parse(reference)?;
-            let s = cache.push(&reference, &super::show::say)?;
-            println!(
-                "pushed {} wheel(s) to {reference} ({} already there, {} in the tag)",
-                s.uploaded, s.already_there, s.total
+            let p = remote::push_all(&cache, &steps, &reference, &super::show::say)?;
+            let text = format!(
+                "pushed {} wheel(s) to {reference} ({} already there, {} in the tag); {} step entr{} ({} already there, {} in the tag)",
+                p.wheels.uploaded,
+                p.wheels.already_there,
+                p.wheels.total,
+                p.steps.uploaded,
+                ies(p.steps.uploaded),
+                p.steps.already_there,
+                p.steps.total,
             );
-            Ok(0)
+            let event = Pushed {
+                reference: reference.to_string(),
+                wheels: (&p.wheels).into(),
+                steps: (&p.steps).into(),
+            };
+            Block::new("cache_pushed", text, &event)
         }
         CacheCommand::Pull { reference } => {
             let reference = Reference::parse(reference)?;
-            let s = cache.pull(&reference, &super::show::say)?;
-            println!(
-                "pulled {} wheel(s) from {reference} ({} already cached, {})",
+            let w = cache.pull(&reference, &super::show::say)?;
+            let s = steps.pull(&reference, None, &super::show::say)?;
+            let text = format!(
+                "pulled {} wheel(s) from {reference} ({} already cached, {}); {} step entr{} ({} already cached, {})",
+                w.fetched,
+                w.already_cached,
+                format_size(w.bytes),
                 s.fetched,
+                ies(s.fetched),
                 s.already_cached,
                 format_size(s.bytes)
             );
-            Ok(0)
+            let event = Pulled {
+                reference: reference.to_string(),
+                wheels: (&w).into(),
+                steps: (&s).into(),
+            };
+            Block::new("cache_pulled", text, &event)
+        }
+    };
+    crate::report::current().result(&block);
+    Ok(0)
+}
+
+fn ies(n: usize) -> &'static str {
+    if n == 1 {
+        "y"
+    } else {
+        "ies"
+    }
+}
+
+fn counted(wheels: usize, steps: usize) -> String {
+    format!("{wheels} wheel(s) and {steps} step entr{}", ies(steps))
+}
+
+/// `cache_exported` / `cache_imported`: the archive and what moved.
+#[derive(Serialize)]
+struct Moved<'a> {
+    file: &'a Path,
+    wheels: usize,
+    step_entries: usize,
+}
+
+impl<'a> Moved<'a> {
+    fn of(file: &'a Path, n: &archive::Counts) -> Self {
+        Moved {
+            file,
+            wheels: n.wheels,
+            step_entries: n.steps,
         }
     }
 }
 
-/// The cached wheels: a line each for a human, one `cache` event (root and entries) in JSON lines.
-fn list(cache: &WheelCache) {
+/// One kind's part of a push.
+#[derive(Serialize)]
+struct PushCounts {
+    uploaded: usize,
+    already_there: usize,
+    /// Entries of this kind in the tag after the push.
+    in_tag: usize,
+}
+
+impl From<&PushSummary> for PushCounts {
+    fn from(s: &PushSummary) -> Self {
+        PushCounts {
+            uploaded: s.uploaded,
+            already_there: s.already_there,
+            in_tag: s.total,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Pushed {
+    reference: String,
+    wheels: PushCounts,
+    steps: PushCounts,
+}
+
+/// One kind's part of a pull.
+#[derive(Serialize)]
+struct PullCounts {
+    fetched: usize,
+    already_cached: usize,
+    bytes: u64,
+}
+
+impl From<&PullSummary> for PullCounts {
+    fn from(s: &PullSummary) -> Self {
+        PullCounts {
+            fetched: s.fetched,
+            already_cached: s.already_cached,
+            bytes: s.bytes,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Pulled {
+    reference: String,
+    wheels: PullCounts,
+    steps: PullCounts,
+}
+
+/// `cache_gc`: each removed entry with its kind and why.
+#[derive(Serialize)]
+struct Removed {
+    kind: &'static str,
+    id: String,
+    reason: String,
+}
+
+#[derive(Serialize)]
+struct GcEvent {
+    removed: Vec<Removed>,
+}
+
+fn gc(cache: &WheelCache, steps: &StepCache, older_than: Option<&str>) -> Result<Block> {
+    let max_age = older_than
+        .map(|a| {
+            parse_duration(a).map_err(|m| {
+                Error::usage(
+                    format!("--older-than {a}: {m}"),
+                    Some("e.g. `--older-than 30d`".into()),
+                )
+            })
+        })
+        .transpose()?
+        .map(|d| d.as_secs());
+    let mut removed: Vec<Removed> = Vec::new();
+    for (kind, list) in [("wheel", cache.gc(max_age)?), ("step", steps.gc(max_age)?)] {
+        removed.extend(
+            list.into_iter()
+                .map(|(id, reason)| Removed { kind, id, reason }),
+        );
+    }
+    let mut text = String::new();
+    for r in &removed {
+        let _ = writeln!(
+            text,
+            "removed {} {}: {}",
+            r.kind,
+            r.id.chars().take(24).collect::<String>(),
+            r.reason
+        );
+    }
+    let _ = writeln!(text, "{} entr{} removed", removed.len(), ies(removed.len()));
+    Ok(Block::new("cache_gc", text, &GcEvent { removed }))
+}
+
+/// The cached wheels and step entries: a line each for a human, one `cache` event (roots and
+/// entries) in JSON lines.
+fn list(cache: &WheelCache, steps: &StepCache) -> Block {
     #[derive(Serialize)]
     struct Listed<'a> {
         id: &'a str,
@@ -111,9 +243,20 @@ fn list(cache: &WheelCache) {
         path: PathBuf,
     }
     #[derive(Serialize)]
+    struct ListedStep {
+        id: String,
+        recipe: String,
+        step: String,
+        outputs: Vec<String>,
+        size: u64,
+        created_unix: u64,
+    }
+    #[derive(Serialize)]
     struct CacheEvent<'a> {
         root: &'a Path,
         entries: Vec<Listed<'a>>,
+        steps_root: &'a Path,
+        step_entries: Vec<ListedStep>,
     }
     let entries = cache.list();
     let mut text = String::new();
@@ -135,6 +278,35 @@ fn list(cache: &WheelCache) {
             format_size(e.size),
         );
     }
+    let step_entries: Vec<ListedStep> = steps
+        .list()
+        .into_iter()
+        .filter_map(|id| {
+            let e = crate::cache::steps::read_entry(&steps.entry_dir(&id))?;
+            Some(ListedStep {
+                id,
+                recipe: e.recipe,
+                step: e.step,
+                outputs: e.outputs,
+                size: e.size,
+                created_unix: e.created_unix,
+            })
+        })
+        .collect();
+    if step_entries.is_empty() {
+        let _ = writeln!(text, "no step entries in {}", steps.root.display());
+    }
+    for s in &step_entries {
+        let _ = writeln!(
+            text,
+            "{}  step {}/{}  {}  {}",
+            short(&s.id),
+            s.recipe,
+            s.step,
+            s.outputs.join(" "),
+            format_size(s.size)
+        );
+    }
     let event = CacheEvent {
         root: &cache.root,
         entries: entries
@@ -145,6 +317,8 @@ fn list(cache: &WheelCache) {
                 path: cache.wheel_path(id, entry),
             })
             .collect(),
+        steps_root: &steps.root,
+        step_entries,
     };
-    crate::report::current().result(&Block::new("cache", text, &event));
+    Block::new("cache", text, &event)
 }

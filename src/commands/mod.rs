@@ -20,7 +20,7 @@ mod tune;
 mod up;
 mod verify;
 
-use crate::cli::{CacheCommand, Cli, Command, PatchAction};
+use crate::cli::{Cli, Command, PatchAction};
 use crate::error::{Error, Result};
 use crate::report::Reporter;
 
@@ -99,7 +99,7 @@ pub(crate) fn output(cli: &Cli) -> crate::report::Output {
         Command::Patch(a) => match &a.action {
             PatchAction::Apply(t) | PatchAction::Check(t) | PatchAction::Revert(t) => t.json,
         },
-        Command::Cache(a) => matches!(a.command, CacheCommand::Ls { json: true }),
+        Command::Cache(a) => a.json,
         Command::Image(a) => a.json,
         _ => false,
     };

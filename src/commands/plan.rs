@@ -23,7 +23,7 @@ pub(super) fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
     let memo = HashMemo::load(&state.memo_path());
     let selection = Selection::default();
     let plan = engine::plan(&recipe, &state, &settings.facts, &selection, &memo)?;
-    engine::plan::record(&recipe, &plan, &state, &settings.facts, &selection, &memo);
+    engine::fresh::record(&recipe, &plan, &state, &settings.facts, &selection, &memo);
     let _ = memo.save();
     let requires = if args.json {
         String::new()
@@ -50,12 +50,25 @@ pub(super) fn show(recipe: &Recipe, plan: &Plan, dry_run: bool) {
     };
     let mut text = format!("{}{requires}", render(plan, &recipe.origin));
     if dry_run {
-        let stale = plan.count("stale");
-        let _ = writeln!(
-            text,
-            "dry run: {} would run",
-            crate::report::count(stale, "step")
-        );
+        let restored = plan
+            .steps
+            .iter()
+            .filter(|s| s.restore_entry.is_some())
+            .count();
+        let run = plan.count("stale") - restored;
+        let _ = match restored {
+            0 => writeln!(
+                text,
+                "dry run: {} would run",
+                crate::report::count(run, "step")
+            ),
+            _ => writeln!(
+                text,
+                "dry run: {} would run, {} would be restored from the step cache",
+                crate::report::count(run, "step"),
+                restored
+            ),
+        };
     }
     crate::report::current().result(&Block::new("plan", text, plan));
 }
@@ -112,8 +125,11 @@ pub(super) fn render(plan: &Plan, origin: &str) -> String {
         let jobs = s
             .max_jobs
             .map_or(String::new(), |j| format!(" [MAX_JOBS={j}]"));
+        let restore = s.restore_entry.as_ref().map_or(String::new(), |e| {
+            format!("; restore from cache (entry {e})")
+        });
         let line = format!(
-            "  {:<8} {:<width$}  {:<8} {why}{jobs}",
+            "  {:<8} {:<width$}  {:<8} {why}{restore}{jobs}",
             s.status.label(),
             s.id,
             s.kind

@@ -31,7 +31,7 @@ pub(super) fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
     if args.dry_run {
         let memo = HashMemo::load(&state.memo_path());
         let plan = engine::plan(&recipe, &state, &settings.facts, &selection, &memo)?;
-        engine::plan::record(&recipe, &plan, &state, &settings.facts, &selection, &memo);
+        engine::fresh::record(&recipe, &plan, &state, &settings.facts, &selection, &memo);
         super::plan::show(&recipe, &plan, true);
         // The same answer the run would give: its preflights run (nothing else does), and where
         // they refuse, the dry run exits non-zero with their error.
@@ -105,7 +105,7 @@ fn provision(
     let lock = state.lock()?;
     let memo = HashMemo::load(&state.memo_path());
     let plan = engine::plan(recipe, state, &settings.facts, selection, &memo)?;
-    engine::plan::record(recipe, &plan, state, &settings.facts, selection, &memo);
+    engine::fresh::record(recipe, &plan, state, &settings.facts, selection, &memo);
     let reporter = super::reporter(args.json);
     for w in crate::recipe::cuda_arch::family_conflicts(recipe) {
         reporter.warning(&w);

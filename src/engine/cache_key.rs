@@ -112,8 +112,66 @@ pub(crate) fn compute(
         key.tools
             .insert(r.tool.name.to_string(), tool_version(r.tool.name, r));
     }
+    if builds_with_cuda(&definition, &step.env) {
+        key.tools
+            .insert("nvcc".into(), nvcc_version(step.env.get("CUDA_HOME")));
+    }
     key.host = host();
     Ok(key)
+}
+
+/// Whether a step's definition or env names CUDA (nvcc, a toolkit, a GPU arch): then the nvcc
+/// it finds is part of its key. Naming it where it does not build with it only costs a miss
+/// when nvcc changes.
+fn builds_with_cuda(definition: &str, env: &BTreeMap<String, String>) -> bool {
+    let words = [
+        "nvcc",
+        "cuda",
+        "sm_",
+        "compute_",
+        "gpu.cc",
+        "torch_cuda_arch",
+    ];
+    std::iter::once(definition)
+        .chain(env.iter().flat_map(|(k, v)| [k.as_str(), v.as_str()]))
+        .any(|text| {
+            let lower = text.to_ascii_lowercase();
+            words.iter().any(|w| lower.contains(w))
+        })
+}
+
+/// The version nvcc reports (`V13.0.88`), found through the step's `CUDA_HOME`, then kiln's,
+/// then PATH (asked once per nvcc and process); `missing` where there is none, `unknown` where
+/// it says no version.
+fn nvcc_version(step_cuda_home: Option<&String>) -> String {
+    static SEEN: Mutex<BTreeMap<PathBuf, String>> = Mutex::new(BTreeMap::new());
+    let nvcc = step_cuda_home
+        .cloned()
+        .or_else(|| std::env::var("CUDA_HOME").ok())
+        .map(|h| Path::new(&h).join("bin/nvcc"))
+        .filter(|p| p.exists())
+        .or_else(|| which::which("nvcc").ok());
+    let Some(nvcc) = nvcc else {
+        return "missing".into();
+    };
+    if let Some(v) = SEEN.lock().ok().and_then(|m| m.get(&nvcc).cloned()) {
+        return v;
+    }
+    let v = crate::process::capture(&nvcc.display().to_string(), &["--version"])
+        .ok()
+        .and_then(|out| nvcc_release(&out))
+        .unwrap_or_else(|| "unknown".into());
+    if let Ok(mut m) = SEEN.lock() {
+        m.insert(nvcc, v.clone());
+    }
+    v
+}
+
+/// `V13.0.88` from `nvcc --version`'s "Cuda compilation tools, release 13.0, V13.0.88".
+fn nvcc_release(out: &str) -> Option<String> {
+    out.split_whitespace()
+        .find(|w| w.starts_with('V') && w[1..].starts_with(|c: char| c.is_ascii_digit()))
+        .map(str::to_string)
 }
 
 /// The version a `requires` tool reports on PATH (asked once per tool and process).
@@ -154,9 +212,12 @@ fn host() -> BTreeMap<String, String> {
 /// sha256 of the first CPU's sorted feature flags (`/proc/cpuinfo` `flags`, arm64 `Features`);
 /// "unknown" where there is none.
 fn cpu_features() -> String {
-    let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") else {
-        return "unknown".into();
-    };
+    std::fs::read_to_string("/proc/cpuinfo")
+        .map_or_else(|_| "unknown".into(), |i| cpu_features_of(&i))
+}
+
+/// [`cpu_features`] of a `/proc/cpuinfo` text.
+fn cpu_features_of(info: &str) -> String {
     let flags = info.lines().find_map(|l| {
         let (name, value) = l.split_once(':')?;
         matches!(name.trim(), "flags" | "Features").then_some(value)
@@ -185,7 +246,40 @@ fn libc_version() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::replace_dir;
+    use super::{cpu_features_of, host, nvcc_release, replace_dir};
+
+    /// The CPU-features part of the key: the first CPU's flags, order aside; one flag more or
+    /// less (a `-march=native` build would use it) is another key.
+    #[test]
+    fn the_cpu_features_part_of_the_key_is_the_first_cpus_flag_set() {
+        let info = |flags: &str| {
+            format!("processor\t: 0\nmodel name\t: X\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: fpu\n")
+        };
+        let avx512 = cpu_features_of(&info("fpu sse2 avx2 avx512f"));
+        assert_eq!(avx512, cpu_features_of(&info("avx512f avx2 fpu sse2")));
+        assert_ne!(avx512, cpu_features_of(&info("fpu sse2 avx2")));
+        assert_eq!(
+            avx512,
+            crate::hash::sha256_bytes(b"avx2 avx512f fpu sse2"),
+            "sha256 of the sorted flags"
+        );
+        let arm = cpu_features_of("processor\t: 0\nFeatures\t: fp asimd sve\n");
+        assert_eq!(arm, crate::hash::sha256_bytes(b"asimd fp sve"));
+        assert_eq!(cpu_features_of("processor\t: 0\n"), "unknown");
+        let here = std::fs::read_to_string("/proc/cpuinfo").unwrap();
+        assert_eq!(host()["cpu_features"], cpu_features_of(&here));
+    }
+
+    #[test]
+    fn the_nvcc_version_is_read_from_a_real_nvcc_output() {
+        // The H200's `nvcc --version` (/work/shared/fixtures/gpu/h200x2/nvcc-version.txt).
+        let text =
+            "nvcc: NVIDIA (R) Cuda compiler driver\nCopyright (c) 2005-2025 NVIDIA Corporation\n\
+                    Built on Wed_Aug_20_01:58:59_PM_PDT_2025\n\
+                    Cuda compilation tools, release 13.0, V13.0.88\n\
+                    Build cuda_13.0.r13.0/compiler.36424714_0\n";
+        assert_eq!(nvcc_release(text).as_deref(), Some("V13.0.88"));
+    }
 
     #[test]
     fn only_whole_directory_prefixes_are_made_portable() {

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::fingerprint::expand_inputs;
 use super::index::{dir_stamp, DirStamp};
-use super::plan::{PlannedStep, Status};
+use super::plan::{PlannedStep, Selection, Status};
 use super::state::StateDir;
 use super::Plan;
 use crate::hash::{FileVersion, HashMemo};
@@ -146,6 +146,7 @@ pub(crate) fn lookup(
             forced: false,
             max_jobs: crate::steps::max_jobs_for(s.mem_per_job),
             digest: s.digest.map(Cow::into_owned),
+            restore_entry: None,
         });
     }
     Some(FreshPlan {
@@ -157,11 +158,33 @@ pub(crate) fn lookup(
     })
 }
 
+/// What a plan leaves for the next one (the caller's part: [`super::plan::plan`] itself writes
+/// nothing): the receipts index brought up to date with what the plan read, and, for a plan with
+/// every step fresh or skipped and no selection, the fresh record that lets the next run skip
+/// loading the recipe. Best effort, like both records.
+pub(crate) fn record(
+    recipe: &Recipe,
+    plan: &Plan,
+    state: &StateDir,
+    facts: &Facts,
+    sel: &Selection,
+    memo: &HashMemo,
+) {
+    state.refresh_index(recipe.steps.iter().map(|s| s.id.as_str()));
+    let all_fresh = plan
+        .steps
+        .iter()
+        .all(|s| matches!(s.status, Status::Fresh | Status::Skipped(_)));
+    if all_fresh && sel.only.is_empty() && sel.from.is_none() && sel.force.is_empty() {
+        save(recipe, plan, state, facts, memo);
+    }
+}
+
 /// Record `plan` of `recipe` (every step fresh or skipped, no selection) for the next lookup;
 /// best effort. Not recorded when the recipe cache is off, when the receipts directory changed
 /// while planning or changed too recently to be told from a change to come, or when an input
 /// file is not the version whose hash the plan used or is that recent.
-pub(crate) fn save(recipe: &Recipe, plan: &Plan, state: &StateDir, facts: &Facts, memo: &HashMemo) {
+fn save(recipe: &Recipe, plan: &Plan, state: &StateDir, facts: &Facts, memo: &HashMemo) {
     let Some(provenance) = &recipe.provenance else {
         return;
     };

@@ -55,6 +55,10 @@ pub(crate) struct PlannedStep {
     pub max_jobs: Option<usize>,
     /// The fingerprint digest (absent for skipped steps).
     pub digest: Option<String>,
+    /// For a stale step: the step-cache entry (its short id) a restore would serve it from,
+    /// instead of running it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restore_entry: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -126,6 +130,7 @@ pub(crate) fn plan(
             forced,
             max_jobs: crate::steps::max_jobs(step),
             digest: None,
+            restore_entry: None,
         };
         if let Some(why) = skipped_by_when(recipe, step, facts) {
             planned.status = Status::Skipped(why);
@@ -142,6 +147,12 @@ pub(crate) fn plan(
         };
         planned.digest = Some(fp.digest);
         out.push(planned);
+    }
+    if out
+        .iter()
+        .any(|p| matches!(p.status, Status::Stale(_)) && !p.forced)
+    {
+        find_restores(recipe, state, &mut out, memo);
     }
     Ok(Plan {
         recipe: recipe.name.clone(),
@@ -162,25 +173,34 @@ pub(crate) fn skipped_by_when(recipe: &Recipe, step: &Step, facts: &Facts) -> Op
     (!w.expr.eval(&lookup)).then(|| format!("`when = \"{}\"` is false on this host", w.text))
 }
 
-/// What a plan leaves for the next one (the caller's part: [`plan`] itself writes nothing): the
-/// receipts index brought up to date with what the plan read, and, for a plan with every step
-/// fresh or skipped and no selection, the fresh record ([`super::fresh`]) that lets the next
-/// run skip loading the recipe. Best effort, like both records.
-pub(crate) fn record(
-    recipe: &Recipe,
-    plan: &Plan,
-    state: &StateDir,
-    facts: &Facts,
-    sel: &Selection,
-    memo: &HashMemo,
-) {
-    state.refresh_index(recipe.steps.iter().map(|s| s.id.as_str()));
-    let all_fresh = plan
-        .steps
-        .iter()
-        .all(|s| matches!(s.status, Status::Fresh | Status::Skipped(_)));
-    if all_fresh && sel.only.is_empty() && sel.from.is_none() && sel.force.is_empty() {
-        super::fresh::save(recipe, plan, state, facts, memo);
+/// Mark each stale step (not forced) whose step-cache entry is here with that entry: the run
+/// restores it instead of running it. The keys follow the run's: a fresh step's is its
+/// receipt's, a stale step's is computed now, one unknown leaves its dependents uncached.
+fn find_restores(recipe: &Recipe, state: &StateDir, steps: &mut [PlannedStep], memo: &HashMemo) {
+    let mut keys: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for (step, planned) in recipe.steps.iter().zip(steps.iter_mut()) {
+        let key = match &planned.status {
+            Status::Skipped(_) => Some("skipped".to_string()),
+            Status::Fresh | Status::NotSelected => {
+                state.receipt(&step.id).and_then(|r| r.cache_key)
+            }
+            Status::Stale(_) => {
+                let deps: Option<BTreeMap<String, String>> = step
+                    .needs
+                    .iter()
+                    .map(|d| Some((d.clone(), keys.get(d).cloned().flatten()?)))
+                    .collect();
+                let id = super::restore::planned_key(step, recipe, deps, &state.paths, memo);
+                if !planned.forced {
+                    planned.restore_entry = id
+                        .as_deref()
+                        .filter(|id| super::restore::held(&state.paths, step, id))
+                        .map(|id| crate::cache::steps::short(id).to_string());
+                }
+                id
+            }
+        };
+        keys.insert(step.id.clone(), key);
     }
 }
 
@@ -269,7 +289,7 @@ mod tests {
         let planned = plan(&recipe, &state, &facts, &sel, &memo).unwrap();
         assert!(matches!(planned.steps[0].status, Status::Skipped(_)));
         assert_eq!(tree(dir.path()), before, "plan wrote files");
-        record(&recipe, &planned, &state, &facts, &sel, &memo);
+        crate::engine::fresh::record(&recipe, &planned, &state, &facts, &sel, &memo);
         assert_ne!(
             tree(dir.path()),
             before,

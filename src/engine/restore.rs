@@ -8,6 +8,8 @@ use super::cache_key::{self, Portable};
 use super::fingerprint::Fingerprint;
 use super::state::{Receipt, StateDir};
 use crate::cache::steps::{short, NotStored, StepCache, StepKey};
+use crate::hash::HashMemo;
+use crate::paths::StatePaths;
 use crate::recipe::{Recipe, Step};
 use crate::report::{Outcome, Reporter};
 use crate::steps::StepContext;
@@ -55,9 +57,63 @@ pub(super) fn cacheable(step: &Step) -> std::result::Result<(), &'static str> {
     }
 }
 
-/// Whether the step cache holds `id`.
+/// The key id `kiln plan` expects `step` to ask for (the run computes the same one), quietly:
+/// `None` where the run would not cache it or say why.
+pub(super) fn planned_key(
+    step: &Step,
+    recipe: &Recipe,
+    dep_keys: Option<BTreeMap<String, String>>,
+    paths: &StatePaths,
+    memo: &HashMemo,
+) -> Option<String> {
+    cache_key::compute(step, dep_keys?, &recipe.requires, paths, memo)
+        .ok()
+        .map(|k| k.id())
+}
+
+/// Whether a run would restore `step` from entry `id`: it is cacheable and the entry is here.
+pub(super) fn held(paths: &StatePaths, step: &Step, id: &str) -> bool {
+    cacheable(step).is_ok() && StepCache::new(&paths.steps()).has(id)
+}
+
+/// Whether the step cache holds `id`, or may fetch it from the remote cache
+/// (`KILN_REMOTE_CACHE`) on this miss ([`restore`] asks it).
 pub(super) fn available(ctx: &StepContext, id: &str) -> bool {
-    StepCache::new(&ctx.paths.steps()).has(id)
+    StepCache::new(&ctx.paths.steps()).has(id) || crate::cache::remote::configured().is_some()
+}
+
+/// A miss: fetch entry `id` from the remote cache, verified. Whether it is here now; a remote
+/// without it, or unreachable, is said and the step runs.
+fn fetch_remote(step: &Step, cache: &StepCache, id: &str, reporter: &dyn Reporter) -> bool {
+    let Some(remote) = crate::cache::remote::configured() else {
+        return false;
+    };
+    match cache.pull_remote(&remote, id) {
+        Ok(true) => {
+            reporter.note(&format!(
+                "step `{}`: entry {} pulled from the remote cache {remote}",
+                step.id,
+                short(id)
+            ));
+            true
+        }
+        Ok(false) => {
+            reporter.note(&format!(
+                "step `{}`: the remote cache {remote} has no entry {}; running it",
+                step.id,
+                short(id)
+            ));
+            false
+        }
+        Err(e) => {
+            reporter.warning(&format!(
+                "step `{}`: the remote cache is unavailable ({}); running it",
+                step.id,
+                e.with_causes().replace('\n', " ")
+            ));
+            false
+        }
+    }
 }
 
 /// Restore `step` from entry `id`, then run its check and write its receipt. `None` (with a
@@ -72,6 +128,9 @@ pub(super) fn restore(
 ) -> Option<Outcome> {
     let cache = StepCache::new(&ctx.paths.steps());
     let started = std::time::Instant::now();
+    if !cache.has(id) && !fetch_remote(step, &cache, id, reporter) {
+        return None;
+    }
     // The old receipt no longer describes what is on disk once outputs are replaced.
     if state.remove_receipt(&step.id).is_err() {
         return None;
@@ -128,4 +187,39 @@ pub(super) fn store(
     };
     reporter.warning(&format!("step `{}` is not cached: {why}", step.id));
     Err(why)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cacheable;
+
+    /// The seed recipe stores the FlashInfer warm-up's JIT kernels (its workspace under kiln's
+    /// cache directory) in the step cache.
+    #[test]
+    fn the_seed_recipe_caches_the_flashinfer_warm_up_kernels() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = crate::paths::StatePaths::new(dir.path().join("state"), None);
+        let facts = crate::host::Facts::new();
+        let opts = crate::recipe::LoadOptions {
+            overrides: &[],
+            facts: &facts,
+            paths: &paths,
+        };
+        let recipe = crate::recipe::load(Some("glm5-nvfp4-sm120"), &opts).unwrap();
+        let warmup = recipe
+            .steps
+            .iter()
+            .find(|s| s.id == "flashinfer-warmup")
+            .unwrap();
+        assert_eq!(warmup.outputs, [paths.cache().join("flashinfer")]);
+        assert_eq!(
+            warmup
+                .env
+                .get("FLASHINFER_WORKSPACE_BASE")
+                .map(std::path::PathBuf::from),
+            Some(paths.cache().join("flashinfer")),
+            "the output is where FlashInfer writes its kernels"
+        );
+        assert_eq!(cacheable(warmup), Ok(()));
+    }
 }

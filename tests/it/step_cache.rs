@@ -30,12 +30,12 @@ outputs = ["${prefix}/bin"]
 check = { paths = ["${prefix}/bin/hello"] }
 "#;
 
-struct Setup {
-    ws: Workspace,
+pub(crate) struct Setup {
+    pub(crate) ws: Workspace,
 }
 
 impl Setup {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let ws = Workspace::new();
         ws.write("r.toml", RECIPE);
         ws.write("hello.c", "int main(void) { return 0; }\n");
@@ -49,45 +49,56 @@ impl Setup {
         Setup { ws }
     }
 
-    fn cache(&self) -> PathBuf {
+    pub(crate) fn cache(&self) -> PathBuf {
         self.ws.path().join("shared-cache")
     }
 
     /// `kiln up r.toml` with state dir `state`, the shared cache, the counting `cc` first on PATH.
-    fn up(&self, state: &str) -> String {
+    pub(crate) fn up(&self, state: &str) -> String {
         self.up_with_cache(state, &self.cache())
     }
 
-    fn up_with_cache(&self, state: &str, cache: &Path) -> String {
+    pub(crate) fn up_with_cache(&self, state: &str, cache: &Path) -> String {
+        self.kiln_ok(state, cache, &["up", "r.toml"])
+    }
+
+    /// `kiln` with state dir `state`, cache `cache`, the counting `cc` first on PATH.
+    pub(crate) fn kiln_cmd(&self, state: &str, cache: &Path) -> assert_cmd::Command {
         let path = format!(
             "{}:{}",
             self.ws.path().join("bin").display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let out = self
-            .ws
-            .kiln()
-            .args(["up", "r.toml"])
-            .env("KILN_HOME", self.ws.path().join(state))
+        let mut cmd = self.ws.kiln();
+        cmd.env("KILN_HOME", self.ws.path().join(state))
             .env("KILN_CACHE_DIR", cache)
             .env("CC_COUNT", self.ws.path().join("cc-count"))
-            .env("PATH", path)
-            .output()
-            .unwrap();
+            .env("PATH", path);
+        cmd
+    }
+
+    /// `kiln <args>` in [`Self::kiln_cmd`]'s environment.
+    pub(crate) fn kiln_in(&self, state: &str, cache: &Path, args: &[&str]) -> std::process::Output {
+        self.kiln_cmd(state, cache).args(args).output().unwrap()
+    }
+
+    /// [`Self::kiln_in`], which must succeed: its stdout and stderr.
+    pub(crate) fn kiln_ok(&self, state: &str, cache: &Path, args: &[&str]) -> String {
+        let out = self.kiln_in(state, cache, args);
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(out.status.success(), "kiln up failed:\n{text}");
+        assert!(out.status.success(), "kiln {args:?} failed:\n{text}");
         text
     }
 
-    fn compiler_runs(&self) -> usize {
+    pub(crate) fn compiler_runs(&self) -> usize {
         std::fs::read_to_string(self.ws.path().join("cc-count")).map_or(0, |s| s.lines().count())
     }
 
-    fn entries(&self) -> Vec<PathBuf> {
+    pub(crate) fn entries(&self) -> Vec<PathBuf> {
         let dir = self.cache().join("steps");
         let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
             .map(|d| d.flatten().map(|e| e.path()).collect())
@@ -96,7 +107,7 @@ impl Setup {
         v
     }
 
-    fn receipt(&self, state: &str) -> serde_json::Value {
+    pub(crate) fn receipt(&self, state: &str) -> serde_json::Value {
         let p = self
             .ws
             .path()
@@ -105,12 +116,12 @@ impl Setup {
         serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
     }
 
-    fn hello(&self, state: &str) -> PathBuf {
+    pub(crate) fn hello(&self, state: &str) -> PathBuf {
         self.ws.path().join(state).join("work/cc-demo/bin/hello")
     }
 }
 
-fn is_executable(p: &Path) -> bool {
+pub(crate) fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
 }
@@ -324,4 +335,212 @@ fn an_archive_with_a_tampered_step_entry_imports_nothing() {
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "imported: {left:?}");
+}
+
+#[test]
+fn plan_and_dry_run_say_which_steps_a_restore_would_serve() {
+    let s = Setup::new();
+    s.up("A");
+    let entry = s.entries()[0].file_name().unwrap().to_string_lossy()[..12].to_string();
+    let plan = s.kiln_ok("B", &s.cache(), &["plan", "r.toml"]);
+    let line = |id: &str| {
+        plan.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(id))
+            .unwrap_or_else(|| panic!("no line for {id}:\n{plan}"))
+            .to_string()
+    };
+    assert!(
+        line("build").ends_with(&format!(
+            "never completed; restore from cache (entry {entry})"
+        )),
+        "{plan}"
+    );
+    assert!(
+        line("prep").ends_with("never completed"),
+        "prep runs: {plan}"
+    );
+    let dry = s.kiln_ok("B", &s.cache(), &["up", "r.toml", "--dry-run"]);
+    assert!(
+        dry.contains("dry run: 1 step would run, 1 would be restored from the step cache"),
+        "{dry}"
+    );
+    let json = s.kiln_ok("B", &s.cache(), &["plan", "r.toml", "--json"]);
+    let event: serde_json::Value = json
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["event"] == "plan")
+        .unwrap_or_else(|| panic!("no plan event:\n{json}"));
+    let steps = event["steps"].as_array().unwrap();
+    assert_eq!(steps[1]["id"], "build");
+    assert_eq!(steps[1]["restore_entry"], entry.as_str(), "{event}");
+    assert!(steps[0].get("restore_entry").is_none(), "{event}");
+    assert_eq!(s.compiler_runs(), 1, "planning ran nothing");
+    let forced = s.kiln_ok(
+        "C",
+        &s.cache(),
+        &["up", "r.toml", "--dry-run", "--force", "build"],
+    );
+    assert!(
+        !forced.contains("restore from cache"),
+        "--force runs: {forced}"
+    );
+
+    // What the plan said is what the run does.
+    let b = s.up("B");
+    assert!(
+        b.contains(&format!("restored from cache (entry {entry})")),
+        "{b}"
+    );
+    assert_eq!(s.compiler_runs(), 1);
+
+    // A changed input byte: the key misses, the plan says the step runs.
+    s.ws.write("hello.c", "int main(void) { return 2; }\n");
+    let plan = s.kiln_ok("B", &s.cache(), &["plan", "r.toml"]);
+    assert!(!plan.contains("restore from cache"), "{plan}");
+}
+
+/// A restore SIGKILLed (the debug-only `KILN_TEST_RESTORE_KILL_AT`) after its outputs are
+/// unpacked beside their place, or after they are in place but before the receipt: the step is
+/// not done, and the next run restores it whole, leaving no temporaries.
+#[test]
+fn a_restore_killed_midway_leaves_the_step_not_done_and_a_rerun_completes() {
+    for at in ["unpacked", "replaced"] {
+        let s = Setup::new();
+        s.up("A");
+        let killed = s
+            .kiln_cmd("B", &s.cache())
+            .args(["up", "r.toml"])
+            .env("KILN_TEST_RESTORE_KILL_AT", at)
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            killed.status.signal(),
+            Some(9),
+            "{at}: not killed: {}",
+            String::from_utf8_lossy(&killed.stderr)
+        );
+        let receipt = s.ws.path().join("B/runs/cc-demo/receipts/build.json");
+        assert!(!receipt.exists(), "{at}: the killed restore left a receipt");
+        let work = s
+            .hello("B")
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        let names = || -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(&work)
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        match at {
+            "unpacked" => assert!(
+                names().iter().any(|n| n.starts_with(".bin.kiln-restore-")),
+                "the kill came before the rename: {:?}",
+                names()
+            ),
+            _ => assert!(is_executable(&s.hello("B")), "{at}: the output is in place"),
+        }
+        let plan = s.kiln_ok("B", &s.cache(), &["plan", "r.toml"]);
+        assert!(plan.contains("restore from cache (entry"), "{at}: {plan}");
+        let b = s.up("B");
+        assert!(b.contains("restored from cache (entry"), "{at}: {b}");
+        assert_eq!(
+            s.compiler_runs(),
+            1,
+            "{at}: the rerun ran the compiler:\n{b}"
+        );
+        assert!(is_executable(&s.hello("B")));
+        assert_eq!(names(), ["bin", "prep"], "{at}: temporaries left");
+        assert!(receipt.exists());
+    }
+}
+
+/// A step that builds with nvcc has the nvcc version in its key: the same version restores, a
+/// changed one misses. `nvcc` here replays the H200's real `nvcc --version` (no toolkit on
+/// this machine), with the release the test sets.
+#[test]
+fn a_changed_nvcc_version_misses() {
+    let s = Setup::new();
+    s.ws.write(
+        "r.toml",
+        &RECIPE.replace(
+            "mkdir -p \\\"$1/bin\\\" && cc",
+            "nvcc --version > /dev/null && mkdir -p \\\"$1/bin\\\" && cc",
+        ),
+    );
+    assert!(
+        std::fs::read_to_string(s.ws.path().join("r.toml"))
+            .unwrap()
+            .contains("nvcc --version"),
+        "the recipe runs nvcc"
+    );
+    let release = |v: &str| {
+        s.ws.write(
+            "nvcc-version.txt",
+            &format!(
+                "nvcc: NVIDIA (R) Cuda compiler driver\nCopyright (c) 2005-2025 NVIDIA Corporation\nBuilt on Wed_Aug_20_01:58:59_PM_PDT_2025\nCuda compilation tools, release {v}, V{v}.88\nBuild cuda_{v}.r{v}/compiler.36424714_0\n"
+            ),
+        );
+    };
+    release("13.0");
+    let nvcc = s.ws.write(
+        "bin/nvcc",
+        &format!(
+            "#!/bin/sh\ncat '{}'\n",
+            s.ws.path().join("nvcc-version.txt").display()
+        ),
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&nvcc, std::fs::Permissions::from_mode(0o755)).unwrap();
+    s.up("A");
+    assert_eq!(s.compiler_runs(), 1);
+    let b = s.up("B");
+    assert!(b.contains("restored from cache (entry"), "same nvcc: {b}");
+    assert_eq!(s.compiler_runs(), 1);
+    release("12.8");
+    let c = s.up("C");
+    assert!(c.contains("ran    build"), "another nvcc restored: {c}");
+    assert_eq!(s.compiler_runs(), 2);
+}
+
+/// `kiln cache gc --json` drops a corrupt step entry and a staging leftover (the walk both caches
+/// share), keeps a good one until `--older-than` says it is old, and says each as typed fields.
+#[test]
+fn cache_gc_drops_corrupt_and_unfinished_step_entries_and_says_which() {
+    let s = Setup::new();
+    s.up("A");
+    let staging = s.cache().join("steps/.staging-left-1");
+    std::fs::create_dir_all(&staging).unwrap();
+    let gc = |args: &[&str]| -> serde_json::Value {
+        let out = s.kiln_ok("A", &s.cache(), args);
+        out.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["event"] == "cache_gc")
+            .unwrap_or_else(|| panic!("no cache_gc event:\n{out}"))
+    };
+    let kept = gc(&["cache", "gc", "--json"]);
+    assert_eq!(
+        kept["removed"],
+        serde_json::json!([{"kind": "step", "id": ".staging-left-1", "reason": "unfinished insert"}])
+    );
+    assert_eq!(s.entries().len(), 1, "a good entry stays");
+    let tar = s.entries()[0].join("outputs.tar");
+    let id = s.entries()[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    std::fs::write(&tar, b"truncated").unwrap();
+    let removed = gc(&["cache", "gc", "--json"]);
+    assert_eq!(
+        removed["removed"],
+        serde_json::json!([{"kind": "step", "id": id, "reason": "archive missing or corrupt"}])
+    );
+    assert!(s.entries().is_empty());
 }
