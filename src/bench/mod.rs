@@ -6,6 +6,7 @@ mod baseline;
 pub mod client;
 pub mod plot;
 mod protocol;
+pub mod sent;
 pub mod stats;
 pub mod wire;
 
