@@ -1108,6 +1108,66 @@ mod tests {
     }
 
     #[test]
+    fn a_verdict_line_is_feature_status_reason_then_the_evidence_escaped_and_clipped() {
+        let v = Verdict {
+            feature: "fa".into(),
+            status: Status::FellBack,
+            reason: "off\u{1b}".into(),
+            evidence: Some(format!("{}\u{7}", "e".repeat(170))),
+        };
+        assert_eq!(
+            v.line(),
+            format!(
+                "{:<28} fell back: off\\u{{1b}}\n{:<28}   evidence: {}…",
+                "fa",
+                "",
+                "e".repeat(160)
+            )
+        );
+        // At the limit nothing is clipped; without evidence, one line.
+        let at_limit = Verdict {
+            evidence: Some("e".repeat(160)),
+            ..v.clone()
+        };
+        assert!(
+            at_limit
+                .line()
+                .ends_with(&format!("\n{:<28}   evidence: {}", "", "e".repeat(160))),
+            "{}",
+            at_limit.line()
+        );
+        let bare = Verdict {
+            evidence: None,
+            ..v
+        };
+        assert_eq!(bare.line(), format!("{:<28} fell back: off\\u{{1b}}", "fa"));
+    }
+
+    #[test]
+    fn a_flag_turned_off_requests_nothing_and_one_turned_on_is_judged() {
+        let s = sigs("[[feature]]\nid = \"fa\"\nflags = [\"-fa\"]\nactive = [\"fa = 1\"]\nabsent = \"unknown\"\nabsent_reason = \"none\"\n");
+        let log = lines(&["L fa = 1"]);
+        let ev = Evidence {
+            log: &log,
+            after_traffic: true,
+            ..Evidence::default()
+        };
+        let judged = |args: &[&str]| -> Vec<String> {
+            let p = Profile {
+                args: args.iter().map(|a| (*a).to_string()).collect(),
+                ..Profile::default()
+            };
+            judge(&s, &p, &ev).into_iter().map(|v| v.feature).collect()
+        };
+        for off in ["off", "OFF", "0", "false", "disabled", "none", "no"] {
+            assert!(judged(&["-fa", off]).is_empty(), "-fa {off}");
+        }
+        assert_eq!(judged(&["-fa", "on"]), ["fa"]);
+        assert_eq!(judged(&["-fa=1"]), ["fa"]);
+        assert!(judged(&[]).is_empty());
+    }
+
+    #[test]
     fn the_six_statuses_read_as_the_docs_name_them() {
         let all = [
             Status::Active,
