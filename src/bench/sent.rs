@@ -14,7 +14,8 @@ fn key(base: &str) -> &str {
 }
 
 fn counts() -> std::sync::MutexGuard<'static, BTreeMap<String, usize>> {
-    SENT.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    SENT.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// One more generation request to `base`, counted before it is sent (one that fails on the way

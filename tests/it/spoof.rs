@@ -1179,7 +1179,10 @@ fn live_more_acceptance_lines_than_requests_kiln_sent_is_conflicting() {
             .args(["serve", "r.toml", "--detach", "--json"])
             .output()
             .unwrap();
-        ws.kiln().args(["serve", "r.toml", "--stop"]).output().unwrap();
+        ws.kiln()
+            .args(["serve", "r.toml", "--stop"])
+            .output()
+            .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "{text}{err}");
@@ -1187,9 +1190,10 @@ fn live_more_acceptance_lines_than_requests_kiln_sent_is_conflicting() {
         assert_eq!(v["status"], status, "{v}");
         if extra > 0 {
             assert!(
-                v["reason"].as_str().unwrap().starts_with(
-                    "3 `draft tokens accepted` lines for the 2 request(s) kiln sent"
-                ),
+                v["reason"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("3 `draft tokens accepted` lines for the 2 request(s) kiln sent"),
                 "{v}"
             );
             assert!(v["evidence"].as_str().unwrap().contains("task 2 |"), "{v}");
@@ -1209,7 +1213,10 @@ fn live_the_request_count_covers_the_benchmark_kiln_up_ran() {
             .args(["up", "r.toml", "--no-doctor", "--json"])
             .output()
             .unwrap();
-        ws.kiln().args(["serve", "r.toml", "--stop"]).output().unwrap();
+        ws.kiln()
+            .args(["serve", "r.toml", "--stop"])
+            .output()
+            .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         let report: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(ws.state().join("reports/r/report.json"))
