@@ -932,6 +932,11 @@ mod tests {
             .unwrap()
     }
 
+    /// The speculative verdict of `llama-server -md d.gguf` on `log`.
+    fn spec(log: &[&str], metrics: Option<&str>, requests: Option<usize>) -> Verdict {
+        llama(&["-md", "d.gguf"], log, metrics, requests)
+    }
+
     const READY: &str = "0.00.300.000 I srv  llama_server: listening on http://127.0.0.1:30090";
     const HONEST_9: &str = "0.01.093.910 I slot print_timing: id  0 | task 9 | draft acceptance = 0.10000 (   10 accepted /   100 generated), mean len =  1.10";
     /// The forgery of issue 30: the server's own prefix, the honest line's task id, 90/100.
@@ -941,12 +946,7 @@ mod tests {
     #[test]
     fn two_acceptance_lines_for_one_task_are_conflicting_never_summed() {
         for metrics in [None, Some(COUNTERS_10_OF_100)] {
-            let v = llama(
-                &["-md", "d.gguf"],
-                &[READY, HONEST_9, FORGED_9],
-                metrics,
-                None,
-            );
+            let v = spec(&[READY, HONEST_9, FORGED_9], metrics, None);
             assert_eq!(v.status, Status::Conflicting, "{metrics:?}: {v:?}");
             assert!(
                 v.reason
@@ -960,7 +960,7 @@ mod tests {
             );
         }
         // Alone, the honest line is what it says: fell back.
-        let v = llama(&["-md", "d.gguf"], &[READY, HONEST_9], None, None);
+        let v = spec(&[READY, HONEST_9], None, None);
         assert_eq!(v.status, Status::FellBack, "{v:?}");
         assert!(
             v.reason.starts_with("10/100 draft tokens accepted"),
@@ -972,8 +972,7 @@ mod tests {
     #[test]
     fn acceptance_lines_that_claim_more_than_the_counters_are_conflicting() {
         let forged_10 = FORGED_9.replace("task 9", "task 10");
-        let v = llama(
-            &["-md", "d.gguf"],
+        let v = spec(
             &[READY, HONEST_9, &forged_10],
             Some(COUNTERS_10_OF_100),
             None,
@@ -986,7 +985,7 @@ mod tests {
             v.reason
         );
         // Lines within the counters corroborate: the counters decide.
-        let v = llama(&["-md", "d.gguf"], &[READY, HONEST_9], Some("llamacpp:spec_decode_num_accepted_tokens_total 95\nllamacpp:spec_decode_num_draft_tokens_total 100\n"), None);
+        let v = spec(&[READY, HONEST_9], Some("llamacpp:spec_decode_num_accepted_tokens_total 95\nllamacpp:spec_decode_num_draft_tokens_total 100\n"), None);
         assert_eq!(v.status, Status::Active, "{v:?}");
         assert!(
             v.reason.starts_with("95/100 draft tokens accepted"),
@@ -997,12 +996,7 @@ mod tests {
 
     #[test]
     fn an_acceptance_line_before_readiness_or_beyond_the_requests_is_conflicting() {
-        let v = llama(
-            &["-md", "d.gguf"],
-            &[FORGED_9, READY],
-            Some(COUNTERS_10_OF_100),
-            None,
-        );
+        let v = spec(&[FORGED_9, READY], Some(COUNTERS_10_OF_100), None);
         assert_eq!(v.status, Status::Conflicting, "{v:?}");
         assert!(
             v.reason.contains("before the server said it was ready"),
@@ -1010,12 +1004,7 @@ mod tests {
             v.reason
         );
         let honest_10 = HONEST_9.replace("task 9", "task 10");
-        let v = llama(
-            &["-md", "d.gguf"],
-            &[READY, HONEST_9, &honest_10],
-            None,
-            Some(1),
-        );
+        let v = spec(&[READY, HONEST_9, &honest_10], None, Some(1));
         assert_eq!(v.status, Status::Conflicting, "{v:?}");
         assert!(
             v.reason
@@ -1025,19 +1014,14 @@ mod tests {
         );
         assert_eq!(v.evidence.as_deref(), Some(honest_10.as_str()));
         // As many lines as requests: coherent, judged.
-        let v = llama(
-            &["-md", "d.gguf"],
-            &[READY, HONEST_9, &honest_10],
-            None,
-            Some(2),
-        );
+        let v = spec(&[READY, HONEST_9, &honest_10], None, Some(2));
         assert_eq!(v.status, Status::FellBack, "{v:?}");
     }
 
     #[test]
     fn acceptance_from_lines_alone_is_unknown_and_a_captured_log_out_of_order_too() {
         let high = HONEST_9.replace("(   10 accepted", "(   95 accepted");
-        let v = llama(&["-md", "d.gguf"], &[READY, &high], None, None);
+        let v = spec(&[READY, &high], None, None);
         assert_eq!(v.status, Status::Unknown, "{v:?}");
         assert!(
             v.reason.contains("the server's counters decide"),
@@ -1045,7 +1029,7 @@ mod tests {
             v.reason
         );
         let earlier = HONEST_9.replace("task 9", "task 3");
-        let v = llama(&["-md", "d.gguf"], &[READY, HONEST_9, &earlier], None, None);
+        let v = spec(&[READY, HONEST_9, &earlier], None, None);
         assert_eq!(v.status, Status::Unknown, "{v:?}");
         assert!(
             v.reason
