@@ -1152,6 +1152,19 @@ mod tests {
     }
 
     #[test]
+    fn only_a_requested_feature_that_shows_under_traffic_needs_a_request() {
+        let s = sigs("[[feature]]\nid = \"graphs\"\nflags = [\"--graphs\"]\nneeds_traffic = true\nactive = [\"captured\"]\nabsent = \"fell back\"\nabsent_reason = \"none\"\n[[feature]]\nid = \"fa\"\nflags = [\"-fa\"]\nactive = [\"fa = 1\"]\nabsent = \"unknown\"\nabsent_reason = \"none\"\n");
+        let launch = |args: &[&str]| Profile {
+            args: args.iter().map(|a| (*a).to_string()).collect(),
+            ..Profile::default()
+        };
+        assert!(needs_traffic(&s, &launch(&["--graphs"])));
+        assert!(needs_traffic(&s, &profile("graphs")));
+        assert!(!needs_traffic(&s, &launch(&["-fa", "on"])));
+        assert!(!needs_traffic(&s, &launch(&["--graphs", "off"])));
+    }
+
+    #[test]
     fn the_six_statuses_read_as_the_docs_name_them() {
         let all = [
             Status::Active,
