@@ -1165,6 +1165,92 @@ mod tests {
     }
 
     #[test]
+    fn an_expected_id_without_a_signature_is_unknown_and_one_with_is_judged_once() {
+        let s = sigs(FA);
+        let p = Profile {
+            expect: vec!["fa".into(), "nope".into()],
+            ..Profile::default()
+        };
+        let log = lines(&["L fa = 1"]);
+        let ev = Evidence {
+            log: &log,
+            ..Evidence::default()
+        };
+        let got = judge(&s, &p, &ev);
+        let seen: Vec<(&str, Status)> =
+            got.iter().map(|v| (v.feature.as_str(), v.status)).collect();
+        assert_eq!(seen, [("fa", Status::Active), ("nope", Status::Unknown)]);
+        assert_eq!(got[1].reason, "no signature for it in test");
+    }
+
+    #[test]
+    fn no_evidence_is_the_absent_status_and_waits_for_traffic_only_where_it_needs_it() {
+        let s = sigs("[[feature]]\nid = \"boot\"\nactive = [\"boot = 1\"]\nabsent = \"fell back\"\nabsent_reason = \"never said\"\n[[feature]]\nid = \"hot\"\nneeds_traffic = true\nactive = [\"hot = 1\"]\nabsent = \"fell back\"\nabsent_reason = \"never said\"\n");
+        for after_traffic in [false, true] {
+            let ev = Evidence {
+                after_traffic,
+                ..Evidence::default()
+            };
+            let boot = judge(&s, &profile("boot"), &ev).remove(0);
+            assert_eq!(
+                (boot.status, boot.reason.as_str()),
+                (Status::FellBack, "never said")
+            );
+            let hot = judge(&s, &profile("hot"), &ev).remove(0);
+            let want = if after_traffic {
+                (Status::FellBack, "never said")
+            } else {
+                (
+                    Status::Unknown,
+                    "shows only once the server has answered requests",
+                )
+            };
+            assert_eq!((hot.status, hot.reason.as_str()), want);
+        }
+    }
+
+    #[test]
+    fn a_crash_line_is_crashed_after_a_traceback_or_once_the_server_exited() {
+        let s = sigs("[[feature]]\nid = \"sym\"\nactive = [\"sym = 1\"]\ncrashed = [\"KeyError: \\\\d+\\\\s*$\"]\nabsent = \"unknown\"\nabsent_reason = \"none\"\n");
+        let judged = |log: &[&str], exited: bool| {
+            let log = lines(log);
+            let ev = Evidence {
+                log: &log,
+                exited,
+                ..Evidence::default()
+            };
+            let v = judge(&s, &profile("sym"), &ev).remove(0);
+            (v.status, v.evidence)
+        };
+        let traceback = [
+            "L loading",
+            "Traceback (most recent call last):",
+            "  File \"/x/sym.py\", line 83, in __init__",
+            "KeyError: 12",
+        ];
+        let crashed = |e: &str| (Status::Crashed, Some(e.to_string()));
+        assert_eq!(judged(&traceback, false), crashed("KeyError: 12"));
+        // A lone exception line (typed into a prompt) is nothing while the server runs.
+        assert_eq!(
+            judged(&["L loading", "KeyError: 12"], false),
+            (Status::Unknown, None)
+        );
+        // Once the server has exited: a raw crash line, or one of its own logger's.
+        assert_eq!(
+            judged(&["L loading", "KeyError: 12"], true),
+            crashed("KeyError: 12")
+        );
+        assert_eq!(
+            judged(&["L loading", "L KeyError: 7"], true),
+            crashed("L KeyError: 7")
+        );
+        assert_eq!(
+            judged(&["L loading", "L KeyError: 7"], false),
+            (Status::Unknown, None)
+        );
+    }
+
+    #[test]
     fn the_six_statuses_read_as_the_docs_name_them() {
         let all = [
             Status::Active,
