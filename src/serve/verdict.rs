@@ -390,19 +390,23 @@ fn gate_fails(g: &Gate, profile: &Profile) -> Option<Seen> {
         .flags
         .iter()
         .find_map(|fl| flag_value(&argv, fl).map(|v| (fl, v)));
+    // The flag as given (`--tp 1`), else the gate's first flag, not given.
     let (value, from) = match &given {
         Some((fl, v)) => (v.parse::<f64>().ok()?, format!("{fl} {v}")),
-        None => (g.default?, "not given (the default)".into()),
+        None => (
+            g.default?,
+            format!(
+                "{} not given (the default)",
+                g.flags.first().map_or("", String::as_str)
+            ),
+        ),
     };
     (value < min).then(|| Seen {
         reason: format!(
             "predicted: {}",
             g.reason.replace("{value}", &value.to_string())
         ),
-        evidence: format!(
-            "from the launch: {} {from}",
-            g.flags.first().map_or("", String::as_str)
-        ),
+        evidence: format!("from the launch: {from}"),
     })
 }
 
@@ -1248,6 +1252,53 @@ mod tests {
             judged(&["L loading", "L KeyError: 7"], false),
             (Status::Unknown, None)
         );
+    }
+
+    #[test]
+    fn a_closed_gate_of_the_launch_is_a_predicted_fall_back() {
+        let s = sigs("[[feature]]\nid = \"sym\"\nactive = [\"sym = 1\"]\ngate = [{ flags = [\"--tp-size\", \"--tp\"], min = 2, default = 1, reason = \"TP={value}: one rank\" }, { env = \"SYM_OFF\", off = [\"1\"], reason = \"SYM_OFF={value}\" }]\nabsent = \"unknown\"\nabsent_reason = \"none\"\n");
+        let judged = |args: &[&str], env: &[(&str, &str)]| {
+            let p = Profile {
+                args: args.iter().map(|a| (*a).to_string()).collect(),
+                env: env
+                    .iter()
+                    .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                    .collect(),
+                expect: vec!["sym".into()],
+                ..Profile::default()
+            };
+            let v = judge(&s, &p, &Evidence::default()).remove(0);
+            (v.status, v.reason, v.evidence.unwrap_or_default())
+        };
+        let fell = |reason: &str, evidence: &str| {
+            (Status::FellBack, reason.to_string(), evidence.to_string())
+        };
+        assert_eq!(
+            judged(&["--tp", "1"], &[]),
+            fell("predicted: TP=1: one rank", "from the launch: --tp 1")
+        );
+        assert_eq!(
+            judged(&[], &[]),
+            fell(
+                "predicted: TP=1: one rank",
+                "from the launch: --tp-size not given (the default)"
+            )
+        );
+        assert_eq!(
+            judged(&["--tp-size", "2"], &[("SYM_OFF", "1")]),
+            fell(
+                "predicted: SYM_OFF=1",
+                "from the launch: SYM_OFF=1 in the profile's env"
+            )
+        );
+        // Open gates: the verdict is the feature's own (no evidence: unknown).
+        for env in [&[][..], &[("SYM_OFF", "0")][..]] {
+            assert_eq!(
+                judged(&["--tp-size", "2"], env).0,
+                Status::Unknown,
+                "{env:?}"
+            );
+        }
     }
 
     #[test]
