@@ -1302,6 +1302,31 @@ mod tests {
     }
 
     #[test]
+    fn a_count_is_finite_non_negative_and_within_its_whole() {
+        for (part, whole) in [(1.0, 2.0), (2.0, 2.0), (0.0, 0.0)] {
+            assert_eq!(check_counts(part, whole), Ok(()), "{part}/{whole}");
+        }
+        for (part, whole) in [(f64::NAN, 2.0), (1.0, f64::INFINITY), (f64::INFINITY, 2.0)] {
+            assert_eq!(
+                check_counts(part, whole),
+                Err("a count is not finite".into()),
+                "{part}/{whole}"
+            );
+        }
+        for (part, whole) in [(-1.0, 2.0), (1.0, -1.0)] {
+            assert_eq!(
+                check_counts(part, whole),
+                Err("a count is negative".into()),
+                "{part}/{whole}"
+            );
+        }
+        assert_eq!(
+            check_counts(3.0, 2.0),
+            Err("3 is more than the 2 it is part of".into())
+        );
+    }
+
+    #[test]
     fn the_six_statuses_read_as_the_docs_name_them() {
         let all = [
             Status::Active,
