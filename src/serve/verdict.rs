@@ -463,7 +463,11 @@ fn counted<'e>(r: &Ratio, own: &[&'e Entry]) -> Result<Vec<Counted<'e>>, Measure
         out.push(Counted {
             part,
             whole,
-            task: c.name("task").map(|m| m.as_str().to_string()),
+            // By value: `task 09` is task 9's line, not another task's.
+            task: c.name("task").map(|m| {
+                let t = m.as_str();
+                t.parse::<i64>().map_or(t.to_string(), |n| n.to_string())
+            }),
             entry: e,
         });
     }
@@ -1324,6 +1328,39 @@ mod tests {
             check_counts(3.0, 2.0),
             Err("3 is more than the 2 it is part of".into())
         );
+    }
+
+    #[test]
+    fn task_ids_are_compared_by_value_and_rising_ones_are_summed() {
+        let padded = FORGED_9.replace("task 9", "task 09");
+        let v = spec(&[READY, HONEST_9, &padded], None, None);
+        assert_eq!(v.status, Status::Conflicting, "{v:?}");
+        assert!(
+            v.reason
+                .starts_with("two `draft tokens accepted` lines for task 9"),
+            "{}",
+            v.reason
+        );
+        // Rising ids in a captured log, no counters: the lines are summed (10 % fell back).
+        let honest_10 = HONEST_9.replace("task 9", "task 10");
+        let v = spec(&[READY, HONEST_9, &honest_10], None, None);
+        assert_eq!(v.status, Status::FellBack, "{v:?}");
+        assert!(
+            v.reason.starts_with("20/200 draft tokens accepted"),
+            "{}",
+            v.reason
+        );
+    }
+
+    #[test]
+    fn a_summed_ratio_with_unreadable_counters_is_judged_by_its_lines() {
+        let s = sigs("[[feature]]\nid = \"spec\"\nratio = { match = \"acc (\\\\d+)/(\\\\d+)\", metrics = [\"a\", \"d\"], min = 0.3, what = \"accepted\" }\nabsent = \"fell back\"\nabsent_reason = \"none\"\n");
+        let v = one(&s, "spec", &lines(&["L acc 50/100"]), Some("a -1\nd 100\n"));
+        assert_eq!(v.status, Status::Active, "{v:?}");
+        assert!(v.reason.starts_with("50/100 accepted"), "{}", v.reason);
+        // Without lines, the counters' fault is the verdict.
+        let v = one(&s, "spec", &[], Some("a -1\nd 100\n"));
+        assert_eq!(v.status, Status::Unknown, "{v:?}");
     }
 
     #[test]
