@@ -1364,6 +1364,31 @@ mod tests {
     }
 
     #[test]
+    fn lines_above_either_counter_conflict_and_lines_equal_to_them_corroborate() {
+        let counters = |a: u32, d: u32| {
+            format!("llamacpp:spec_decode_num_accepted_tokens_total {a}\nllamacpp:spec_decode_num_draft_tokens_total {d}\n")
+        };
+        for (a, d) in [(5, 100), (10, 50)] {
+            let v = spec(&[READY, HONEST_9], Some(&counters(a, d)), None);
+            assert_eq!(v.status, Status::Conflicting, "{a}/{d}: {v:?}");
+            assert!(
+                v.reason.contains(&format!(
+                    "add up to 10/100, more than the server's counters ({a}/{d})"
+                )),
+                "{}",
+                v.reason
+            );
+        }
+        let v = spec(&[READY, HONEST_9], Some(&counters(10, 100)), None);
+        assert_eq!(v.status, Status::FellBack, "{v:?}");
+        assert!(
+            v.reason.starts_with("10/100 draft tokens accepted"),
+            "{}",
+            v.reason
+        );
+    }
+
+    #[test]
     fn the_six_statuses_read_as_the_docs_name_them() {
         let all = [
             Status::Active,
