@@ -1389,6 +1389,19 @@ mod tests {
     }
 
     #[test]
+    fn lines_whose_share_is_exactly_the_minimum_reach_it() {
+        let at_min = HONEST_9.replace("(   10 accepted", "(   30 accepted");
+        let v = spec(&[READY, &at_min], None, None);
+        assert_eq!(v.status, Status::Unknown, "{v:?}");
+        assert!(
+            v.reason
+                .contains("add up to 30/100 (30.0 %), but per-request lines only corroborate"),
+            "{}",
+            v.reason
+        );
+    }
+
+    #[test]
     fn the_six_statuses_read_as_the_docs_name_them() {
         let all = [
             Status::Active,
