@@ -1402,6 +1402,21 @@ mod tests {
     }
 
     #[test]
+    fn the_worst_line_is_the_one_furthest_below_what_it_had_to_reach() {
+        // The target 6/120 is 0.05 short of the 10 % its `-ngl 12` asks; the draft 9/10 is 0.1
+        // short of the whole it takes (12 is more than its 10 layers): the draft is the worst.
+        let target = "0.00.407.497 I load_tensors: offloaded 6/120 layers to GPU";
+        let draft = "0.00.773.237 I load_tensors: offloaded 9/10 layers to GPU";
+        let v = llama(&["-ngl", "12"], &[target, draft, READY], None, None);
+        assert_eq!(v.status, Status::FellBack, "{v:?}");
+        assert_eq!(
+            v.reason,
+            "9/10 layers on the GPU (90.0 %), below the 100 % it takes"
+        );
+        assert_eq!(v.evidence.as_deref(), Some(draft));
+    }
+
+    #[test]
     fn the_six_statuses_read_as_the_docs_name_them() {
         let all = [
             Status::Active,
