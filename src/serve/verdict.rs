@@ -1417,6 +1417,19 @@ mod tests {
     }
 
     #[test]
+    fn a_ratio_that_is_not_per_request_sums_its_lines() {
+        let s = sigs("[[feature]]\nid = \"spec\"\nratio = { match = \"acc (\\\\d+)/(\\\\d+)\", min = 0.3, what = \"accepted\" }\nabsent = \"fell back\"\nabsent_reason = \"none\"\n");
+        let v = one(&s, "spec", &lines(&["L acc 10/100", "L acc 30/50"]), None);
+        assert_eq!(v.status, Status::FellBack, "{v:?}");
+        assert!(
+            v.reason.starts_with("40/150 accepted (26.7 %)"),
+            "{}",
+            v.reason
+        );
+        assert_eq!(v.evidence.as_deref(), Some("L acc 30/50"));
+    }
+
+    #[test]
     fn the_six_statuses_read_as_the_docs_name_them() {
         let all = [
             Status::Active,
