@@ -64,6 +64,7 @@ pub fn generate_watched(
         .build();
     let start = Instant::now();
     let body = body.to_string();
+    super::sent::one_more(base);
     let (resp, url) = follow(&url, |u| {
         agent
             .post(u)

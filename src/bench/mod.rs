@@ -7,6 +7,7 @@ pub mod client;
 mod generation;
 pub mod plot;
 mod protocol;
+pub mod sent;
 pub mod stats;
 pub mod wire;
 

@@ -88,6 +88,9 @@ pub struct Launched<'p> {
     pub running: Running,
     /// Launched with the profile's `evidence_args` (a judged launch); `false`: a bench launch.
     pub evidence: bool,
+    /// The generation requests counted before the launch began: what kiln sent to its URL
+    /// since (the readiness generation included) is this launch's.
+    pub sent: bench::sent::Mark,
 }
 
 impl Launched<'_> {
@@ -152,12 +155,14 @@ fn start<'p>(
         timeout: v.timeout(timeout),
         evidence,
     };
+    let sent = bench::sent::Mark::now();
     let running = serve::start(&launch, say)?;
     Ok(Launched {
         variant: v,
         sigs,
         running,
         evidence,
+        sent,
     })
 }
 
@@ -230,8 +235,9 @@ pub fn verdicts(l: &Launched, served: bool) -> Vec<Verdict> {
         after_traffic,
         traffic_error,
         exited,
-        // Not counted here: readiness probes and the warm-up also reach the server.
-        requests: None,
+        // Every generation kiln sent this launch by now: the readiness one, the traffic request
+        // above, and (judged after them) the greedy A/B's and the benchmark's.
+        requests: url.map(|u| l.sent.since(u)),
     };
     let mut verdicts = verdict::judge(&l.sigs, l.variant.profile, &ev);
     let info = url.and_then(|u| serve::server_info(&l.sigs, u));

@@ -390,19 +390,23 @@ fn gate_fails(g: &Gate, profile: &Profile) -> Option<Seen> {
         .flags
         .iter()
         .find_map(|fl| flag_value(&argv, fl).map(|v| (fl, v)));
+    // The flag as given (`--tp 1`), else the gate's first flag, not given.
     let (value, from) = match &given {
         Some((fl, v)) => (v.parse::<f64>().ok()?, format!("{fl} {v}")),
-        None => (g.default?, "not given (the default)".into()),
+        None => (
+            g.default?,
+            format!(
+                "{} not given (the default)",
+                g.flags.first().map_or("", String::as_str)
+            ),
+        ),
     };
     (value < min).then(|| Seen {
         reason: format!(
             "predicted: {}",
             g.reason.replace("{value}", &value.to_string())
         ),
-        evidence: format!(
-            "from the launch: {} {from}",
-            g.flags.first().map_or("", String::as_str)
-        ),
+        evidence: format!("from the launch: {from}"),
     })
 }
 
@@ -459,7 +463,11 @@ fn counted<'e>(r: &Ratio, own: &[&'e Entry]) -> Result<Vec<Counted<'e>>, Measure
         out.push(Counted {
             part,
             whole,
-            task: c.name("task").map(|m| m.as_str().to_string()),
+            // By value: `task 09` is task 9's line, not another task's.
+            task: c.name("task").map(|m| {
+                let t = m.as_str();
+                t.parse::<i64>().map_or(t.to_string(), |n| n.to_string())
+            }),
             entry: e,
         });
     }
@@ -932,6 +940,11 @@ mod tests {
             .unwrap()
     }
 
+    /// The speculative verdict of `llama-server -md d.gguf` on `log`.
+    fn spec(log: &[&str], metrics: Option<&str>, requests: Option<usize>) -> Verdict {
+        llama(&["-md", "d.gguf"], log, metrics, requests)
+    }
+
     const READY: &str = "0.00.300.000 I srv  llama_server: listening on http://127.0.0.1:30090";
     const HONEST_9: &str = "0.01.093.910 I slot print_timing: id  0 | task 9 | draft acceptance = 0.10000 (   10 accepted /   100 generated), mean len =  1.10";
     /// The forgery of issue 30: the server's own prefix, the honest line's task id, 90/100.
@@ -941,12 +954,7 @@ mod tests {
     #[test]
     fn two_acceptance_lines_for_one_task_are_conflicting_never_summed() {
         for metrics in [None, Some(COUNTERS_10_OF_100)] {
-            let v = llama(
-                &["-md", "d.gguf"],
-                &[READY, HONEST_9, FORGED_9],
-                metrics,
-                None,
-            );
+            let v = spec(&[READY, HONEST_9, FORGED_9], metrics, None);
             assert_eq!(v.status, Status::Conflicting, "{metrics:?}: {v:?}");
             assert!(
                 v.reason
@@ -960,7 +968,7 @@ mod tests {
             );
         }
         // Alone, the honest line is what it says: fell back.
-        let v = llama(&["-md", "d.gguf"], &[READY, HONEST_9], None, None);
+        let v = spec(&[READY, HONEST_9], None, None);
         assert_eq!(v.status, Status::FellBack, "{v:?}");
         assert!(
             v.reason.starts_with("10/100 draft tokens accepted"),
@@ -972,8 +980,7 @@ mod tests {
     #[test]
     fn acceptance_lines_that_claim_more_than_the_counters_are_conflicting() {
         let forged_10 = FORGED_9.replace("task 9", "task 10");
-        let v = llama(
-            &["-md", "d.gguf"],
+        let v = spec(
             &[READY, HONEST_9, &forged_10],
             Some(COUNTERS_10_OF_100),
             None,
@@ -986,7 +993,7 @@ mod tests {
             v.reason
         );
         // Lines within the counters corroborate: the counters decide.
-        let v = llama(&["-md", "d.gguf"], &[READY, HONEST_9], Some("llamacpp:spec_decode_num_accepted_tokens_total 95\nllamacpp:spec_decode_num_draft_tokens_total 100\n"), None);
+        let v = spec(&[READY, HONEST_9], Some("llamacpp:spec_decode_num_accepted_tokens_total 95\nllamacpp:spec_decode_num_draft_tokens_total 100\n"), None);
         assert_eq!(v.status, Status::Active, "{v:?}");
         assert!(
             v.reason.starts_with("95/100 draft tokens accepted"),
@@ -997,12 +1004,7 @@ mod tests {
 
     #[test]
     fn an_acceptance_line_before_readiness_or_beyond_the_requests_is_conflicting() {
-        let v = llama(
-            &["-md", "d.gguf"],
-            &[FORGED_9, READY],
-            Some(COUNTERS_10_OF_100),
-            None,
-        );
+        let v = spec(&[FORGED_9, READY], Some(COUNTERS_10_OF_100), None);
         assert_eq!(v.status, Status::Conflicting, "{v:?}");
         assert!(
             v.reason.contains("before the server said it was ready"),
@@ -1010,12 +1012,7 @@ mod tests {
             v.reason
         );
         let honest_10 = HONEST_9.replace("task 9", "task 10");
-        let v = llama(
-            &["-md", "d.gguf"],
-            &[READY, HONEST_9, &honest_10],
-            None,
-            Some(1),
-        );
+        let v = spec(&[READY, HONEST_9, &honest_10], None, Some(1));
         assert_eq!(v.status, Status::Conflicting, "{v:?}");
         assert!(
             v.reason
@@ -1025,19 +1022,14 @@ mod tests {
         );
         assert_eq!(v.evidence.as_deref(), Some(honest_10.as_str()));
         // As many lines as requests: coherent, judged.
-        let v = llama(
-            &["-md", "d.gguf"],
-            &[READY, HONEST_9, &honest_10],
-            None,
-            Some(2),
-        );
+        let v = spec(&[READY, HONEST_9, &honest_10], None, Some(2));
         assert_eq!(v.status, Status::FellBack, "{v:?}");
     }
 
     #[test]
     fn acceptance_from_lines_alone_is_unknown_and_a_captured_log_out_of_order_too() {
         let high = HONEST_9.replace("(   10 accepted", "(   95 accepted");
-        let v = llama(&["-md", "d.gguf"], &[READY, &high], None, None);
+        let v = spec(&[READY, &high], None, None);
         assert_eq!(v.status, Status::Unknown, "{v:?}");
         assert!(
             v.reason.contains("the server's counters decide"),
@@ -1045,7 +1037,7 @@ mod tests {
             v.reason
         );
         let earlier = HONEST_9.replace("task 9", "task 3");
-        let v = llama(&["-md", "d.gguf"], &[READY, HONEST_9, &earlier], None, None);
+        let v = spec(&[READY, HONEST_9, &earlier], None, None);
         assert_eq!(v.status, Status::Unknown, "{v:?}");
         assert!(
             v.reason
@@ -1105,6 +1097,336 @@ mod tests {
         .filter(|s| s.proven_active())
         .collect();
         assert_eq!(proven, [Status::Active]);
+    }
+
+    #[test]
+    fn a_verdict_line_is_feature_status_reason_then_the_evidence_escaped_and_clipped() {
+        let v = Verdict {
+            feature: "fa".into(),
+            status: Status::FellBack,
+            reason: "off\u{1b}".into(),
+            evidence: Some(format!("{}\u{7}", "e".repeat(170))),
+        };
+        assert_eq!(
+            v.line(),
+            format!(
+                "{:<28} fell back: off\\u{{1b}}\n{:<28}   evidence: {}…",
+                "fa",
+                "",
+                "e".repeat(160)
+            )
+        );
+        // At the limit nothing is clipped; without evidence, one line.
+        let at_limit = Verdict {
+            evidence: Some("e".repeat(160)),
+            ..v.clone()
+        };
+        assert!(
+            at_limit
+                .line()
+                .ends_with(&format!("\n{:<28}   evidence: {}", "", "e".repeat(160))),
+            "{}",
+            at_limit.line()
+        );
+        let bare = Verdict {
+            evidence: None,
+            ..v
+        };
+        assert_eq!(bare.line(), format!("{:<28} fell back: off\\u{{1b}}", "fa"));
+    }
+
+    #[test]
+    fn a_flag_turned_off_requests_nothing_and_one_turned_on_is_judged() {
+        let s = sigs("[[feature]]\nid = \"fa\"\nflags = [\"-fa\"]\nactive = [\"fa = 1\"]\nabsent = \"unknown\"\nabsent_reason = \"none\"\n");
+        let log = lines(&["L fa = 1"]);
+        let ev = Evidence {
+            log: &log,
+            after_traffic: true,
+            ..Evidence::default()
+        };
+        let judged = |args: &[&str]| -> Vec<String> {
+            let p = Profile {
+                args: args.iter().map(|a| (*a).to_string()).collect(),
+                ..Profile::default()
+            };
+            judge(&s, &p, &ev).into_iter().map(|v| v.feature).collect()
+        };
+        for off in ["off", "OFF", "0", "false", "disabled", "none", "no"] {
+            assert!(judged(&["-fa", off]).is_empty(), "-fa {off}");
+        }
+        assert_eq!(judged(&["-fa", "on"]), ["fa"]);
+        assert_eq!(judged(&["-fa=1"]), ["fa"]);
+        assert!(judged(&[]).is_empty());
+    }
+
+    #[test]
+    fn only_a_requested_feature_that_shows_under_traffic_needs_a_request() {
+        let s = sigs("[[feature]]\nid = \"graphs\"\nflags = [\"--graphs\"]\nneeds_traffic = true\nactive = [\"captured\"]\nabsent = \"fell back\"\nabsent_reason = \"none\"\n[[feature]]\nid = \"fa\"\nflags = [\"-fa\"]\nactive = [\"fa = 1\"]\nabsent = \"unknown\"\nabsent_reason = \"none\"\n");
+        let launch = |args: &[&str]| Profile {
+            args: args.iter().map(|a| (*a).to_string()).collect(),
+            ..Profile::default()
+        };
+        assert!(needs_traffic(&s, &launch(&["--graphs"])));
+        assert!(needs_traffic(&s, &profile("graphs")));
+        assert!(!needs_traffic(&s, &launch(&["-fa", "on"])));
+        assert!(!needs_traffic(&s, &launch(&["--graphs", "off"])));
+    }
+
+    #[test]
+    fn an_expected_id_without_a_signature_is_unknown_and_one_with_is_judged_once() {
+        let s = sigs(FA);
+        let p = Profile {
+            expect: vec!["fa".into(), "nope".into()],
+            ..Profile::default()
+        };
+        let log = lines(&["L fa = 1"]);
+        let ev = Evidence {
+            log: &log,
+            ..Evidence::default()
+        };
+        let got = judge(&s, &p, &ev);
+        let seen: Vec<(&str, Status)> =
+            got.iter().map(|v| (v.feature.as_str(), v.status)).collect();
+        assert_eq!(seen, [("fa", Status::Active), ("nope", Status::Unknown)]);
+        assert_eq!(got[1].reason, "no signature for it in test");
+    }
+
+    #[test]
+    fn no_evidence_is_the_absent_status_and_waits_for_traffic_only_where_it_needs_it() {
+        let s = sigs("[[feature]]\nid = \"boot\"\nactive = [\"boot = 1\"]\nabsent = \"fell back\"\nabsent_reason = \"never said\"\n[[feature]]\nid = \"hot\"\nneeds_traffic = true\nactive = [\"hot = 1\"]\nabsent = \"fell back\"\nabsent_reason = \"never said\"\n");
+        for after_traffic in [false, true] {
+            let ev = Evidence {
+                after_traffic,
+                ..Evidence::default()
+            };
+            let boot = judge(&s, &profile("boot"), &ev).remove(0);
+            assert_eq!(
+                (boot.status, boot.reason.as_str()),
+                (Status::FellBack, "never said")
+            );
+            let hot = judge(&s, &profile("hot"), &ev).remove(0);
+            let want = if after_traffic {
+                (Status::FellBack, "never said")
+            } else {
+                (
+                    Status::Unknown,
+                    "shows only once the server has answered requests",
+                )
+            };
+            assert_eq!((hot.status, hot.reason.as_str()), want);
+        }
+    }
+
+    #[test]
+    fn a_crash_line_is_crashed_after_a_traceback_or_once_the_server_exited() {
+        let s = sigs("[[feature]]\nid = \"sym\"\nactive = [\"sym = 1\"]\ncrashed = [\"KeyError: \\\\d+\\\\s*$\"]\nabsent = \"unknown\"\nabsent_reason = \"none\"\n");
+        let judged = |log: &[&str], exited: bool| {
+            let log = lines(log);
+            let ev = Evidence {
+                log: &log,
+                exited,
+                ..Evidence::default()
+            };
+            let v = judge(&s, &profile("sym"), &ev).remove(0);
+            (v.status, v.evidence)
+        };
+        let traceback = [
+            "L loading",
+            "Traceback (most recent call last):",
+            "  File \"/x/sym.py\", line 83, in __init__",
+            "KeyError: 12",
+        ];
+        let crashed = |e: &str| (Status::Crashed, Some(e.to_string()));
+        assert_eq!(judged(&traceback, false), crashed("KeyError: 12"));
+        // A lone exception line (typed into a prompt) is nothing while the server runs.
+        assert_eq!(
+            judged(&["L loading", "KeyError: 12"], false),
+            (Status::Unknown, None)
+        );
+        // Once the server has exited: a raw crash line, or one of its own logger's.
+        assert_eq!(
+            judged(&["L loading", "KeyError: 12"], true),
+            crashed("KeyError: 12")
+        );
+        assert_eq!(
+            judged(&["L loading", "L KeyError: 7"], true),
+            crashed("L KeyError: 7")
+        );
+        assert_eq!(
+            judged(&["L loading", "L KeyError: 7"], false),
+            (Status::Unknown, None)
+        );
+    }
+
+    #[test]
+    fn a_closed_gate_of_the_launch_is_a_predicted_fall_back() {
+        let s = sigs("[[feature]]\nid = \"sym\"\nactive = [\"sym = 1\"]\ngate = [{ flags = [\"--tp-size\", \"--tp\"], min = 2, default = 1, reason = \"TP={value}: one rank\" }, { env = \"SYM_OFF\", off = [\"1\"], reason = \"SYM_OFF={value}\" }]\nabsent = \"unknown\"\nabsent_reason = \"none\"\n");
+        let judged = |args: &[&str], env: &[(&str, &str)]| {
+            let p = Profile {
+                args: args.iter().map(|a| (*a).to_string()).collect(),
+                env: env
+                    .iter()
+                    .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                    .collect(),
+                expect: vec!["sym".into()],
+                ..Profile::default()
+            };
+            let v = judge(&s, &p, &Evidence::default()).remove(0);
+            (v.status, v.reason, v.evidence.unwrap_or_default())
+        };
+        let fell = |reason: &str, evidence: &str| {
+            (Status::FellBack, reason.to_string(), evidence.to_string())
+        };
+        assert_eq!(
+            judged(&["--tp", "1"], &[]),
+            fell("predicted: TP=1: one rank", "from the launch: --tp 1")
+        );
+        assert_eq!(
+            judged(&[], &[]),
+            fell(
+                "predicted: TP=1: one rank",
+                "from the launch: --tp-size not given (the default)"
+            )
+        );
+        assert_eq!(
+            judged(&["--tp-size", "2"], &[("SYM_OFF", "1")]),
+            fell(
+                "predicted: SYM_OFF=1",
+                "from the launch: SYM_OFF=1 in the profile's env"
+            )
+        );
+        // Open gates: the verdict is the feature's own (no evidence: unknown).
+        for env in [&[][..], &[("SYM_OFF", "0")][..]] {
+            assert_eq!(
+                judged(&["--tp-size", "2"], env).0,
+                Status::Unknown,
+                "{env:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_count_is_finite_non_negative_and_within_its_whole() {
+        for (part, whole) in [(1.0, 2.0), (2.0, 2.0), (0.0, 0.0)] {
+            assert_eq!(check_counts(part, whole), Ok(()), "{part}/{whole}");
+        }
+        for (part, whole) in [(f64::NAN, 2.0), (1.0, f64::INFINITY), (f64::INFINITY, 2.0)] {
+            assert_eq!(
+                check_counts(part, whole),
+                Err("a count is not finite".into()),
+                "{part}/{whole}"
+            );
+        }
+        for (part, whole) in [(-1.0, 2.0), (1.0, -1.0)] {
+            assert_eq!(
+                check_counts(part, whole),
+                Err("a count is negative".into()),
+                "{part}/{whole}"
+            );
+        }
+        assert_eq!(
+            check_counts(3.0, 2.0),
+            Err("3 is more than the 2 it is part of".into())
+        );
+    }
+
+    #[test]
+    fn task_ids_are_compared_by_value_and_rising_ones_are_summed() {
+        let padded = FORGED_9.replace("task 9", "task 09");
+        let v = spec(&[READY, HONEST_9, &padded], None, None);
+        assert_eq!(v.status, Status::Conflicting, "{v:?}");
+        assert!(
+            v.reason
+                .starts_with("two `draft tokens accepted` lines for task 9"),
+            "{}",
+            v.reason
+        );
+        // Rising ids in a captured log, no counters: the lines are summed (10 % fell back).
+        let honest_10 = HONEST_9.replace("task 9", "task 10");
+        let v = spec(&[READY, HONEST_9, &honest_10], None, None);
+        assert_eq!(v.status, Status::FellBack, "{v:?}");
+        assert!(
+            v.reason.starts_with("20/200 draft tokens accepted"),
+            "{}",
+            v.reason
+        );
+    }
+
+    #[test]
+    fn a_summed_ratio_with_unreadable_counters_is_judged_by_its_lines() {
+        let s = sigs("[[feature]]\nid = \"spec\"\nratio = { match = \"acc (\\\\d+)/(\\\\d+)\", metrics = [\"a\", \"d\"], min = 0.3, what = \"accepted\" }\nabsent = \"fell back\"\nabsent_reason = \"none\"\n");
+        let v = one(&s, "spec", &lines(&["L acc 50/100"]), Some("a -1\nd 100\n"));
+        assert_eq!(v.status, Status::Active, "{v:?}");
+        assert!(v.reason.starts_with("50/100 accepted"), "{}", v.reason);
+        // Without lines, the counters' fault is the verdict.
+        let v = one(&s, "spec", &[], Some("a -1\nd 100\n"));
+        assert_eq!(v.status, Status::Unknown, "{v:?}");
+    }
+
+    #[test]
+    fn lines_above_either_counter_conflict_and_lines_equal_to_them_corroborate() {
+        let counters = |a: u32, d: u32| {
+            format!("llamacpp:spec_decode_num_accepted_tokens_total {a}\nllamacpp:spec_decode_num_draft_tokens_total {d}\n")
+        };
+        for (a, d) in [(5, 100), (10, 50)] {
+            let v = spec(&[READY, HONEST_9], Some(&counters(a, d)), None);
+            assert_eq!(v.status, Status::Conflicting, "{a}/{d}: {v:?}");
+            assert!(
+                v.reason.contains(&format!(
+                    "add up to 10/100, more than the server's counters ({a}/{d})"
+                )),
+                "{}",
+                v.reason
+            );
+        }
+        let v = spec(&[READY, HONEST_9], Some(&counters(10, 100)), None);
+        assert_eq!(v.status, Status::FellBack, "{v:?}");
+        assert!(
+            v.reason.starts_with("10/100 draft tokens accepted"),
+            "{}",
+            v.reason
+        );
+    }
+
+    #[test]
+    fn lines_whose_share_is_exactly_the_minimum_reach_it() {
+        let at_min = HONEST_9.replace("(   10 accepted", "(   30 accepted");
+        let v = spec(&[READY, &at_min], None, None);
+        assert_eq!(v.status, Status::Unknown, "{v:?}");
+        assert!(
+            v.reason
+                .contains("add up to 30/100 (30.0 %), but per-request lines only corroborate"),
+            "{}",
+            v.reason
+        );
+    }
+
+    #[test]
+    fn the_worst_line_is_the_one_furthest_below_what_it_had_to_reach() {
+        // The target 6/120 is 0.05 short of the 10 % its `-ngl 12` asks; the draft 9/10 is 0.1
+        // short of the whole it takes (12 is more than its 10 layers): the draft is the worst.
+        let target = "0.00.407.497 I load_tensors: offloaded 6/120 layers to GPU";
+        let draft = "0.00.773.237 I load_tensors: offloaded 9/10 layers to GPU";
+        let v = llama(&["-ngl", "12"], &[target, draft, READY], None, None);
+        assert_eq!(v.status, Status::FellBack, "{v:?}");
+        assert_eq!(
+            v.reason,
+            "9/10 layers on the GPU (90.0 %), below the 100 % it takes"
+        );
+        assert_eq!(v.evidence.as_deref(), Some(draft));
+    }
+
+    #[test]
+    fn a_ratio_that_is_not_per_request_sums_its_lines() {
+        let s = sigs("[[feature]]\nid = \"spec\"\nratio = { match = \"acc (\\\\d+)/(\\\\d+)\", min = 0.3, what = \"accepted\" }\nabsent = \"fell back\"\nabsent_reason = \"none\"\n");
+        let v = one(&s, "spec", &lines(&["L acc 10/100", "L acc 30/50"]), None);
+        assert_eq!(v.status, Status::FellBack, "{v:?}");
+        assert!(
+            v.reason.starts_with("40/150 accepted (26.7 %)"),
+            "{}",
+            v.reason
+        );
+        assert_eq!(v.evidence.as_deref(), Some("L acc 30/50"));
     }
 
     #[test]

@@ -10,6 +10,7 @@
 #![allow(clippy::too_many_lines)]
 
 mod archive_safety;
+mod baseline_launches;
 mod bench;
 mod bench_cli;
 mod bounded_reads;

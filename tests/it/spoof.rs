@@ -1096,3 +1096,147 @@ fn a_second_acceptance_line_for_one_task_is_conflicting_not_summed() {
         "{text}"
     );
 }
+
+// ---- the live request count -------------------------------------------------------------------
+
+/// A llama-server stand-in kiln launches (`sh -c 'cat startup; sleep 600'`) whose HTTP side a
+/// loopback server here answers: each completion appends one `draft acceptance` line (50 of 100)
+/// to the server log, the first `extra` more; `/metrics` counts every line written. Ready once
+/// the start-up lines are in the log.
+fn acceptance_server(log: PathBuf, extra: usize) -> u16 {
+    let lines = Arc::new(AtomicUsize::new(0));
+    http(move |_, path, body| match path {
+        "/health" if std::fs::read_to_string(&log).unwrap_or_default().contains("listening on") => {
+            ok_json(&serde_json::json!({"status": "ok"}))
+        }
+        "/health" => ("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0".into(), vec![]),
+        "/v1/completions" => {
+            let now = if lines.load(Ordering::SeqCst) == 0 { 1 + extra } else { 1 };
+            let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+            for _ in 0..now {
+                let task = lines.fetch_add(1, Ordering::SeqCst);
+                let _ = writeln!(
+                    f,
+                    "0.02.000.000 I slot print_timing: id  0 | task {task} | draft acceptance = 0.50000 (   50 accepted /   100 generated), mean len =  1.50"
+                );
+            }
+            stream(max_tokens(body), 4, None)
+        }
+        "/metrics" => {
+            let n = lines.load(Ordering::SeqCst);
+            let body = format!(
+                "llamacpp:spec_decode_num_accepted_tokens_total {}\nllamacpp:spec_decode_num_draft_tokens_total {}\n",
+                50 * n,
+                100 * n
+            );
+            (
+                format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}", body.len()),
+                vec![body],
+            )
+        }
+        _ => not_found(),
+    })
+    .0
+}
+
+/// A recipe `r` whose profile `p` (`-md draft.gguf`, llama-server signatures) is served by an
+/// [`acceptance_server`] printing `extra` lines more than it was sent requests.
+fn acceptance_recipe(ws: &Workspace, extra: usize) {
+    let log = ws.state().join("serve/r-p.log");
+    std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+    std::fs::write(&log, "").unwrap();
+    let port = acceptance_server(log, extra);
+    let startup = ws.write("startup.txt", &llama_start());
+    ws.write(
+        "r.toml",
+        &format!(
+            "[recipe]\nname = \"r\"\n\n[profile.p]\ncmd = [\"sh\", \"-c\", \"cat \\\"$0\\\"; sleep 600\", {:?}]\nargs = [\"-md\", \"draft.gguf\"]\nurl = \"http://127.0.0.1:{port}\"\napi = \"openai\"\nsignatures = \"llama-server\"\n",
+            startup.display().to_string()
+        ),
+    );
+}
+
+fn speculative(verdicts: &serde_json::Value) -> serde_json::Value {
+    verdicts
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["feature"] == "speculative")
+        .unwrap_or_else(|| panic!("no speculative verdict: {verdicts}"))
+        .clone()
+}
+
+/// `kiln serve` sends two generations (the readiness one, the traffic request): two acceptance
+/// lines are judged by the counters (active); a third is more lines than requests: conflicting,
+/// even with counters that agree with the log.
+#[test]
+fn live_more_acceptance_lines_than_requests_kiln_sent_is_conflicting() {
+    for (extra, code, status) in [(0, 0, "active"), (1, 2, "conflicting")] {
+        let ws = Workspace::new();
+        acceptance_recipe(&ws, extra);
+        let out = ws
+            .kiln()
+            .args(["serve", "r.toml", "--detach", "--json"])
+            .output()
+            .unwrap();
+        ws.kiln()
+            .args(["serve", "r.toml", "--stop"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{text}{err}");
+        let v = speculative(&crate::reporter::json_event(&text, "verdicts")["verdicts"]);
+        assert_eq!(v["status"], status, "{v}");
+        if extra > 0 {
+            assert!(
+                v["reason"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("3 `draft tokens accepted` lines for the 2 request(s) kiln sent"),
+                "{v}"
+            );
+            assert!(v["evidence"].as_str().unwrap().contains("task 2 |"), "{v}");
+        }
+    }
+}
+
+/// `kiln up` judges the launch again after its benchmark (2 warm-ups, 5 runs): the count covers
+/// those requests too, so nine honest lines are still active; one line more is conflicting.
+#[test]
+fn live_the_request_count_covers_the_benchmark_kiln_up_ran() {
+    for (extra, status) in [(0, "active"), (1, "conflicting")] {
+        let ws = Workspace::new();
+        acceptance_recipe(&ws, extra);
+        let out = ws
+            .kiln()
+            .args(["up", "r.toml", "--no-doctor", "--json"])
+            .output()
+            .unwrap();
+        ws.kiln()
+            .args(["serve", "r.toml", "--stop"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let report: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(ws.state().join("reports/r/report.json"))
+                .unwrap_or_else(|e| panic!("{e}: {text}{}", String::from_utf8_lossy(&out.stderr))),
+        )
+        .unwrap();
+        assert!(report["bench"].is_object(), "{report}");
+        let v = speculative(&report["verdicts"]);
+        assert_eq!(v["status"], status, "{v}");
+        let log = std::fs::read_to_string(ws.state().join("serve/r-p.log")).unwrap();
+        let lines = log.matches("draft acceptance").count();
+        assert_eq!(lines, 9 + extra, "{log}");
+        if extra > 0 {
+            assert!(
+                v["reason"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("10 `draft tokens accepted` lines for the 9 request(s) kiln sent"),
+                "{v}"
+            );
+        }
+    }
+}
