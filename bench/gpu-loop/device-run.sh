@@ -8,11 +8,14 @@
 #   up          machine facts, `kiln up llama-cuda --profile tuned --set llama_bench=on`: build,
 #               serve, prove, bench, and llama.cpp's own llama-bench (the ceiling) from the same tree
 #   ensure      `kiln up llama-cuda --no-serve`: a no-op on a warm machine, the build on a fresh one
-#   cache       the step cache: state A (KILN_HOME) `kiln up llama-cuda --no-serve` (cold build, or
-#               --force build where A's receipt predates the step cache) -> `kiln cache export` ->
-#               fresh state B with an empty cache, `kiln cache import` -> `kiln up llama-cuda
-#               --no-serve` timed (target <= 60 s against the 383 s cold build), its
-#               "restored from cache" lines
+#   cache       the step cache: state A (KILN_HOME) `kiln up llama-cuda` from empty (build, serve,
+#               prove, bench) -> `kiln cache export` -> fresh state B with an empty cache, `kiln
+#               cache import` -> `kiln up llama-cuda` timed (target <= 60 s against the 383 s cold
+#               run), its "restored from cache" lines
+#   fleet       the seed recipe's flashinfer + flashinfer-warmup steps as two machines would run
+#               them: host A from empty (FlashInfer compiles its kernels), `kiln cache export`;
+#               host B (another state, the same cache path emptied) `kiln cache import`, the same
+#               steps: the warm-up is restored from the step cache and nothing compiles
 #   evidence    evidence-ab.sh: `-lv 5` / `--metrics` on and off, paired; the TTFT probe
 #   flashinfer  the seed recipe's flashinfer + flashinfer-warmup steps against the machine's torch
 #               and CUDA (stack=system, JIT), twice: a fresh state, then another fresh state that
@@ -164,26 +167,62 @@ if [[ $modes == *" flashinfer "* ]]; then
 fi
 
 if [[ $modes == *" cache "* ]]; then
-  say "step cache: state A up, export; fresh state B import, up --no-serve"
-  timed "cache: state A up --no-serve" "$kiln" up llama-cuda --no-serve "${src[@]}" >"$res/cache-a.out" 2>"$res/cache-a.err"
+  say "step cache: state A up from empty, export; fresh state B import, up"
+  timed "cache: state A up (cold, 383 s before)" "$kiln" up llama-cuda "${src[@]}" >"$res/cache-a.out" 2>"$res/cache-a.err"
+  tail -4 "$res/cache-a.err" | tee -a "$summary"
+  stop_server
   archive=/root/kiln-step-cache.tar
   rm -f "$archive"
-  "$kiln" cache export "$archive" 2>&1 | tee -a "$summary"
-  if grep -q " 0 step entries" "$summary"; then
-    # A's build receipt predates the step cache: build once more so its outputs are stored.
-    timed "cache: state A up --no-serve --force build" "$kiln" up llama-cuda --no-serve --force build "${src[@]}" \
-      >"$res/cache-a-force.out" 2>"$res/cache-a-force.err"
-    rm -f "$archive"
-    "$kiln" cache export "$archive" 2>&1 | tee -a "$summary"
-  fi
+  timed "cache: export" "$kiln" cache export "$archive" 2>&1 | tee -a "$summary"
+  ls -l "$archive" | tee -a "$summary"
   sb=/root/kiln-state-b
   rm -rf "$sb"
   mkdir -p "$sb"
-  env KILN_HOME=$sb "$kiln" cache import "$archive" 2>&1 | tee -a "$summary"
-  timed "cache: state B up --no-serve (target <= 60 s, cold 383 s)" env KILN_HOME=$sb "$kiln" up llama-cuda --no-serve "${src[@]}" \
+  timed "cache: import" env KILN_HOME=$sb "$kiln" cache import "$archive" 2>&1 | tee -a "$summary"
+  timed "cache: state B up (target <= 60 s, cold 383 s)" env KILN_HOME=$sb "$kiln" up llama-cuda "${src[@]}" \
     >"$res/cache-b.out" 2>"$res/cache-b.err"
-  grep -E "restored from cache|ran |not cached|refused" "$res/cache-b.err" "$res/cache-b.out" | tee -a "$summary"
-  find "$sb/runs" -name '*.log' -exec cp {} "$res/step-logs/" \; 2>/dev/null
+  grep -E "restored from cache|ran |not cached|refused|tok/s|error" "$res/cache-b.err" "$res/cache-b.out" | tee -a "$summary"
+  env KILN_HOME=$sb "$kiln" serve llama-cuda --stop >/dev/null 2>&1 || true
+  mkdir -p "$res/cache-b"
+  cp -r "$sb/reports" "$res/cache-b/" 2>/dev/null
+  find "$sb/runs" -name '*.log' -exec cp {} "$res/cache-b/" \; 2>/dev/null
+  collect
+fi
+
+if [[ $modes == *" fleet "* ]]; then
+  venv=$(python3 -c 'import sys; print(sys.prefix)')
+  cuda=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+  say "fleet: glm5-nvfp4-sm120's flashinfer steps on host A, then host B from A's exported cache (venv $venv, CUDA $cuda, JIT, sm_90a)"
+  # One cache path on both hosts (the default's role); B's starts empty, as a new machine's.
+  export KILN_CACHE_DIR=/root/kiln-cache-fleet
+  fi_up() { # host
+    env KILN_HOME=/root/fleet-$1 PIP_NO_DEPS=1 timeout 280 \
+      "$kiln" up glm5-nvfp4-sm120 --set stack=system --set "venv=$venv" --set "cuda_link=$cuda" \
+      --set arch=9.0 --set flashinfer_arch=9.0a --set flashinfer_kernels=jit \
+      --set model=/nonexistent --set draft_model=/nonexistent \
+      --only system-torch --only flashinfer --only flashinfer-warmup --no-serve --no-doctor \
+      >"$res/fleet-$1.out" 2>"$res/fleet-$1.err"
+  }
+  rm -rf "$KILN_CACHE_DIR" /root/fleet-a /root/fleet-b
+  timed "fleet: host A (empty cache)" fi_up a
+  tail -5 "$res/fleet-a.err" | tee -a "$summary"
+  find "$KILN_CACHE_DIR/flashinfer" -name '*.so' | wc -l | sed 's/^/fleet: host A kernels (.so) in the JIT cache: /' | tee -a "$summary"
+  archive=/root/kiln-fleet-cache.tar
+  rm -f "$archive"
+  timed "fleet: host A export" "$kiln" cache export "$archive" 2>&1 | tee -a "$summary"
+  ls -l "$archive" | tee -a "$summary"
+  rm -rf "$KILN_CACHE_DIR"
+  timed "fleet: host B import" env KILN_HOME=/root/fleet-b "$kiln" cache import "$archive" 2>&1 | tee -a "$summary"
+  timed "fleet: host B (A's cache imported)" fi_up b
+  tail -5 "$res/fleet-b.err" | tee -a "$summary"
+  grep -E "restored from cache|ran " "$res/fleet-b.err" | tee -a "$summary"
+  find "$KILN_CACHE_DIR/flashinfer" -name '*.so' | wc -l | sed 's/^/fleet: host B kernels (.so) after its run: /' | tee -a "$summary"
+  for h in a b; do
+    mkdir -p "$res/fleet-$h-logs"
+    find "/root/fleet-$h/runs" -name '*.log' -exec cp {} "$res/fleet-$h-logs/" \; 2>/dev/null
+  done
+  grep -h "MLA paged\|ragged prefill\|compiled\|JIT cache\|flashinfer 0" "$res"/fleet-*-logs/*warmup*.log 2>/dev/null | tee -a "$summary"
+  unset KILN_CACHE_DIR
   collect
 fi
 
