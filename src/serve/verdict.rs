@@ -895,6 +895,27 @@ mod tests {
         assert_eq!(v.status, Status::Active);
     }
 
+    /// A level that cannot be a measurement (negative, not finite) is refused; zero is a real
+    /// measurement below the bar (kills cargo-mutants' `||`→`&&`, `<`→`==`/`<=` in judge_level).
+    #[test]
+    fn a_level_that_cannot_be_true_is_unknown_and_zero_is_below() {
+        let s = sigs("[[feature]]\nid = \"spec\"\nlevel = { match = \"accept len: (\\\\S+)\", above = 1.0, what = \"accept length\" }\nabsent = \"unknown\"\nabsent_reason = \"none\"\n");
+        for bad in ["-1", "inf", "NaN"] {
+            let v = one(&s, "spec", &lines(&[&format!("L accept len: {bad}")]), None);
+            assert_eq!(v.status, Status::Unknown, "{bad}: {}", v.reason);
+            assert!(v.reason.contains("cannot be right"), "{bad}: {}", v.reason);
+        }
+        let v = one(&s, "spec", &lines(&["L accept len: 0"]), None);
+        assert_eq!(v.status, Status::FellBack, "{}", v.reason);
+    }
+
+    /// A counter at zero is a reading, not an error (kills `<`→`<=` in counter).
+    #[test]
+    fn a_counter_at_zero_is_read() {
+        assert_eq!(counter("reqs 0\n", "reqs"), Ok(Some(0.0)));
+        assert!(counter("reqs -1\n", "reqs").is_err());
+    }
+
     #[test]
     fn prometheus_counters() {
         let text = "# HELP x\nllamacpp:spec_decode_num_accepted_tokens_total 12\nllamacpp:spec_decode_num_accepted_tokens_totalx 5\nreqs{a=\"1\"} 2\nreqs{a=\"2\"} 3\n";
