@@ -2,6 +2,7 @@
 //! (then the step's own check), and the store after a run. Steps never know of it.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::cache_key::{self, Portable};
@@ -71,9 +72,12 @@ pub(super) fn planned_key(
         .map(|k| k.id())
 }
 
-/// Whether a run would restore `step` from entry `id`: it is cacheable and the entry is here.
+/// Whether a run would restore `step` from entry `id`: it is cacheable, what sits at its outputs
+/// is kiln's to replace, and the entry is here.
 pub(super) fn held(paths: &StatePaths, step: &Step, id: &str) -> bool {
-    cacheable(step).is_ok() && StepCache::new(&paths.steps()).has(id)
+    cacheable(step).is_ok()
+        && crate::steps::replaceable(step).is_ok()
+        && StepCache::new(&paths.steps()).has(id)
 }
 
 /// Whether the step cache holds `id`, or may fetch it from the remote cache
@@ -128,6 +132,15 @@ pub(super) fn restore(
 ) -> Option<Outcome> {
     let cache = StepCache::new(&ctx.paths.steps());
     let started = std::time::Instant::now();
+    let mut log = Vec::new();
+    if let Err(e) = crate::steps::before_restore(step, ctx, &mut log) {
+        reporter.note(&format!(
+            "step `{}`: not restored from cache ({}); running it",
+            step.id,
+            e.with_causes().replace('\n', " ")
+        ));
+        return None;
+    }
     if !cache.has(id) && !fetch_remote(step, &cache, id, reporter) {
         return None;
     }
@@ -137,6 +150,22 @@ pub(super) fn restore(
     }
     if let Err(e) = cache.restore(id, &step.outputs) {
         reporter.warning(&format!("step `{}`: {}", step.id, e.with_causes()));
+        return None;
+    }
+    let _ = writeln!(
+        log,
+        "--- outputs restored from the step cache (entry {}) ---",
+        short(id)
+    );
+    let activated = crate::steps::after_restore(step, &mut log);
+    write_log(state, step, &log);
+    if let Err(e) = activated {
+        reporter.warning(&format!(
+            "step `{}`: after the restore from cache (entry {}): {}; running it",
+            step.id,
+            short(id),
+            e.with_causes()
+        ));
         return None;
     }
     if let Err(e) = crate::steps::check(step, &mut std::io::sink()) {
@@ -168,6 +197,21 @@ pub(super) fn restore(
     }
 }
 
+/// The step log of a restore (what [`crate::steps::after_restore`] did), redacted as a run's is;
+/// best effort: the restore stands without it.
+fn write_log(state: &StateDir, step: &Step, text: &[u8]) {
+    let path = state.log_path(&step.id);
+    let write = || -> std::io::Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut w = crate::redact::LineWriter::new(std::fs::File::create(&path)?);
+        w.write_all(text)?;
+        w.flush()
+    };
+    let _ = write();
+}
+
 /// Archive a step's outputs after it ran: the entry's short id, or why they are not stored
 /// (also a warning; never a failed step).
 pub(super) fn store(
@@ -194,9 +238,9 @@ mod tests {
     use super::cacheable;
 
     /// The seed recipe stores the FlashInfer warm-up's JIT kernels (its workspace under kiln's
-    /// cache directory) in the step cache.
+    /// cache directory) and the CUDA toolkit it lays out in the step cache.
     #[test]
-    fn the_seed_recipe_caches_the_flashinfer_warm_up_kernels() {
+    fn the_seed_recipe_caches_the_flashinfer_warm_up_kernels_and_the_toolkit() {
         let dir = tempfile::tempdir().unwrap();
         let paths = crate::paths::StatePaths::new(dir.path().join("state"), None);
         let facts = crate::host::Facts::new();
@@ -221,5 +265,15 @@ mod tests {
             "the output is where FlashInfer writes its kernels"
         );
         assert_eq!(cacheable(warmup), Ok(()));
+        let cuda = recipe.steps.iter().find(|s| s.id == "cuda").unwrap();
+        let crate::recipe::StepKind::Cuda(c) = &cuda.kind else {
+            panic!("the seed's cuda step is a cuda step");
+        };
+        assert_eq!(
+            cuda.outputs,
+            std::slice::from_ref(&c.install_path),
+            "the toolkit is cached"
+        );
+        assert_eq!(cacheable(cuda), Ok(()));
     }
 }

@@ -31,6 +31,29 @@ pub(crate) fn run(
     switch_link(step, c, log)
 }
 
+/// Before a restore from the step cache replaces `install_path`: the driver floor, and what is
+/// there now is kiln's to replace, as [`pypi::install`] would have it (a runfile's toolkit or a
+/// user's directory is never replaced).
+pub(crate) fn before_restore(
+    step: &Step,
+    c: &CudaStep,
+    ctx: &StepContext,
+    log: &mut dyn Write,
+) -> Result<()> {
+    check_driver(c, ctx, log)?;
+    replaceable(step, c)
+}
+
+/// Whether `install_path` is kiln's to replace: nothing there, or a prefix kiln laid out.
+pub(crate) fn replaceable(step: &Step, c: &CudaStep) -> Result<()> {
+    pypi::replaceable(step, &c.install_path)
+}
+
+/// After a restore: the link switched to the restored toolkit, verified, rolled back on mismatch.
+pub(crate) fn after_restore(step: &Step, c: &CudaStep, log: &mut dyn Write) -> Result<()> {
+    switch_link(step, c, log)
+}
+
 /// The runfile's documented toolkit-only, unattended install into `--toolkitpath`.
 fn install_runfile(
     step: &Step,

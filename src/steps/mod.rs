@@ -70,6 +70,34 @@ pub(crate) fn execute(
     }
 }
 
+/// Before a restore from the step cache replaces `step`'s outputs: what running it would
+/// check first. A `cuda` step's driver floor, and its `install_path` kiln's to replace (nothing
+/// there, or a prefix kiln laid out); an error keeps the outputs as they are and the step runs.
+pub(crate) fn before_restore(step: &Step, ctx: &StepContext, log: &mut dyn Write) -> Result<()> {
+    match &step.kind {
+        StepKind::Cuda(c) => cuda::before_restore(step, c, ctx, log),
+        _ => Ok(()),
+    }
+}
+
+/// Whether what sits at `step`'s outputs now is kiln's to replace by a restore (the part of
+/// [`before_restore`] that `kiln plan` can tell without the host's facts).
+pub(crate) fn replaceable(step: &Step) -> Result<()> {
+    match &step.kind {
+        StepKind::Cuda(c) => cuda::replaceable(step, c),
+        _ => Ok(()),
+    }
+}
+
+/// After a restore: what the step does besides writing its outputs. A `cuda` step switches its
+/// link to the restored toolkit (and back, if the toolkit's compiler disagrees).
+pub(crate) fn after_restore(step: &Step, log: &mut dyn Write) -> Result<()> {
+    match &step.kind {
+        StepKind::Cuda(c) => cuda::after_restore(step, c, log),
+        _ => Ok(()),
+    }
+}
+
 /// Prove the step's result exists: its `check` passes (no check: success is enough).
 pub(crate) fn check(step: &Step, log: &mut dyn Write) -> Result<()> {
     match &step.check {

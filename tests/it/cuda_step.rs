@@ -294,3 +294,139 @@ tools = ["ptxas"]
         .collect();
     assert_eq!(beside, ["cuda-12.9"], "nothing staged or moved aside");
 }
+
+/// The recipe of the step-cache tests: CUDA 12.8.1's ptxas from PyPI laid out in the state's own
+/// work dir, its link beside it, the prefix declared as the step's output.
+const CACHED_PYPI: &str = r#"[recipe]
+name = "cuda-pypi"
+import = ["toolchains/cuda-12.8.toml"]
+[[step]]
+id = "cuda"
+kind = "cuda"
+source = "pypi"
+wheels = ["${cuda_wheels}"]
+version = "12.8.1"
+install_path = "${kiln.work_dir}/cuda-12.8"
+link = "${kiln.work_dir}/cuda"
+tools = ["ptxas"]
+outputs = ["${kiln.work_dir}/cuda-12.8"]
+"#;
+
+/// A cache directory whose downloads are the shared test downloads (the wheels at hand) and
+/// whose step cache is its own.
+fn cache_with_downloads(ws: &Workspace, name: &str, downloads: &Path) -> std::path::PathBuf {
+    let cache = ws.path().join(name);
+    std::fs::create_dir_all(&cache).unwrap();
+    std::os::unix::fs::symlink(downloads.join("downloads"), cache.join("downloads")).unwrap();
+    cache
+}
+
+#[test]
+fn a_pypi_toolkit_is_restored_from_the_step_cache_on_a_new_machine_and_its_link_switched() {
+    let (downloads, _lock) = cuda_downloads();
+    std::fs::create_dir_all(downloads.join("downloads")).unwrap();
+    let ws = Workspace::new();
+    let toolchain = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("toolchains/cuda-12.8.toml"),
+    )
+    .unwrap();
+    ws.write("toolchains/cuda-12.8.toml", &toolchain);
+    ws.write("cuda.toml", CACHED_PYPI);
+    let a_cache = cache_with_downloads(&ws, "a-cache", &downloads);
+    let a = stderr_of(
+        ws.kiln()
+            .args(["up", "cuda.toml", "--state-dir", "A"])
+            .env("KILN_CACHE_DIR", &a_cache),
+        0,
+    );
+    assert!(a.contains("ran    cuda"), "{a}");
+    ws.kiln()
+        .args(["cache", "export", "cache.tar"])
+        .env("KILN_CACHE_DIR", &a_cache)
+        .assert()
+        .success();
+
+    // Host B: an empty state and a cache that only imported A's: no downloads at all.
+    let b_cache = ws.path().join("b-cache");
+    ws.kiln()
+        .args(["cache", "import", "cache.tar"])
+        .env("KILN_CACHE_DIR", &b_cache)
+        .assert()
+        .success();
+    let b = stderr_of(
+        ws.kiln()
+            .args(["up", "cuda.toml", "--state-dir", "B"])
+            .env("KILN_CACHE_DIR", &b_cache),
+        0,
+    );
+    assert!(b.contains("restored from cache (entry"), "{b}");
+    assert!(!b_cache.join("downloads").exists(), "B downloaded wheels");
+    let work = ws.path().join("B/work/cuda-pypi");
+    assert_eq!(
+        std::fs::read_link(work.join("cuda")).unwrap(),
+        work.join("cuda-12.8"),
+        "B's link points at B's restored toolkit"
+    );
+    let ptxas = std::process::Command::new(work.join("cuda/bin/ptxas"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&ptxas.stdout).contains("release 12.8"),
+        "the restored ptxas runs through the link: {ptxas:?}"
+    );
+    let log = std::fs::read_to_string(ws.path().join("B/runs/cuda-pypi/logs/cuda.log")).unwrap();
+    assert!(
+        log.contains("--- outputs restored from the step cache (entry")
+            && log.contains(&format!(
+                "{} → {}; ptxas reports release 12.8",
+                work.join("cuda").display(),
+                work.join("cuda-12.8").display()
+            )),
+        "the step log says what the restore did:\n{log}"
+    );
+    assert!(!log.contains("unpack"), "B unpacked wheels:\n{log}");
+
+    // Host C: a directory of the user's already at install_path. The restore never replaces it;
+    // the step runs and refuses it, as it would without a cache.
+    let theirs = ws.path().join("C/work/cuda-pypi/cuda-12.8");
+    std::fs::create_dir_all(&theirs).unwrap();
+    std::fs::write(theirs.join("notes.txt"), "mine\n").unwrap();
+    let plan = |state: &str| {
+        let out = ws
+            .kiln()
+            .args(["plan", "cuda.toml", "--state-dir", state])
+            .env("KILN_CACHE_DIR", &b_cache)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let empty = plan("D");
+    assert!(
+        empty.contains("restore from cache (entry"),
+        "an empty state is served by the entry:\n{empty}"
+    );
+    let over_theirs = plan("C");
+    assert!(
+        !over_theirs.contains("restore"),
+        "plan offers no restore over the user's directory:\n{over_theirs}"
+    );
+    let c = stderr_of(
+        ws.kiln()
+            .args(["up", "cuda.toml", "--state-dir", "C"])
+            .env("KILN_CACHE_DIR", &b_cache),
+        1,
+    );
+    assert!(
+        c.contains("not restored from cache (step `cuda`: refusing to replace"),
+        "{c}"
+    );
+    assert!(
+        c.contains("kiln never deletes what it did not create"),
+        "{c}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(theirs.join("notes.txt")).unwrap(),
+        "mine\n"
+    );
+}

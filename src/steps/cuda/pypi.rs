@@ -256,6 +256,15 @@ fn finish_layout(root: &Path) -> Result<()> {
 /// A marker is a few hundred bytes of JSON; more is not one kiln wrote.
 const MARKER_CAP: u64 = 1 << 20;
 
+/// Whether `dest` is kiln's to replace: nothing there, an empty directory, or a prefix with
+/// kiln's marker (a restore from the step cache asks before it replaces the prefix).
+pub(super) fn replaceable(step: &Step, dest: &Path) -> Result<()> {
+    if crate::bounded::read_io(&dest.join(MARKER), MARKER_CAP).is_ok() {
+        return Ok(());
+    }
+    refuse_what_kiln_did_not_make(step, dest)
+}
+
 /// kiln replaces only what it laid out (a prefix with its marker) or an empty directory: a
 /// toolkit the runfile installed, or any directory of the user's, at `install_path` is refused,
 /// never moved aside and deleted.
