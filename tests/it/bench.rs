@@ -127,7 +127,7 @@ fn tiny_cpu_serve_bench_parity_and_baseline_gate() {
     assert_eq!(history.lines().count(), 1);
 
     // The gate, both ways: against itself (the JSON lines `bench --json` wrote) it passes;
-    // against a record twice as fast (the single document earlier kilns wrote) it fails.
+    // against a record a thousand times as fast (the single document earlier kilns wrote) it fails.
     let base = ws.write("base.json", &String::from_utf8_lossy(&out.stdout));
     let out = bench(&["--baseline", base.to_str().unwrap(), "--plot", "runs.svg"]);
     let text = String::from_utf8_lossy(&out.stdout);
@@ -163,9 +163,12 @@ fn tiny_cpu_serve_bench_parity_and_baseline_gate() {
     assert!(std::fs::read_to_string(ws.path().join("runs.svg"))
         .unwrap()
         .contains("baseline median"));
+    // A baseline a thousand times faster than this server measured: no noise crosses that
+    // (twice as fast did not hold: under two busy loops one bench ran 3.6x faster than the one
+    // before it).
     let mut faster: serde_json::Value = report.clone();
     for s in ["median", "mean", "min", "max"] {
-        faster["decode_tok_s"][s] = (faster["decode_tok_s"][s].as_f64().unwrap() * 2.0).into();
+        faster["decode_tok_s"][s] = (faster["decode_tok_s"][s].as_f64().unwrap() * 1000.0).into();
     }
     let fast = ws.write("fast.json", &faster.to_string());
     let out = bench(&["--baseline", fast.to_str().unwrap()]);

@@ -126,8 +126,13 @@ fn kiln_up_serves_proves_benches_and_reports_on_the_cpu_demo() {
         "{bench}"
     );
     assert_two_launches(&report);
-    // No llama-bench output yet: the ceiling is said to be missing, not an error.
+    // No llama-bench output: its step is off by default, said as such, not an error.
     assert!(report["ceiling"]["figure"].is_null(), "{report}");
+    assert_eq!(
+        report["ceiling"]["skipped"],
+        "step `llama-bench` is skipped (`when = \"var.llama_bench == on\"` is false on this host)",
+        "{report}"
+    );
     let md = std::fs::read_to_string(state.join("reports/tiny-cpu/report.md")).unwrap();
     let (judged_pid, bench_pid) = (&report["launches"][0]["pid"], &report["launches"][1]["pid"]);
     assert!(
@@ -140,8 +145,9 @@ fn kiln_up_serves_proves_benches_and_reports_on_the_cpu_demo() {
             ))
             && md.contains("| judged launch |")
             && md.contains("-lv 5 (was -lv 4)")
-            && md.contains("no ceiling: ")
-            && md.contains("is not there (the step that writes it did not run)"),
+            && md.contains(
+                "no ceiling: step `llama-bench` is skipped (`when = \"var.llama_bench == on\"` is false on this host)"
+            ),
         "{md}"
     );
     crate::report_html::assert_renders_in_chromium(&state.join("reports/tiny-cpu/report.html"));
