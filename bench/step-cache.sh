@@ -2,8 +2,8 @@
 # The step cache measured on fresh machines (issue 32): README's main job (`kiln up`, the CPU
 # demo) in a bare bookworm container with an empty state ("cold"), whose cache is exported;
 # then in a second bare container that only imports that cache ("warm-from-import"). Each run's
-# compilers (cc, c++, gcc, g++) are counting wrappers first on PATH, so "no compiler run" is a
-# count, not a guess. kiln itself is built before the wrappers go on PATH (its link runs cc).
+# compilers (cc, c++, gcc, g++) are counting wrappers first on PATH that log their arguments, so
+# "no compile" is a count, not a guess. kiln itself is built before the wrappers go on PATH (its link runs cc).
 #
 # Same containers as .ci/fresh-machine: `kiln-test-base:bookworm` (.ci/base-image), the host's
 # Rust mounted read-only, cargo's caches under $KILN_TEST_CACHE/fresh-cargo.
@@ -38,7 +38,7 @@ cargo build --locked --release -q
 kiln=/cargo-target/release/kiln
 mkdir -p /opt/count/bin
 for c in cc c++ gcc g++; do
-  printf "#!/bin/sh\necho %s >> /out/%s-compilers\nexec /usr/bin/%s \"\$@\"\n" "$c" "$mode" "$c" > /opt/count/bin/$c
+  printf "#!/bin/sh\necho %s \"\$*\" >> /out/%s-compilers\nexec /usr/bin/%s \"\$@\"\n" "$c" "$mode" "$c" > /opt/count/bin/$c
   chmod +x /opt/count/bin/$c
 done
 : > "/out/$mode-compilers"
@@ -69,9 +69,15 @@ for mode in cold warm; do
     -e CARGO_TERM_COLOR=never \
     "$base" bash -c "$inner" inner "$mode"
 done
-printf '%-18s %8s %15s\n' run seconds "compiler runs"
+# A compile is a compiler run that is not a version query (`--version`, `-dumpversion`, …: what
+# kiln's cache key and llama.cpp's CMake ask of a compiler without compiling anything).
+queries='(^| )(--version|-v|-dumpversion|-dumpfullversion|-dumpmachine)( |$)'
+printf '%-18s %8s %15s %10s\n' run seconds "compiler runs" compiles
 for mode in cold warm; do
-  printf '%-18s %8s %15s\n' "$([ $mode = cold ] && echo cold || echo warm-from-import)" \
-    "$(cat "$work/out/$mode-seconds")" "$(wc -l < "$work/out/$mode-compilers")"
+  printf '%-18s %8s %15s %10s\n' "$([ $mode = cold ] && echo cold || echo warm-from-import)" \
+    "$(cat "$work/out/$mode-seconds")" "$(wc -l < "$work/out/$mode-compilers")" \
+    "$(grep -Evc "$queries" "$work/out/$mode-compilers" || true)"
 done
 grep -c "restored from cache" "$work/out/warm.log" | sed 's/^/steps restored from cache (warm): /'
+echo "compiler runs of the warm run (compiler, arguments):"
+sed 's/^/  /' "$work/out/warm-compilers"
