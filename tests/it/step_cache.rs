@@ -1,6 +1,6 @@
 //! The step cache with the real binary: a real `cc` compile step stored by state A is restored
-//! in a fresh state B sharing `KILN_CACHE_DIR`, the compiler not run; a changed input misses; a
-//! corrupted entry is refused (nothing restored, the step runs); `cache = false` never stores.
+//! in a fresh state B sharing `KILN_CACHE_DIR`, the compiler not run; a changed input byte, GPU
+//! arch, C compiler or nvcc version misses; a corrupted entry is refused (nothing restored, the step runs); `cache = false` never stores.
 
 use std::path::{Path, PathBuf};
 
@@ -506,6 +506,86 @@ fn a_changed_nvcc_version_misses() {
     release("12.8");
     let c = s.up("C");
     assert!(c.contains("ran    build"), "another nvcc restored: {c}");
+    assert_eq!(s.compiler_runs(), 2);
+}
+
+/// An entry built for one GPU arch is never restored for another: a step that names the arch
+/// (`${host.gpu.cc}`, as the seed's builds do in TORCH_CUDA_ARCH_LIST) has it in its key.
+#[test]
+fn a_changed_gpu_arch_misses() {
+    let s = Setup::new();
+    s.ws.write(
+        "r.toml",
+        &RECIPE.replace(
+            "needs = [\"prep\"]\n",
+            "needs = [\"prep\"]\nenv = { TORCH_CUDA_ARCH_LIST = \"${host.gpu.cc}\" }\n",
+        ),
+    );
+    let up = |state: &str, cc: &str| {
+        let out = s
+            .kiln_cmd(state, &s.cache())
+            .env("KILN_FACT_GPU_CC", cc)
+            .args(["up", "r.toml"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{text}");
+        text
+    };
+    up("A", "9.0");
+    assert_eq!(s.compiler_runs(), 1);
+    let b = up("B", "9.0");
+    assert!(b.contains("restored from cache (entry"), "same arch: {b}");
+    assert_eq!(s.compiler_runs(), 1);
+    let c = up("C", "12.0");
+    assert!(
+        c.contains("ran    build"),
+        "an sm_90 entry restored for sm_120: {c}"
+    );
+    assert_eq!(s.compiler_runs(), 2);
+}
+
+/// An entry built with one C compiler is never restored where `cc` is another version: a step's
+/// `requires` tools' versions are in its key.
+#[test]
+fn a_changed_c_compiler_version_misses() {
+    let s = Setup::new();
+    s.ws.write(
+        "r.toml",
+        &RECIPE.replace(
+            "needs = [\"prep\"]\n",
+            "needs = [\"prep\"]\nrequires = [\"cc\"]\n",
+        ),
+    );
+    // `cc --version` answers from a file (the compiler "upgraded" by rewriting it); any other
+    // call is counted and compiles with the real compiler.
+    let version = s.ws.path().join("cc-version.txt");
+    let cc = s.ws.write(
+        "bin/cc",
+        &format!(
+            "#!/bin/sh\nif [ \"$1\" = --version ]; then cat '{}'; exit 0; fi\n\
+             echo run >> \"$CC_COUNT\"\n\
+             for c in /usr/bin/cc /usr/bin/gcc /usr/bin/clang; do [ -x \"$c\" ] && exec \"$c\" \"$@\"; done\nexit 127\n",
+            version.display()
+        ),
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&cc, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(&version, "cc (Debian 12.2.0-14) 12.2.0\n").unwrap();
+    s.up("A");
+    assert_eq!(s.compiler_runs(), 1);
+    let b = s.up("B");
+    assert!(
+        b.contains("restored from cache (entry"),
+        "same compiler: {b}"
+    );
+    assert_eq!(s.compiler_runs(), 1);
+    std::fs::write(&version, "cc (Debian 13.1.0-1) 13.1.0\n").unwrap();
+    let c = s.up("C");
+    assert!(
+        c.contains("ran    build"),
+        "a gcc 12 entry restored for gcc 13: {c}"
+    );
     assert_eq!(s.compiler_runs(), 2);
 }
 
