@@ -1,6 +1,7 @@
 //! The step cache with the real binary: a real `cc` compile step stored by state A is restored
 //! in a fresh state B sharing `KILN_CACHE_DIR`, the compiler not run; a changed input byte, GPU
-//! arch, C compiler or nvcc version misses; a corrupted entry is refused (nothing restored, the step runs); `cache = false` never stores.
+//! arch, C compiler or nvcc version misses; a corrupted entry is refused (nothing restored, the
+//! step runs); `cache = false` never stores.
 
 use std::path::{Path, PathBuf};
 
