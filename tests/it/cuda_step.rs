@@ -25,6 +25,15 @@ fn toolkit_at(dir: &Path, real: &Path) {
     std::os::unix::fs::symlink(real.join("bin"), dir.join("bin")).unwrap();
 }
 
+/// The shipped toolchains/cuda-12.8.toml (its PyPI wheels) in the workspace, for `import`.
+fn copy_toolchain_12_8(ws: &Workspace) {
+    let toolchain = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("toolchains/cuda-12.8.toml"),
+    )
+    .unwrap();
+    ws.write("toolchains/cuda-12.8.toml", &toolchain);
+}
+
 /// A workspace with an "old" toolkit (the real 12.8 ptxas) linked at `root/cuda` and a recipe
 /// for CUDA `version` through the stand-in runfile.
 fn setup_for(version: &str) -> Workspace {
@@ -184,11 +193,7 @@ fn a_pypi_toolkit_that_reports_another_release_switches_the_link_back() {
     let root = ws.path().join("root");
     toolkit_at(&root.join("cuda-13.0"), &real);
     std::os::unix::fs::symlink(root.join("cuda-13.0"), root.join("cuda")).unwrap();
-    let toolchain = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("toolchains/cuda-12.8.toml"),
-    )
-    .unwrap();
-    ws.write("toolchains/cuda-12.8.toml", &toolchain);
+    copy_toolchain_12_8(&ws);
     // The 12.8.1 wheels, said to be 12.9.1: their ptxas reports release 12.8.
     ws.write(
         "cuda.toml",
@@ -238,11 +243,7 @@ fn a_pypi_toolkit_never_replaces_a_directory_kiln_did_not_lay_out() {
     std::fs::create_dir_all(theirs.join("bin")).unwrap();
     std::fs::write(theirs.join("bin/nvcc"), "#!/bin/sh\n").unwrap();
     std::fs::write(theirs.join("notes.txt"), "mine\n").unwrap();
-    let toolchain = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("toolchains/cuda-12.8.toml"),
-    )
-    .unwrap();
-    ws.write("toolchains/cuda-12.8.toml", &toolchain);
+    copy_toolchain_12_8(&ws);
     ws.write(
         "cuda.toml",
         &format!(
@@ -326,11 +327,7 @@ fn a_pypi_toolkit_is_restored_from_the_step_cache_on_a_new_machine_and_its_link_
     let (downloads, _lock) = cuda_downloads();
     std::fs::create_dir_all(downloads.join("downloads")).unwrap();
     let ws = Workspace::new();
-    let toolchain = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("toolchains/cuda-12.8.toml"),
-    )
-    .unwrap();
-    ws.write("toolchains/cuda-12.8.toml", &toolchain);
+    copy_toolchain_12_8(&ws);
     ws.write("cuda.toml", CACHED_PYPI);
     let a_cache = cache_with_downloads(&ws, "a-cache", &downloads);
     let a = stderr_of(
