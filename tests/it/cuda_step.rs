@@ -427,3 +427,43 @@ fn a_pypi_toolkit_is_restored_from_the_step_cache_on_a_new_machine_and_its_link_
         "mine\n"
     );
 }
+
+/// A toolkit in the step cache is not restored where the driver is below the step's floor: the
+/// step runs instead and stops at the driver, nothing laid out.
+#[test]
+fn a_cached_toolkit_is_not_restored_below_the_driver_floor() {
+    let (downloads, _lock) = cuda_downloads();
+    std::fs::create_dir_all(downloads.join("downloads")).unwrap();
+    let ws = Workspace::new();
+    copy_toolchain_12_8(&ws);
+    ws.write(
+        "cuda.toml",
+        &format!("{CACHED_PYPI}driver_floor = \"570.124.06\"\n"),
+    );
+    let cache = cache_with_downloads(&ws, "cache", &downloads);
+    let up = |state: &str, driver: &str, code: i32| {
+        stderr_of(
+            ws.kiln()
+                .args(["up", "cuda.toml", "--state-dir", state])
+                .env("KILN_CACHE_DIR", &cache)
+                .env("KILN_FACT_GPU_DRIVER", driver),
+            code,
+        )
+    };
+    let a = up("A", "580.95.05", 0);
+    assert!(a.contains("ran    cuda"), "{a}");
+    let b = up("B", "550.54.15", 1);
+    assert!(!b.contains("restored from cache (entry"), "{b}");
+    assert!(
+        b.contains("not restored from cache (driver 550.54.15"),
+        "{b}"
+    );
+    assert!(
+        b.contains("driver 550.54.15 is older than 570.124.06, the floor of CUDA 12.8.1"),
+        "{b}"
+    );
+    assert!(
+        !ws.path().join("B/work/cuda-pypi/cuda-12.8").exists(),
+        "a toolkit was restored below the driver floor"
+    );
+}
