@@ -6,7 +6,10 @@
 # Every run tests the same commit, resolved once at the start (a HEAD that moves meanwhile does
 # not change what the later runs test). Prints a table: run, exit status, wall seconds, the
 # tests that failed; the same table grows in the logs directory as the runs end (table.md, with
-# the commit), each run's failures in run-N.failed. Exits 1 if any run failed, 2 on bad usage.
+# the commit), each run's failures in run-N.failed. Between runs only downloads and compiled code
+# are kept: each run clones the commit afresh to one path (its files dated at the commit, so kiln
+# compiles once, not once a run) and keeps Debian's .debs, which install-deps still installs into
+# each new container. Exits 1 if any run failed, 2 on bad usage.
 # Usage: bash bench/test-loop.sh [N] [COMMIT]     (logs under $KILN_TEST_CACHE/test-loop/)
 # Record the table in BENCHMARKS.md with the command that made it.
 set -euo pipefail
@@ -57,6 +60,7 @@ for ((i = 1; i <= runs; i++)); do
   start=$(date +%s)
   set +e
   KILN_TEST_CACHE="$cache" KILN_CI_STDOUT_FILE="$out" \
+    KILN_CI_SRC="$cache/test-loop/src/kiln" KILN_CI_APT_CACHE="$cache/test-loop/apt" \
     bash "$repo/.ci/container-tests" "$commit" >"$log" 2>&1
   code=$?
   set -e
