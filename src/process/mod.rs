@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::redact::Redactor;
 
 mod capture;
+mod deferred_signals;
 pub(crate) mod identity;
 mod lines;
 pub(crate) use capture::{capture, capture_timeout};
@@ -185,21 +186,28 @@ pub(crate) fn run_logged_with(
             .try_clone()
             .map_err(|e| Error::io("cannot create a pipe", e))
     };
+    let tie = if watchdog::active() {
+        Tie::Watchdog
+    } else {
+        Tie::DeathSignal
+    };
+    // A terminating signal waits until the group is registered (the watchdog ends it then).
+    let spawning = deferred_signals::spawning();
     let handle = spec
-        .expression(if watchdog::active() {
-            Tie::Watchdog
-        } else {
-            Tie::DeathSignal
-        })
+        .expression(tie)
         .stdout_file(pipe()?)
         .stderr_file(pipe()?)
         .start()
         .map_err(|e| spawn_error(spec, e))?;
     drop(writer);
     let pgid = handle.pids().first().copied();
+    if tie == Tie::Watchdog {
+        deferred_signals::signal_point();
+    }
     if let Some(g) = pgid {
         watchdog::register(g);
     }
+    drop(spawning);
 
     let (tx, rx) = mpsc::channel::<(String, bool)>();
     let whole = redactor.with_spaces();

@@ -40,6 +40,8 @@ pub(super) fn active() -> bool {
 pub(crate) struct Watchdog {
     child: std::process::Child,
     registry: PathBuf,
+    /// Terminating signals held off while a step spawns (see [`super::deferred_signals`]).
+    deferred: Vec<libc::c_int>,
     /// Groups earlier runs left registered that were not ended, and why (stale records).
     pub stale: Vec<String>,
 }
@@ -48,6 +50,7 @@ impl Drop for Watchdog {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        super::deferred_signals::restore(&self.deferred);
         // Every step has ended by now: nothing is left to reap.
         *current() = None;
         let _ = std::fs::remove_file(&self.registry);
@@ -82,17 +85,27 @@ pub(crate) fn start(dir: &Path) -> Result<Watchdog> {
             .process_group(0)
             .spawn()
     });
-    let child = match spawned {
+    let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
             let _ = std::fs::remove_file(&registry);
             return Err(Error::io("cannot start kiln's process watchdog", e));
         }
     };
+    let deferred = match super::deferred_signals::defer() {
+        Ok(deferred) => deferred,
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_file(&registry);
+            return Err(Error::io("cannot set up kiln's signal handling", e));
+        }
+    };
     *current() = Some(file);
     Ok(Watchdog {
         child,
         registry,
+        deferred,
         stale,
     })
 }

@@ -399,6 +399,37 @@ fn ctrl_c_at_the_terminal_ends_the_running_step_too() {
 }
 
 #[test]
+fn a_signal_between_a_steps_spawn_and_its_registration_still_ends_the_step() {
+    // The moment a loaded machine once hit: Ctrl-C after the step started, before kiln wrote its
+    // group down for the watchdog. The hook sends SIGINT exactly there.
+    let token = format!("33.{}", std::process::id());
+    let text = recipe(
+        "early",
+        "",
+        &[format!(
+            "[[step]]\nid = \"wait\"\nkind = \"run\"\ncmd = [\"sleep\", \"{token}\"]\n"
+        )],
+    );
+    let ws = setup(&text);
+    let status = std::process::Command::new(assert_cmd::cargo::cargo_bin("kiln"))
+        .args(["up", "r.toml"])
+        .current_dir(ws.path())
+        .env("KILN_HOME", ws.state())
+        .env("KILN_NO_PROGRESS", "1")
+        .env("KILN_TEST_SIGNAL_AT_SPAWN", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("kiln runs");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
+    wait_for("the step to end with kiln", Duration::from_secs(10), || {
+        processes_with(&token).is_empty()
+    });
+    assert!(receipts_after(&ws, "early", true).is_empty());
+}
+
+#[test]
 fn repeated_kills_at_random_moments_never_corrupt_receipts() {
     let steps: Vec<String> = (0..12)
         .map(|i| {
