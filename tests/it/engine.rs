@@ -359,19 +359,23 @@ fn sigkill_mid_step_then_rerun_completes_and_leaves_no_orphans() {
     assert_eq!(counts(&ws, &["a", "b", "c", "d"]), [1, 1, 1, 1]);
 }
 
+/// A recipe whose one step sleeps `token` seconds (the token finds it in the process table).
+fn sleeping(name: &str, token: &str) -> String {
+    recipe(
+        name,
+        "",
+        &[format!(
+            "[[step]]\nid = \"wait\"\nkind = \"run\"\ncmd = [\"sleep\", \"{token}\"]\n"
+        )],
+    )
+}
+
 #[test]
 fn ctrl_c_at_the_terminal_ends_the_running_step_too() {
     // A terminal's Ctrl-C sends SIGINT to kiln's whole process group; each step runs in a group
     // of its own, so it is the watchdog (outside kiln's group) that must end it.
     let token = format!("32.{}", std::process::id());
-    let text = recipe(
-        "interrupted",
-        "",
-        &[format!(
-            "[[step]]\nid = \"wait\"\nkind = \"run\"\ncmd = [\"sleep\", \"{token}\"]\n"
-        )],
-    );
-    let ws = setup(&text);
+    let ws = setup(&sleeping("interrupted", &token));
     let mut child = {
         use std::os::unix::process::CommandExt;
         std::process::Command::new(assert_cmd::cargo::cargo_bin("kiln"))
@@ -403,14 +407,7 @@ fn a_signal_between_a_steps_spawn_and_its_registration_still_ends_the_step() {
     // The moment a loaded machine once hit: Ctrl-C after the step started, before kiln wrote its
     // group down for the watchdog. The hook sends SIGINT exactly there.
     let token = format!("33.{}", std::process::id());
-    let text = recipe(
-        "early",
-        "",
-        &[format!(
-            "[[step]]\nid = \"wait\"\nkind = \"run\"\ncmd = [\"sleep\", \"{token}\"]\n"
-        )],
-    );
-    let ws = setup(&text);
+    let ws = setup(&sleeping("early", &token));
     let status = std::process::Command::new(assert_cmd::cargo::cargo_bin("kiln"))
         .args(["up", "r.toml"])
         .current_dir(ws.path())
