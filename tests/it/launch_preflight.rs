@@ -767,3 +767,42 @@ fn a_set_is_offered_only_when_the_preflight_passes_with_it_applied() {
         "{err}"
     );
 }
+
+#[test]
+fn sglang_flags_derived_from_its_dataclass_fields_are_read_like_its_own_parser() {
+    // SGLang 0.5.15.post1 adds most flags from ServerArgs's annotated dataclass fields, not from
+    // add_argument calls: kiln's reading of the real wheel's server_args.py must find every flag
+    // its own argparse parser holds (the shipped list, generated from that parser), no more.
+    let ws = Workspace::new();
+    let site = wheel_site("sglang==0.5.15.post1");
+    let venv = ws.path().join("venv");
+    std::fs::create_dir_all(venv.join("bin")).unwrap();
+    std::fs::create_dir_all(venv.join("lib/python3.12")).unwrap();
+    std::os::unix::fs::symlink(&site, venv.join("lib/python3.12/site-packages")).unwrap();
+    std::os::unix::fs::symlink(which::which("python3").unwrap(), venv.join("bin/python")).unwrap();
+    let shipped = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/doctor/launch/sglang-0.5.15.post1.flags"),
+    )
+    .unwrap();
+    let listed: Vec<&str> = shipped.lines().filter(|l| l.starts_with("--")).collect();
+    assert!(listed.len() > 400, "{}", listed.len());
+    sglang_recipe(&ws, &venv, 1, &listed[..], false);
+    let (st, summary, evidence) = flags_check(&ws, "h200x2");
+    assert_eq!(st, "pass", "{summary} {evidence:?}");
+    assert_eq!(
+        evidence[0],
+        format!(
+            "{} flags known from {}/sglang/srt/server_args.py (sglang 0.5.15.post1)",
+            listed.len(),
+            venv.join("lib/python3.12/site-packages").display()
+        )
+    );
+    // A misspelt dataclass-derived flag is still the "unrecognized arguments" crash.
+    sglang_recipe(&ws, &venv, 1, &["--attention-backnd", "triton"], false);
+    let (st, summary, _) = flags_check(&ws, "h200x2");
+    assert_eq!(st, "fail", "{summary}");
+    assert!(
+        summary.contains("--attention-backnd (did you mean --attention-backend?)"),
+        "{summary}"
+    );
+}

@@ -8,7 +8,8 @@ use crate::patch::syntax;
 use crate::process::{self, CommandSpec};
 
 /// Every option string of `parser.add_argument("--x", "--y", ...)` calls in SGLang's
-/// `server_args.py`; None when no such call is found.
+/// `server_args.py`, and of the dataclass fields it adds with `add_cli_args_from_dataclass`
+/// (SGLang ≥ 0.5.1x: [`super::dataclass_flags`]); None when neither is found.
 pub(crate) fn sglang_flags(server_args: &str) -> Option<Vec<String>> {
     let tree = syntax::parse(server_args);
     let mut flags: Vec<String> = syntax::all_of_kind(tree.root_node(), "call")
@@ -29,6 +30,7 @@ pub(crate) fn sglang_flags(server_args: &str) -> Option<Vec<String>> {
         })
         .filter(|s| s.starts_with('-'))
         .collect();
+    flags.extend(super::dataclass_flags::dataclass_flags(server_args));
     flags.sort();
     flags.dedup();
     (!flags.is_empty()).then_some(flags)

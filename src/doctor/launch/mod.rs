@@ -5,6 +5,7 @@
 //! the port, and disk for JIT caches. Facts only: nvidia-smi's answer, files, `--help` of a
 //! built llama-server; nothing imports torch.
 
+mod dataclass_flags;
 pub(crate) mod flags;
 pub(crate) mod preflight;
 pub(crate) mod table;
