@@ -14,6 +14,14 @@ const FILES: &[(&str, &str)] = &[
         include_str!("../recipes/llama-cuda.toml"),
     ),
     (
+        "recipes/sglang-cuda.toml",
+        include_str!("../recipes/sglang-cuda.toml"),
+    ),
+    (
+        "recipes/sglang-cuda/make_tiny_hf.py",
+        include_str!("../recipes/sglang-cuda/make_tiny_hf.py"),
+    ),
+    (
         "recipes/sm120-sass.toml",
         include_str!("../recipes/sm120-sass.toml"),
     ),
@@ -56,6 +64,10 @@ const FILES: &[(&str, &str)] = &[
     (
         "recipes/signatures/sglang-0.5.9.toml",
         include_str!("../recipes/signatures/sglang-0.5.9.toml"),
+    ),
+    (
+        "recipes/signatures/sglang-0.5.15.toml",
+        include_str!("../recipes/signatures/sglang-0.5.15.toml"),
     ),
     (
         "recipes/signatures/llama-server.toml",

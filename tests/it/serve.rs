@@ -20,8 +20,20 @@ pub(crate) fn free_port() -> u16 {
 }
 
 /// A recipe with one profile `replay` that prints the captured text of `log` (without the
-/// fixture's `#` header lines) and exits with `code`.
+/// fixture's `#` header lines) and exits with `code`, judged by SGLang 0.5.9's signatures.
 fn replay_recipe(ws: &Workspace, log: &str, code: i32, port: Option<u16>, args: &[&str]) {
+    replay_recipe_of(ws, log, code, port, args, "sglang-0.5.9");
+}
+
+/// [`replay_recipe`] judged by the shipped signatures `sigs`.
+fn replay_recipe_of(
+    ws: &Workspace,
+    log: &str,
+    code: i32,
+    port: Option<u16>,
+    args: &[&str],
+    sigs: &str,
+) {
     let port = port.map_or(String::new(), |p| format!("port = \"{p}\"\n"));
     let args = args
         .iter()
@@ -32,20 +44,28 @@ fn replay_recipe(ws: &Workspace, log: &str, code: i32, port: Option<u16>, args: 
         "r.toml",
         &format!(
             "[recipe]\nname = \"replay\"\n\n[profile.replay]\ncmd = [\"sh\", \"-c\", \"grep -v '^#' \\\"$0\\\"; exit {code}\", {:?}]\n\
-             args = [{args}]\nsignatures = \"sglang-0.5.9\"\napi = \"sglang\"\n{port}",
+             args = [{args}]\nsignatures = \"{sigs}\"\napi = \"sglang\"\n{port}",
             fixture(log).display().to_string()
         ),
     );
 }
 
 fn serve_fails_with(log: &str, cause_id: &str, evidence: &str) {
+    serve_of_fails_with(log, "sglang-0.5.9", 1, cause_id, evidence);
+}
+
+/// The replayed `log` of a server that exits with `code`, judged by `sigs`, is the crash
+/// `cause_id` with the `evidence` line.
+fn serve_of_fails_with(log: &str, sigs: &str, code: i32, cause_id: &str, evidence: &str) {
     let ws = Workspace::new();
-    replay_recipe(&ws, log, 1, Some(free_port()), &[]);
+    replay_recipe_of(&ws, log, code, Some(free_port()), &[], sigs);
     let out = ws.kiln().args(["serve", "r.toml"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("error: profile `replay` exited with status 1 after"),
+        err.contains(&format!(
+            "error: profile `replay` exited with status {code} after"
+        )),
         "{err}"
     );
     assert!(
@@ -69,6 +89,28 @@ fn triage_capability_table_keyerror() {
         "sglang-0.5.9-symm-mem-real-code.log",
         "capability-table",
         "KeyError: 12",
+    );
+}
+
+#[test]
+fn triage_a_real_sglang_0_5_15_bad_flag_value() {
+    serve_of_fails_with(
+        "sglang-0.5.15-bad-attention-backend.log",
+        "sglang-0.5.15",
+        2,
+        "bad-argument",
+        "sglang serve: error: argument --attention-backend: invalid choice: 'nonsense' (choose from 'triton', 'torch_native',",
+    );
+}
+
+#[test]
+fn triage_a_real_sglang_0_5_15_start_without_a_gpu() {
+    serve_of_fails_with(
+        "sglang-0.5.15-no-accelerator.log",
+        "sglang-0.5.15",
+        1,
+        "no-accelerator",
+        "RuntimeError: No accelerator (CUDA, XPU, HPU, NPU, MUSA, MPS) or platform plugin is available.",
     );
 }
 

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the repository root, with the chunks of bench/gpu-loop/pack-sglang.sh
+# under CARRY (default .carry/). Modes, any subset, in this order:
+#   gather   copy every chunk that arrived (CARRY/sgl-*) into /root/sglpack (kept while the machine
+#            is held) and say which wheels are there against CARRY/sglang-pack.sha256
+#   facts    the machine: GPU, driver, python, torch, its pip list
+#   up       `kiln up sglang-cuda --set deps=listed --profile tuned` from an empty state: install,
+#            model, serve, verdicts, greedy A/B against `baseline`, bench
+#   wire     the raw HTTP of the server `up` left running: /server_info, /get_model_info, and a
+#            streamed /generate (greedy, 16 tokens) byte for byte, for the wire fixtures
+#   profiles `kiln serve` of `spec`, `spec-mismatch` and `symm-mem` each, with `kiln bench` on spec
+#   bad      a launch with a bad flag value, through crash triage
+#   ceiling  SGLang's own bench_one_batch on the same model (decode tok/s at batch 1)
+# Everything lands in $OUT: summary.txt and sglang-results.tar.gz (reports, server logs, step logs).
+set -uo pipefail
+modes=" ${*:-gather} "
+root=$PWD
+carry=${CARRY:-$root/.carry}
+OUT=${OUT:-$root/out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export KILN_HOME=/root/kiln-sglang PIP_NO_INDEX=1 PIP_FIND_LINKS=/root/sglpack/wheels KILN_NO_UV=1
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+pack=/root/sglpack
+res=/root/sglang-results
+mkdir -p "$pack/wheels" "$res" "$KILN_HOME"
+summary=$OUT/summary.txt
+say() { echo "== $(date +%T) $*" | tee -a "$summary"; }
+kiln=$pack/kiln
+
+collect() {
+  cp -r "$KILN_HOME/reports" "$res/" 2>/dev/null
+  mkdir -p "$res/serve-logs" "$res/step-logs"
+  cp "$KILN_HOME"/serve/*.log "$res/serve-logs/" 2>/dev/null
+  cp "$KILN_HOME"/runs/*/logs/*.log "$res/step-logs/" 2>/dev/null
+  tar -czf "$OUT/sglang-results.tar.gz" -C "$res" . 2>/dev/null
+}
+trap collect EXIT
+
+if [[ $modes == *" gather "* ]]; then
+  for d in "$carry"/sgl-*; do
+    [[ -d $d ]] || continue
+    cp -n "$d"/wheels/* "$pack/wheels/" 2>/dev/null
+    [[ -f $d/kiln ]] && cp "$d/kiln" "$kiln" && chmod +x "$kiln"
+    [[ -d $d/gpu-loop ]] && cp "$d"/gpu-loop/* "$pack/"
+  done
+  [[ -f $carry/sglang-pack.sha256 ]] && cp "$carry/sglang-pack.sha256" "$pack/"
+  say "gathered: $(ls "$pack/wheels" | wc -l) wheels, kiln $([[ -x $kiln ]] && echo yes || echo no)"
+  if [[ -f $pack/sglang-pack.sha256 ]]; then
+    want=$(grep -c wheels/ "$pack/sglang-pack.sha256")
+    say "expected $want wheels; missing: $(cd "$pack/wheels" && for w in $(sed -n 's#.*wheels/##p' ../sglang-pack.sha256); do [[ -f $w ]] || printf '%s ' "$w"; done)"
+  fi
+fi
+
+if [[ $modes == *" facts "* ]]; then
+  say "facts"
+  { nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader
+    python3 --version; python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
+    nproc; free -g | sed -n 2p; df -h /root | tail -1; } 2>&1 | tee -a "$summary"
+  python3 -m pip list --format=freeze >"$res/pip-list.txt" 2>&1
+fi
+
+if [[ $modes == *" up "* ]]; then
+  say "kiln up sglang-cuda --profile tuned (deps=listed) from an empty state"
+  start=$SECONDS
+  "$kiln" up sglang-cuda --set deps=listed --profile tuned 2>&1 | tee "$res/up.log" | tail -80
+  say "kiln up exit ${PIPESTATUS[0]} in $((SECONDS - start)) s"
+  tail -60 "$res/up.log" >>"$summary"
+fi
+
+if [[ $modes == *" wire "* ]]; then
+  say "raw HTTP of the running server"
+  python3 - "$res" <<'PY'
+import json, sys, urllib.request
+res, base = sys.argv[1], "http://127.0.0.1:30100"
+for path in ("/server_info", "/get_model_info", "/health"):
+    try:
+        body = urllib.request.urlopen(base + path, timeout=30).read()
+    except Exception as e:
+        body = repr(e).encode()
+    open(f"{res}/wire{path.replace('/', '-')}.txt", "wb").write(body)
+req = {"text": "The capital of France is", "stream": True,
+       "sampling_params": {"max_new_tokens": 16, "temperature": 0}}
+r = urllib.request.Request(base + "/generate", json.dumps(req).encode(), {"Content-Type": "application/json"})
+open(f"{res}/wire-generate-stream.txt", "wb").write(urllib.request.urlopen(r, timeout=60).read())
+PY
+  head -c 600 "$res/wire-generate-stream.txt" | tee -a "$summary"; echo | tee -a "$summary"
+fi
+
+if [[ $modes == *" profiles "* ]]; then
+  for p in symm-mem spec spec-mismatch; do
+    say "kiln serve sglang-cuda --profile $p"
+    start=$SECONDS
+    "$kiln" serve sglang-cuda --profile "$p" 2>&1 | tee "$res/serve-$p.log" | tail -30
+    say "serve $p exit ${PIPESTATUS[0]} in $((SECONDS - start)) s"
+    if [[ $p == spec* ]]; then
+      "$kiln" bench --url http://127.0.0.1:30100 --runs 3 --warmup 1 --max-tokens 256 2>&1 |
+        tee "$res/bench-$p.log" | tail -15
+    fi
+    "$kiln" serve sglang-cuda --stop >/dev/null 2>&1
+  done
+fi
+
+if [[ $modes == *" bad "* ]]; then
+  say "a bad flag value through crash triage"
+  "$kiln" serve sglang-cuda --profile baseline --set mem_fraction=1.7 2>&1 | tee "$res/serve-bad.log" | tail -25
+fi
+
+if [[ $modes == *" ceiling "* ]]; then
+  say "SGLang's bench_one_batch (the ceiling)"
+  work=$KILN_HOME/work/sglang-cuda
+  timeout 300 "$work/venv/bin/python" -m sglang.bench_one_batch --model-path "$work/model/target" \
+    --batch-size 1 --input-len 128 --output-len 512 --attention-backend triton --sampling-backend pytorch \
+    --mem-fraction-static 0.6 2>&1 | tee "$res/bench-one-batch.log" | tail -15
+fi
+say "done"
