@@ -12,6 +12,8 @@ use super::{Check, CheckDef, DoctorFacts};
 use crate::patch::syntax;
 
 const PATCHSET: &str = "kiln patch apply sglang-0.5.9-sm120";
+/// The one SGLang version kiln's patch set fits (its anchors are that version's source).
+const PATCHED_SGLANG: &str = "0.5.9";
 const SIZES: &str = "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES";
 const MULTIMEM: &str = "_WORLD_SIZES_MULTIMEM";
 const SYMM_FLAG: &str = "--enable-torch-symm-mem";
@@ -251,6 +253,17 @@ fn keys(keys: &[u32]) -> String {
         .join(", ")
 }
 
+/// The fix for a closed gate: kiln's patch set where the installed SGLang is the version it
+/// fits, else `instead` (patching another version would refuse its anchors or, worse, miss).
+fn patch_or(f: &DoctorFacts, note: &str, instead: &str) -> String {
+    match f.packages.get("sglang").map(String::as_str) {
+        Some(PATCHED_SGLANG) | None => format!("{PATCHSET}   ({note})"),
+        Some(v) => format!(
+            "{instead}   (kiln's patch set sglang-0.5.9-sm120 fits SGLang {PATCHED_SGLANG} only; this is {v})"
+        ),
+    }
+}
+
 fn version(f: &DoctorFacts, package: &str) -> String {
     f.packages
         .get(package)
@@ -311,7 +324,7 @@ fn symm_mem_table(f: &DoctorFacts) -> Check {
                 keys(&t.keys)
             ),
         )
-        .fix(format!("{PATCHSET}   (or drop {SYMM_FLAG})")),
+        .fix(patch_or(f, &format!("or drop {SYMM_FLAG}"), &format!("drop {SYMM_FLAG}"))),
         (Lookup::Index, false) => Check::pass(
             id,
             format!("{SYMM_FLAG} would crash with `KeyError: {major}`, but no profile passes it"),
@@ -360,7 +373,7 @@ fn symm_mem_multimem(f: &DoctorFacts) -> Check {
     }
     if multicast_possible(f) {
         Check::fail(id, format!("with multicast available, the first symm-mem all-reduce raises `KeyError: {major}` ({MULTIMEM} has only {})", keys(&t.keys)))
-            .fix(PATCHSET)
+            .fix(patch_or(f, "adds the missing entry", &format!("drop {SYMM_FLAG}")))
             .evidence(evidence)
     } else {
         Check::pass(
@@ -406,7 +419,11 @@ fn fusion_gate_check(f: &DoctorFacts) -> Check {
                 keys(&g.majors)
             ),
         )
-        .fix(format!("{PATCHSET}   (opens this gate and FlashInfer's JIT gate together)")),
+        .fix(patch_or(
+            f,
+            "opens this gate and FlashInfer's JIT gate together",
+            &format!("drop {FUSION_FLAG}: it does nothing on this GPU"),
+        )),
         GateKind::Raises if requested => Check::fail(
             id,
             format!("{FUSION_FLAG} is refused on cc {major}: ValueError \"FlashInfer allreduce fusion requires SM90 or SM10X\""),
@@ -461,7 +478,7 @@ fn flashinfer_comm_gate(f: &DoctorFacts) -> Check {
             id,
             format!("SGLang's fusion gate is open but FlashInfer's JIT is not: CUDA graph capture will crash with \"No supported CUDA architectures found for major versions [{}]\"", keys(majors)),
         )
-        .fix(format!("{PATCHSET}   (patches flashinfer/jit/comm.py too)"))
+        .fix(patch_or(f, "patches flashinfer/jit/comm.py too", &format!("drop {FUSION_FLAG}")))
         .evidence(evidence)
     } else {
         Check::skip(id, format!("not reached: SGLang's fusion gate is closed on cc {major} (opening it alone would crash at graph capture)"))

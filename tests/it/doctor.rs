@@ -689,3 +689,29 @@ fn a_gpu_that_does_not_report_persistence_mode_passes_and_is_named() {
     let (_, report) = json(&mut doctor(&ws, Some("h200x2")));
     assert_eq!(summary(&report, "gpu.persistence"), "persistence mode on");
 }
+
+#[test]
+fn sm120_pcie_box_with_sglang_0_5_15_reads_its_own_gates_and_offers_no_0_5_9_patch() {
+    // The real 0.5.15.post1 wheel: its symm-mem table is read with `.get` (a warning and a
+    // disabled communicator, no KeyError), its fusion gate is still closed on cc 12, and
+    // kiln's patch set fits 0.5.9 only, so the fix is to drop the flag, said why.
+    let ws = Workspace::new();
+    let site = stack_site(&ws, "sglang==0.5.15.post1", "flashinfer-python==0.6.12");
+    let (_, report) = json(
+        doctor(&ws, Some("derived-8x-rtx-pro-6000-pcie"))
+            .arg("--site-packages")
+            .arg(&site),
+    );
+    assert_eq!(report["facts"]["packages"]["sglang"], "0.5.15.post1");
+    assert_eq!(status(&report, "sglang.symm-mem-table"), "warn");
+    assert!(
+        summary(&report, "sglang.symm-mem-table").contains("Device capability 12 not supported"),
+        "{}",
+        summary(&report, "sglang.symm-mem-table")
+    );
+    assert_eq!(status(&report, "sglang.allreduce-fusion-gate"), "warn");
+    assert_eq!(
+        check(&report, "sglang.allreduce-fusion-gate")["fix"].as_str().unwrap(),
+        "drop --enable-flashinfer-allreduce-fusion: it does nothing on this GPU   (kiln's patch set sglang-0.5.9-sm120 fits SGLang 0.5.9 only; this is 0.5.15.post1)"
+    );
+}
