@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Pack what `kiln up sglang-cuda --set deps=listed` needs on the GPU machine, which has no network
 # and takes at most 64 MiB of files a call, into CARRY/sgl-1 … CARRY/sgl-N (default .carry/,
-# git-ignored), each under 56 MiB, so N calls carry it all (the tree itself is ~5 MiB):
+# git-ignored), each under 54 MiB, so N calls carry it all (the tree itself is ~5 MiB):
 # - the release kiln binary (its shipped recipes are embedded) and these scripts;
 # - the Python 3.12 x86-64 wheels of SGLang ${sglang_version}, of sglang-kernel and of the
 #   recipe's `listed` packages: what SGLang's server path imports that the machine's torch 2.11
@@ -47,7 +47,7 @@ rm -rf "$carry"/sgl-*
 mkdir -p "$carry/sgl-1/gpu-loop" "$carry/sgl-1/wheels"
 cp "$kiln" "$carry/sgl-1/kiln"
 cp bench/gpu-loop/sglang-device.sh "$carry/sgl-1/gpu-loop/"
-limit=$((56 * 1024 * 1024))
+limit=$((54 * 1024 * 1024))
 size() { du -sb "$1" | cut -f1; }
 while read -r _ w; do
   n=1
