@@ -273,6 +273,20 @@ mod tests {
     }
 
     #[test]
+    fn a_url_password_is_redacted_where_it_is_printed_outside_its_url() {
+        // A value whose name says nothing secret: its URL's password is the secret.
+        register_pairs([("index", "https://me:canary-url-pw-7c2@pypi.example/simple")]);
+        assert_eq!(
+            scrub("pip said canary-url-pw-7c2 was refused"),
+            "pip said *** was refused"
+        );
+        assert_eq!(scrub("login me:canary-url-pw-7c2"), "login ***");
+        // A child's environment entry, likewise.
+        let r = Redactor::from_env([("PIP_INDEX_URL", "https://u:canary-env-pw-51d@h/")]);
+        assert_eq!(r.redact("auth canary-env-pw-51d failed"), "auth *** failed");
+    }
+
+    #[test]
     fn registered_values_are_redacted_by_every_later_redactor() {
         register_pairs([("db_password", "canary-registered-9f1"), ("n", "4")]);
         assert_eq!(

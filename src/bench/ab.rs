@@ -309,6 +309,31 @@ mod tests {
     }
 
     #[test]
+    fn text_min_prefix_is_scaled_by_characters_per_token_not_offset() {
+        // 100 characters over 10 tokens: 10 characters a token, so a min_prefix of 8 tokens is
+        // 80 characters and a divergence at character 40 is early (an offset, 8 + 10 = 18, would
+        // call it late).
+        let base = "a".repeat(100);
+        let cand = format!("{}b{}", "a".repeat(40), "a".repeat(59));
+        let ab = compare(
+            &[Output::of_text(&base, 10)],
+            &[Output::of_text(&cand, 10)],
+            8,
+        );
+        assert_eq!(ab.prompts[0].agree, 40);
+        assert_eq!((ab.verdict, ab.exit_code()), ("wrong output", 2));
+    }
+
+    #[test]
+    fn each_verdict_has_its_own_exit_code() {
+        let base = vec![toks("a b c d e f")];
+        let code = |cand: &str| compare(&base, &[toks(cand)], 3).exit_code();
+        assert_eq!(code("a b c d e f"), 0);
+        assert_eq!(code("a b c d x y"), 1);
+        assert_eq!(code("a x c d e f"), 2);
+    }
+
+    #[test]
     fn the_agreement_names_what_it_counts_in_every_output() {
         let text = |t: &str| Output::of_text(t, 5);
         let chars = compare(

@@ -119,3 +119,155 @@ impl Outcome {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::ab::{compare, Output};
+    use crate::serve::verdict::Status;
+
+    fn verdict(feature: &str, status: Status) -> Verdict {
+        Verdict {
+            feature: feature.into(),
+            status,
+            reason: format!("why {feature}"),
+            evidence: None,
+        }
+    }
+
+    fn every_status() -> Vec<Verdict> {
+        vec![
+            verdict("graphs", Status::Active),
+            verdict("flash-attn", Status::FellBack),
+            verdict("spec", Status::Crashed),
+            verdict("hicache", Status::Conflicting),
+            verdict("torch-compile", Status::Configured),
+            verdict("fp8-kv", Status::Unknown),
+        ]
+    }
+
+    #[test]
+    fn every_tuning_not_proven_active_is_a_problem_named_with_its_profile() {
+        assert_eq!(
+            verdict_problems("tuned", &every_status()),
+            [
+                "profile `tuned`: flash-attn fell back (why flash-attn)",
+                "profile `tuned`: spec crashed (why spec)",
+                "profile `tuned`: hicache conflicting (why hicache)",
+                "profile `tuned`: torch-compile configured (why torch-compile)",
+                "profile `tuned`: fp8-kv unknown (why fp8-kv)",
+            ]
+        );
+        assert!(verdict_problems("tuned", &[verdict("graphs", Status::Active)]).is_empty());
+        // A reason from the server's log reaches the terminal escaped.
+        let mut v = verdict("x", Status::Unknown);
+        v.reason = "a\u{1b}[2Jb".into();
+        assert_eq!(
+            verdict_problems("p", &[v]),
+            ["profile `p`: x unknown (a\\u{1b}[2Jb)"]
+        );
+    }
+
+    #[test]
+    fn fell_back_crashed_and_conflicting_fail_the_run_configured_and_unknown_warn() {
+        let j = judge("tuned", &every_status(), None, None);
+        assert_eq!(
+            j.failures,
+            [
+                "profile `tuned`: flash-attn fell back (why flash-attn)",
+                "profile `tuned`: spec crashed (why spec)",
+                "profile `tuned`: hicache conflicting (why hicache)",
+            ]
+        );
+        // `configured` is never counted as active: it is an advisory, like unknown.
+        assert_eq!(
+            j.warnings,
+            [
+                "profile `tuned`: torch-compile configured (why torch-compile)",
+                "profile `tuned`: fp8-kv unknown (why fp8-kv)",
+            ]
+        );
+        let o = Outcome::of(j, false);
+        assert!(!o.ok);
+        assert_eq!(
+            o.error.as_deref(),
+            Some(
+                "profile `tuned`: flash-attn fell back (why flash-attn); profile `tuned`: spec \
+                 crashed (why spec); profile `tuned`: hicache conflicting (why hicache)"
+            )
+        );
+        assert_eq!(
+            o.hint.as_deref(),
+            Some("the verdicts and the A/B above show the evidence; the report keeps it")
+        );
+        let configured = judge("p", &[verdict("x", Status::Configured)], None, None);
+        assert_eq!(
+            (configured.failures.len(), configured.warnings.len()),
+            (0, 1)
+        );
+        let active = judge("p", &[verdict("x", Status::Active)], None, None);
+        assert!(active.failures.is_empty() && active.warnings.is_empty());
+        assert!(Outcome::of(active, true).ok);
+    }
+
+    #[test]
+    fn warnings_fail_the_run_only_with_strict() {
+        let j = || judge("p", &[verdict("x", Status::Configured)], None, None);
+        let lax = Outcome::of(j(), false);
+        assert!(lax.ok && lax.error.is_none() && lax.hint.is_none());
+        assert_eq!(lax.warnings, ["profile `p`: x configured (why x)"]);
+        let strict = Outcome::of(j(), true);
+        assert!(!strict.ok);
+        assert_eq!(
+            strict.error.as_deref(),
+            Some("1 warning(s) with --strict: profile `p`: x configured (why x)")
+        );
+        assert_eq!(
+            strict.hint.as_deref(),
+            Some("warnings fail `kiln up` only with --strict; the report keeps them")
+        );
+        let failed = Outcome::failed("boom".into());
+        assert!(!failed.ok && failed.warnings.is_empty() && failed.hint.is_none());
+        assert_eq!(failed.error.as_deref(), Some("boom"));
+    }
+
+    #[test]
+    fn wrong_greedy_output_fails_a_late_divergence_warns() {
+        let ids = |s: &str| vec![Output::of_ids(&s.split(' ').collect::<Vec<_>>())];
+        let base = ids("a b c d e f");
+        let ab = |cand: &str| {
+            let c = compare(&base, &ids(cand), 3);
+            judge("tuned", &[], Some((&c, "baseline")), None)
+        };
+        let same = ab("a b c d e f");
+        assert!(same.failures.is_empty() && same.warnings.is_empty());
+        let late = ab("a b c d x y");
+        assert!(late.failures.is_empty());
+        assert_eq!(
+            late.warnings,
+            ["greedy A/B `tuned` against `baseline`: diverged late (66.7% agreement)"]
+        );
+        let wrong = ab("a x c d e f");
+        assert!(wrong.warnings.is_empty());
+        assert_eq!(
+            wrong.failures,
+            ["greedy A/B `tuned` against `baseline`: wrong output (16.7% agreement)"]
+        );
+    }
+
+    #[test]
+    fn bench_warnings_are_advisories() {
+        let summary =
+            serde_json::json!({"median": 1.0, "mean": 1.0, "min": 1.0, "max": 1.0, "cv": 0.0});
+        let report: bench::Report = serde_json::from_value(serde_json::json!({
+            "url": "http://127.0.0.1:1", "api": "openai", "max_tokens": 8, "unix_time": 0,
+            "fingerprint": {"gpu": "g", "driver": "d", "server": "s", "model": "m", "server_args": "a"},
+            "fingerprint_id": "f", "runs": [], "e2e_tok_s": summary, "decode_tok_s": null,
+            "ttft_ms": summary, "accept_length": null, "warnings": ["cv 12% is noisy"], "gate": null,
+        }))
+        .unwrap();
+        let j = judge("p", &[], None, Some(&report));
+        assert!(j.failures.is_empty());
+        assert_eq!(j.warnings, ["bench: cv 12% is noisy"]);
+    }
+}

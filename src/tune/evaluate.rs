@@ -535,6 +535,51 @@ mod tests {
         assert!(judged("12", "11").disqualified.is_some());
     }
 
+    #[test]
+    fn only_a_proven_active_tuning_qualifies_a_variant() {
+        use crate::serve::verdict::{Status, Verdict};
+        let verdict = |feature: &str, status: Status| Verdict {
+            feature: feature.into(),
+            status,
+            reason: format!("why {feature}"),
+            evidence: None,
+        };
+        let entry = |verdicts: &[Verdict]| {
+            let mut e = Entry::new(Variant { settings: vec![] });
+            e.evidence
+                .push("verdict old: active: an earlier launch".into());
+            record_verdicts(&mut e, verdicts);
+            e
+        };
+        let active = entry(&[verdict("flash-attn", Status::Active)]);
+        assert!(active.disqualified.is_none(), "{active:?}");
+        // The earlier launch's verdicts are replaced, not added to.
+        assert_eq!(
+            active.evidence,
+            ["verdict flash-attn: active: why flash-attn"]
+        );
+        // Configured (a settings echo) and unknown prove nothing: the variant is not qualified.
+        for status in [
+            Status::Configured,
+            Status::Unknown,
+            Status::FellBack,
+            Status::Crashed,
+            Status::Conflicting,
+        ] {
+            let e = entry(&[
+                verdict("graphs", Status::Active),
+                verdict("spec", status),
+                verdict("later", status),
+            ]);
+            assert_eq!(
+                e.disqualified,
+                Some(format!("spec {}: why spec", status.label())),
+                "{status:?}"
+            );
+            assert_eq!(e.evidence.len(), 3, "{e:?}");
+        }
+    }
+
     use serde_json::json;
 
     #[test]

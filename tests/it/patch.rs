@@ -412,19 +412,52 @@ fn patch_set_errors_point_at_the_line() {
 
 #[test]
 fn python_flag_finds_the_interpreters_site_packages() {
+    // A real venv (python3 -m venv) with the flashinfer wheel copied into its site-packages:
+    // `--python` must find that directory (sysconfig's purelib of the venv's interpreter), not
+    // the system's, and patch the file there.
     let ws = Workspace::new();
-    let out = ws
-        .kiln()
+    let venv = ws.path().join("venv");
+    let made = python(&["-m", "venv", "--without-pip", venv.to_str().unwrap()]);
+    assert!(made.status.success(), "{made:?}");
+    let interpreter = venv.join("bin/python");
+    let purelib = std::process::Command::new(&interpreter)
         .args([
-            "patch",
-            "check",
-            "flashinfer-0.6.3-sm120",
-            "--python",
-            "/nonexistent/python3",
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
         ])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr)
-        .contains("cannot run `/nonexistent/python3`: program not found"));
+    let site = PathBuf::from(String::from_utf8(purelib.stdout).unwrap().trim());
+    assert!(site.starts_with(&venv), "{}", site.display());
+    copy_tree(&wheel_site("flashinfer-python==0.6.3"), &site);
+    let original = sha256(&site.join(FLASHINFER_FILE));
+    let run = |action: &str, python: &Path| {
+        let out = ws
+            .kiln()
+            .args(["patch", action, "flashinfer-0.6.3-sm120", "--python"])
+            .arg(python)
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| scrub(&String::from_utf8_lossy(b), &ws);
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let (code, out, err) = run("check", &interpreter);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(out.contains("not applied "), "{out}");
+    let (code, out, err) = run("apply", &interpreter);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_ne!(sha256(&site.join(FLASHINFER_FILE)), original);
+    let (code, out, err) = run("check", &interpreter);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (code, out, err) = run("revert", &interpreter);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(sha256(&site.join(FLASHINFER_FILE)), original);
+
+    // An interpreter that does not exist is named.
+    let (code, _, err) = run("check", Path::new("/nonexistent/python3"));
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("cannot run `/nonexistent/python3`: program not found"),
+        "{err}"
+    );
 }

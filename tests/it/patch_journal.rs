@@ -182,3 +182,45 @@ fn a_kill_at_any_write_point_of_an_apply_is_undone_or_finished() {
     // journal's removal.
     assert!(points >= 11, "only {points} write points");
 }
+
+/// A file changed since the kill (a hand edit, a reinstall) is neither the original nor the
+/// patched content the journal names: `revert` and the next `apply` refuse to finish the undo,
+/// name the file, and overwrite nothing; the journal stays for after the reinstall.
+#[test]
+fn an_interrupted_apply_never_overwrites_a_file_changed_since() {
+    // The first write point where the journal is left and a file already holds its new bytes.
+    let (ws, site, file) = (1..30)
+        .find_map(|n| {
+            let ws = Workspace::new();
+            let site = new_site(&ws);
+            let before = tree(&site);
+            let (code, out) = patch(&ws, &site, "apply", SET, Some(n));
+            assert_eq!(code, None, "point {n}: the apply finished first:\n{out}");
+            let after = tree(&site);
+            let file = FILES
+                .iter()
+                .map(|(_, f)| PathBuf::from(f))
+                .find(|f| before.get(f) != after.get(f))?;
+            journal_left(&ws).then_some((ws, site, file))
+        })
+        .expect("a write point with a file replaced and the journal left");
+    let edited = site.join(&file);
+    let mut bytes = std::fs::read(&edited).unwrap();
+    bytes.extend_from_slice(b"\n# changed by hand after the kill\n");
+    std::fs::write(&edited, &bytes).unwrap();
+    let kept = tree(&site);
+    for action in ["revert", "apply"] {
+        let (code, out) = patch(&ws, &site, action, SET, None);
+        assert_eq!(code, Some(1), "{action}:\n{out}");
+        assert!(
+            out.contains(&format!(
+                "{} is neither its original nor its patched content",
+                edited.display()
+            )),
+            "{action}:\n{out}"
+        );
+        assert_eq!(tree(&site), kept, "{action} overwrote a file:\n{out}");
+        assert_eq!(std::fs::read(&edited).unwrap(), bytes);
+        assert!(journal_left(&ws), "{action} dropped the journal");
+    }
+}

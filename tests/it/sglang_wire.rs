@@ -168,6 +168,29 @@ fn kiln_bench_counts_every_sglang_stream_shape_exactly() {
     }
 }
 
+/// Over `/generate`, SGLang streams every token id, so its `completion_tokens` must equal the ids
+/// streamed, not merely fall in the range a text stream allows (a piece of text can hold several
+/// tokens): a server that says 43 for 40 ids (an EOS after 40 of 48) is counted 40, with a
+/// warning that names both counts.
+#[test]
+fn kiln_bench_counts_the_ids_sglang_streamed_not_a_usage_that_disagrees() {
+    let server = Server::start(&["--stop-after", "40", "--usage-extra", "3"]);
+    assert_eq!(server.final_meta(48)["completion_tokens"], 43);
+    let (code, report, said) = bench(&server.url, 48);
+    assert!(code.is_some_and(|c| c <= 1), "{said}");
+    assert!(
+        said.contains("the server's usage says 43 completion tokens but the stream shows 40"),
+        "{said}"
+    );
+    let runs = report["runs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{said}"));
+    assert_eq!(runs.len(), 2, "{said}");
+    for r in runs {
+        assert_eq!(r["tokens"], 40, "{r}");
+    }
+}
+
 /// `kiln bench --api openai` against SGLang's `/v1/completions`: text deltas of several tokens a
 /// chunk (`--stream-interval 3`, serving_completions.py:268) and the usage chunk kiln asks for
 /// with `stream_options.include_usage` (:343-360) give the server's count, 48, not the 16 chunks.
@@ -306,6 +329,56 @@ fn kiln_serve_waits_for_sglang_readiness_and_proves_a_generation() {
     assert!(
         err.contains("answered its health check but a generation returned 3 of 8 tokens"),
         "{err}"
+    );
+}
+
+/// A settings endpoint that says a tuning is on (`/server_info`'s `enable_torch_symm_mem: true`)
+/// proves nothing: with no line of the log showing it at work, `kiln serve` reads it as
+/// `configured`, never `active`, and exits 1.
+#[test]
+fn a_settings_endpoint_saying_enabled_is_configured_never_active() {
+    let ws = Workspace::new();
+    let port = free_port();
+    ws.write(
+        "r.toml",
+        &format!(
+            "[recipe]\nname = \"sgc\"\n[profile.s]\ncmd = [\"python3\", {:?}]\n\
+             args = [\"--model-path\", \"tiny-sglang\", \"--port\", \"{port}\", \"--startup-s\", \"0.4\", \"--step-ms\", \"0.2\", \"--tp-size\", \"2\", \"--enable-torch-symm-mem\"]\n\
+             port = \"{port}\"\napi = \"sglang\"\nsignatures = \"sglang-0.5.9\"\n",
+            script().display().to_string()
+        ),
+    );
+    let out = ws
+        .kiln()
+        .args(["serve", "r.toml", "--detach", "--json"])
+        .output()
+        .unwrap();
+    let _ = ws.kiln().args(["serve", "r.toml", "--stop"]).output();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{text}{err}");
+    let v = crate::reporter::json_event(&text, "verdicts");
+    let symm = v["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["feature"] == "torch-symm-mem")
+        .unwrap_or_else(|| panic!("{v}"))
+        .clone();
+    assert_eq!(symm["status"], "configured", "{symm}");
+    assert!(
+        symm["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("/server_info says it is enabled; no line shows it at work"),
+        "{symm}"
+    );
+    assert!(
+        symm["evidence"]
+            .as_str()
+            .unwrap()
+            .contains("/server_info: enable_torch_symm_mem=true"),
+        "{symm}"
     );
 }
 

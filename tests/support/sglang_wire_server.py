@@ -49,6 +49,9 @@ class ServerArgs:
     speculative_num_draft_tokens: object = None
     weight_version: str = "default"
     enable_cache_report: bool = False
+    # server_args.py's `enable_torch_symm_mem: bool = False`; the stand-in logs no line for it
+    # (SGLang 0.5.9 logs no positive one either), so only /server_info says it is on.
+    enable_torch_symm_mem: bool = False
 
 
 def log(msg, rank=None):
@@ -145,7 +148,7 @@ def generate(state, prompt, sampling, rid, created):
         }
         # tokenizer_manager.py:1527-1531: the request's completion tokens so far (cumulative
         # in every out, also with --stream-output) and the prefix-cache hits.
-        meta["completion_tokens"] = produced
+        meta["completion_tokens"] = produced + (o.usage_extra if finished else 0)
         meta["cached_tokens"] = 0
         if a.stream_output:
             # tokenizer_manager.py:1554-1557 (--stream-output and stream): only the new ids.
@@ -378,6 +381,7 @@ def main():
     p.add_argument("--speculative-algorithm")
     p.add_argument("--speculative-num-draft-tokens", type=int)
     p.add_argument("--mem-fraction-static", type=float, default=0.88)
+    p.add_argument("--enable-torch-symm-mem", action="store_true")
     # Not SGLang's: how the stand-in behaves.
     p.add_argument("--startup-s", type=float, default=1.5, help="seconds of 'loading' before /health answers 200")
     p.add_argument("--step-ms", type=float, default=2.0, help="milliseconds per forward pass")
@@ -385,6 +389,7 @@ def main():
     p.add_argument("--stop-after", type=int, help="end every request with an EOS after this many tokens, ignore_eos or not")
     p.add_argument("--cut-after", type=int, help="end /generate streams after this many tokens, without the final out or [DONE]")
     p.add_argument("--repeat-token", action="store_true", help="every id the same")
+    p.add_argument("--usage-extra", type=int, default=0, help="say this many more completion_tokens in the final out than ids streamed (a count that lies)")
     p.add_argument("--slow-reader-every", type=int, default=1, help="send 1 of every k outs (tokenizer_manager.py:1128)")
     opts = p.parse_args()
     args = ServerArgs(model_path=opts.model_path, tokenizer_path=opts.model_path,
@@ -392,7 +397,8 @@ def main():
                       tp_size=opts.tp_size, mem_fraction_static=opts.mem_fraction_static,
                       stream_interval=opts.stream_interval, stream_output=opts.stream_output,
                       random_seed=opts.random_seed, speculative_algorithm=opts.speculative_algorithm,
-                      speculative_num_draft_tokens=opts.speculative_num_draft_tokens)
+                      speculative_num_draft_tokens=opts.speculative_num_draft_tokens,
+                      enable_torch_symm_mem=opts.enable_torch_symm_mem)
     # server_args.py:853-854: without --random-seed, a new random one every launch.
     if args.random_seed is None:
         args.random_seed = random.randint(0, 1 << 30)

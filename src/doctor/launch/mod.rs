@@ -11,6 +11,9 @@ pub(crate) mod preflight;
 pub(crate) mod table;
 pub(crate) mod weights;
 
+#[cfg(test)]
+mod count_tests;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -868,7 +871,7 @@ mod tests {
     }
 
     /// The two H200s of the real capture (tests/fixtures/gpu/h200x2/nvidia-smi-query.txt).
-    fn h200x2() -> Vec<Gpu> {
+    pub(super) fn h200x2() -> Vec<Gpu> {
         let capture = include_str!("../../../tests/fixtures/gpu/h200x2/nvidia-smi-query.txt");
         let csv: String = capture
             .lines()
