@@ -121,6 +121,27 @@ pub(crate) fn start_ticks(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(22 - 3)?.parse().ok()
 }
 
+/// Whether the process recorded as `pid`, started at `start_ticks` in boot `boot`, still runs:
+/// the same process (same boot, same start time) and not a zombie (an exited process its parent
+/// has not waited for has ended). Where the kernel gives no boot id (now or in the record), the
+/// start time alone decides: an unknown is taken as still running.
+pub(crate) fn still_running(pid: u32, start_ticks: u64, boot: &str) -> bool {
+    let now = boot_id().unwrap_or_default();
+    if !boot.is_empty() && !now.is_empty() && boot != now {
+        return false;
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return false;
+    };
+    let mut fields = rest.split_whitespace();
+    let state = fields.next();
+    let started = fields.nth(22 - 4).and_then(|t| t.parse::<u64>().ok());
+    !matches!(state, Some("Z" | "X")) && started == Some(start_ticks)
+}
+
 fn exe(pid: u32) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/exe")).ok()
 }
