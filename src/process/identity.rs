@@ -270,20 +270,48 @@ mod tests {
         child.wait().unwrap();
     }
 
+    /// Clock ticks since boot now, read from the kernel's boot-time clock (what a process's
+    /// start time is counted on): a source independent of `/proc/PID/stat`.
+    fn boot_ticks_now() -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes the timespec it is given.
+        assert_eq!(
+            unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &raw mut ts) },
+            0
+        );
+        // SAFETY: sysconf only reads a constant of the running system.
+        let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap();
+        let ns =
+            u64::try_from(ts.tv_sec).unwrap() * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap();
+        ns / (1_000_000_000 / hz)
+    }
+
     #[test]
     fn a_comm_with_spaces_and_parentheses_does_not_shift_the_fields() {
         // The kernel names a process (`comm`) after the file it executes.
         let dir = tempfile::tempdir().unwrap();
         let odd = dir.path().join("a) b (c");
         std::os::unix::fs::symlink(which::which("sleep").unwrap(), &odd).unwrap();
+        // The child's start, observed on the boot-time clock around its spawn.
+        let before = boot_ticks_now();
         let mut child = std::process::Command::new(&odd).arg("5").spawn().unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        let id = Identity::of(child.id()).expect("child identity");
+        let after = boot_ticks_now();
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
         assert!(stat.contains("(a) b (c)"), "{stat}");
-        let mine = start_ticks(std::process::id()).unwrap();
-        assert!(id.start_ticks >= mine, "{id:?} vs {mine}");
+        let id = Identity::of(child.id()).expect("child identity");
+        assert!(
+            (before..=after).contains(&id.start_ticks),
+            "read {}, observed between {before} and {after}",
+            id.start_ticks
+        );
+        assert_eq!(start_ticks(child.id()), Some(id.start_ticks));
+        assert!(still_running(child.id(), id.start_ticks, &id.boot_id));
+        assert!(!still_running(child.id(), id.start_ticks + 1, &id.boot_id));
         let _ = child.kill();
         let _ = child.wait();
+        assert!(!still_running(child.id(), id.start_ticks, &id.boot_id));
     }
 }
