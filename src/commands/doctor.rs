@@ -69,7 +69,10 @@ pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
         None => {}
     }
     // The probes' process groups (a hung `import torch` and its children) end with a killed doctor.
-    let _watchdog = crate::process::watchdog::start(&settings.paths.running())?;
+    let _watchdog = crate::process::watchdog::start(
+        &settings.paths.running(),
+        crate::process::watchdog::Leftovers::LeaveAlone,
+    )?;
     let facts = doctor::facts::collect(&inputs);
     let mut report = doctor::run(facts, &args.checks);
     let wants_launch =

@@ -115,20 +115,25 @@ pub(crate) fn output(cli: &Cli) -> crate::report::Output {
     }
 }
 
-/// The hidden watchdog (`kiln __watchdog PARENT DIR`, see [`crate::process::watchdog`]): kiln
+/// The hidden watchdog (`kiln __watchdog PARENT REGISTRY`, see [`crate::process::watchdog`]): kiln
 /// starts it itself, so it is dispatched before the command line is parsed and is no subcommand
 /// a shell could complete. `None` when `args` are not a watchdog's.
 pub fn watchdog(args: &[std::ffi::OsString]) -> Option<Result<u8>> {
     match args {
-        [_, cmd, parent, dir] if cmd == "__watchdog" => {
+        [_, cmd, parent, registry] if cmd == "__watchdog" => {
             let parent = parent.to_str().and_then(|p| p.parse().ok());
             Some(match parent {
-                Some(parent) => crate::process::watchdog::watch(parent, std::path::Path::new(dir)),
-                None => Err(Error::usage("usage: kiln __watchdog PARENT_PID DIR", None)),
+                Some(parent) => {
+                    crate::process::watchdog::watch(parent, std::path::Path::new(registry))
+                }
+                None => Err(Error::usage(
+                    "usage: kiln __watchdog PARENT_PID REGISTRY",
+                    None,
+                )),
             })
         }
         [_, cmd, ..] if cmd == "__watchdog" => Some(Err(Error::usage(
-            "usage: kiln __watchdog PARENT_PID DIR",
+            "usage: kiln __watchdog PARENT_PID REGISTRY",
             None,
         ))),
         _ => None,

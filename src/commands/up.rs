@@ -114,7 +114,10 @@ fn provision(
     // Only runs that start processes need the watchdog (a no-op re-run stays a few stats).
     let watchdog = match plan.count("stale") {
         0 => None,
-        _ => Some(crate::process::watchdog::start(&settings.paths.running())?),
+        _ => Some(crate::process::watchdog::start(
+            &settings.paths.running(),
+            crate::process::watchdog::Leftovers::End,
+        )?),
     };
     for stale in watchdog.iter().flat_map(|w| &w.stale) {
         reporter.note(&format!("stale process record removed: {stale}"));

@@ -121,6 +121,27 @@ pub(crate) fn start_ticks(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(22 - 3)?.parse().ok()
 }
 
+/// Whether the process recorded as `pid`, started at `start_ticks` in boot `boot`, still runs:
+/// the same process (same boot, same start time) and not a zombie (an exited process its parent
+/// has not waited for has ended). Where the kernel gives no boot id (now or in the record), the
+/// start time alone decides: an unknown is taken as still running.
+pub(crate) fn still_running(pid: u32, start_ticks: u64, boot: &str) -> bool {
+    let now = boot_id().unwrap_or_default();
+    if !boot.is_empty() && !now.is_empty() && boot != now {
+        return false;
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return false;
+    };
+    let mut fields = rest.split_whitespace();
+    let state = fields.next();
+    let started = fields.nth(22 - 4).and_then(|t| t.parse::<u64>().ok());
+    !matches!(state, Some("Z" | "X")) && started == Some(start_ticks)
+}
+
 fn exe(pid: u32) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/exe")).ok()
 }
@@ -249,20 +270,48 @@ mod tests {
         child.wait().unwrap();
     }
 
+    /// Clock ticks since boot now, read from the kernel's boot-time clock (what a process's
+    /// start time is counted on): a source independent of `/proc/PID/stat`.
+    fn boot_ticks_now() -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes the timespec it is given.
+        assert_eq!(
+            unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &raw mut ts) },
+            0
+        );
+        // SAFETY: sysconf only reads a constant of the running system.
+        let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap();
+        let ns =
+            u64::try_from(ts.tv_sec).unwrap() * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap();
+        ns / (1_000_000_000 / hz)
+    }
+
     #[test]
     fn a_comm_with_spaces_and_parentheses_does_not_shift_the_fields() {
         // The kernel names a process (`comm`) after the file it executes.
         let dir = tempfile::tempdir().unwrap();
         let odd = dir.path().join("a) b (c");
         std::os::unix::fs::symlink(which::which("sleep").unwrap(), &odd).unwrap();
+        // The child's start, observed on the boot-time clock around its spawn.
+        let before = boot_ticks_now();
         let mut child = std::process::Command::new(&odd).arg("5").spawn().unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        let id = Identity::of(child.id()).expect("child identity");
+        let after = boot_ticks_now();
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
         assert!(stat.contains("(a) b (c)"), "{stat}");
-        let mine = start_ticks(std::process::id()).unwrap();
-        assert!(id.start_ticks >= mine, "{id:?} vs {mine}");
+        let id = Identity::of(child.id()).expect("child identity");
+        assert!(
+            (before..=after).contains(&id.start_ticks),
+            "read {}, observed between {before} and {after}",
+            id.start_ticks
+        );
+        assert_eq!(start_ticks(child.id()), Some(id.start_ticks));
+        assert!(still_running(child.id(), id.start_ticks, &id.boot_id));
+        assert!(!still_running(child.id(), id.start_ticks + 1, &id.boot_id));
         let _ = child.kill();
         let _ = child.wait();
+        assert!(!still_running(child.id(), id.start_ticks, &id.boot_id));
     }
 }

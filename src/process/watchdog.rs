@@ -12,6 +12,13 @@
 //! ended and their ids went to unrelated processes: its first line is the boot id, each `+`
 //! line carries the group leader's start time, and a group is ended only while its leader is
 //! still that process (see [`super::identity`]). Anything else is left alone and reported.
+//!
+//! A registry is another run's until its writer is gone: its second line (`kiln PID TICKS`)
+//! names the kiln that wrote it, and a registry is swept only when that process no longer runs
+//! (another start time, another boot, a zombie, no process). Only a run that is about to start
+//! steps sweeps the leftovers of others ([`Leftovers::End`]); `kiln doctor` never does. A dead
+//! run's watchdog ends only its own run's registry, and only while it is still its run's: a late
+//! watchdog never touches the registry of the run that replaced it.
 
 use std::fs::File;
 use std::io::Write;
@@ -57,27 +64,47 @@ impl Drop for Watchdog {
     }
 }
 
-/// Register step process groups under `dir`, end leftovers of an earlier run there, and start
-/// the watchdog for this process.
-pub(crate) fn start(dir: &Path) -> Result<Watchdog> {
+/// What [`start`] does with the registries of runs that are gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Leftovers {
+    /// End their groups and remove them: a run about to start steps (`kiln up`).
+    End,
+    /// Leave every other registry alone: a command that runs no steps (`kiln doctor`).
+    LeaveAlone,
+}
+
+/// Register step process groups under `dir`, end (with [`Leftovers::End`]) what runs that are
+/// gone left there, and start the watchdog for this process.
+pub(crate) fn start(dir: &Path, leftovers: Leftovers) -> Result<Watchdog> {
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
-    let stale = reap(dir);
-    let registry = dir.join(std::process::id().to_string());
+    let stale = match leftovers {
+        Leftovers::End => reap(dir),
+        Leftovers::LeaveAlone => Vec::new(),
+    };
+    let me = std::process::id();
+    let ticks = identity::start_ticks(me).unwrap_or(0);
+    // Named by pid and start time: no other process of this boot ever takes the name. One left
+    // by another boot can signal nothing (its groups are refused as another boot's): removed.
+    let registry = dir.join(format!("{me}-{ticks}"));
+    if registry.exists() {
+        reap_registry(&registry);
+    }
     let mut file = File::options()
         .create(true)
         .append(true)
         .open(&registry)
         .map_err(|e| Error::io(format!("cannot create {}", registry.display()), e))?;
     let boot = identity::boot_id().unwrap_or_default();
-    file.write_all(format!("boot {boot}\n").as_bytes())
+    // One write: a reader never sees the boot line without the writer's.
+    file.write_all(format!("boot {boot}\nkiln {me} {ticks}\n").as_bytes())
         .map_err(|e| Error::io(format!("cannot write {}", registry.display()), e))?;
     let spawned = std::env::current_exe().and_then(|exe| {
         use std::os::unix::process::CommandExt;
         std::process::Command::new(exe)
             .arg("__watchdog")
-            .arg(std::process::id().to_string())
-            .arg(dir)
+            .arg(me.to_string())
+            .arg(&registry)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -129,12 +156,21 @@ pub(super) fn unregister(pgid: u32) {
     record(&format!("-{pgid}\n"));
 }
 
-/// The groups a registry leaves running, as identities of their leaders: those added and not
-/// removed since (a group id the system reused is added again after its removal), with the
-/// boot id of the registry's first line. A line cut short is ignored; a `+` line without a
-/// start time (an older kiln) gives an identity that can never match.
-fn live_groups(registry: &str) -> Vec<Identity> {
+/// What a registry says: the boot it was written in, the kiln that wrote it (`kiln PID TICKS`;
+/// absent in an older kiln's), and the groups it leaves running, as identities of their
+/// leaders: those added and not removed since (a group id the system reused is added again
+/// after its removal). A line cut short is ignored; a `+` line without a start time (an older
+/// kiln) gives an identity that can never match.
+#[derive(Debug, Default)]
+struct Registry {
+    boot: String,
+    writer: Option<(u32, u64)>,
+    live: Vec<Identity>,
+}
+
+fn parse(registry: &str) -> Registry {
     let mut boot = String::new();
+    let mut writer = None;
     let mut live = std::collections::BTreeMap::new();
     for line in registry.split_inclusive('\n') {
         let Some(line) = line.strip_suffix('\n') else {
@@ -142,6 +178,13 @@ fn live_groups(registry: &str) -> Vec<Identity> {
         };
         if let Some(b) = line.strip_prefix("boot ") {
             boot = b.trim().to_string();
+            continue;
+        }
+        if let Some(w) = line.strip_prefix("kiln ") {
+            let mut f = w.split(' ').map(str::parse::<u64>);
+            if let (Some(Ok(pid)), Some(Ok(ticks))) = (f.next(), f.next()) {
+                writer = u32::try_from(pid).ok().map(|pid| (pid, ticks));
+            }
             continue;
         }
         let (sign, rest) = line.split_at(line.len().min(1));
@@ -160,7 +203,8 @@ fn live_groups(registry: &str) -> Vec<Identity> {
             _ => {}
         }
     }
-    live.into_iter()
+    let live = live
+        .into_iter()
         .map(|(pid, start)| Identity {
             pid,
             start_ticks: start.unwrap_or(0),
@@ -171,33 +215,72 @@ fn live_groups(registry: &str) -> Vec<Identity> {
             },
             exe: PathBuf::new(),
         })
-        .collect()
+        .collect();
+    Registry { boot, writer, live }
 }
 
-/// End every group the registries under `dir` leave running whose leader is still the process
-/// recorded, and forget them all; returns what was not ended and why.
+/// Whether the kiln that wrote `registry` is gone, so that its groups are leftovers: its
+/// recorded process no longer runs. An older kiln's registry names its writer only by the file
+/// name (`<pid>`): gone when no live process holds that pid or it is this very process (which
+/// did not write it). A registry that cannot be read is left alone.
+fn writer_gone(path: &Path, registry: &Registry) -> bool {
+    if let Some((pid, ticks)) = registry.writer {
+        return !identity::still_running(pid, ticks, &registry.boot);
+    }
+    let named = path
+        .file_name()
+        .and_then(|n| n.to_str()?.parse::<u32>().ok());
+    named.is_none_or(|pid| pid == std::process::id() || !super::pid_alive(pid))
+}
+
+fn read_registry(path: &Path) -> Option<Registry> {
+    let text = crate::bounded::read_state(path, crate::bounded::STATE_CAP).ok()?;
+    Some(parse(&text))
+}
+
+fn registry_writer_gone(path: &Path) -> bool {
+    read_registry(path).is_some_and(|r| writer_gone(path, &r))
+}
+
+/// End the groups of the registry at `path` whose leader is still the process recorded, and
+/// remove it; returns what was not ended and why. The caller has checked its writer is gone.
+fn reap_registry(path: &Path) -> Vec<String> {
+    let mut stale = Vec::new();
+    let Some(registry) = read_registry(path) else {
+        return stale;
+    };
+    for leader in registry.live {
+        match super::stop_recorded_group(&leader) {
+            Ok(()) | Err(identity::Refusal::Gone(_)) => {}
+            Err(why) => stale.push(format!(
+                "{}: process group {} left alone: {why}",
+                path.display(),
+                leader.pid
+            )),
+        }
+    }
+    let _ = std::fs::remove_file(path);
+    stale
+}
+
+/// End every group the registries under `dir` of runs that are gone leave running whose leader
+/// is still the process recorded, and forget those registries; returns what was not ended and
+/// why. The registry of a run that still runs is never read past its header.
 pub(crate) fn reap(dir: &Path) -> Vec<String> {
     let mut stale = Vec::new();
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let registry = crate::bounded::read_state(&entry.path(), crate::bounded::STATE_CAP)
-            .unwrap_or_default();
-        for leader in live_groups(&registry) {
-            match super::stop_recorded_group(&leader) {
-                Ok(()) | Err(identity::Refusal::Gone(_)) => {}
-                Err(why) => stale.push(format!(
-                    "{}: process group {} left alone: {why}",
-                    entry.path().display(),
-                    leader.pid
-                )),
-            }
+        let path = entry.path();
+        if registry_writer_gone(&path) {
+            stale.extend(reap_registry(&path));
         }
-        let _ = std::fs::remove_file(entry.path());
     }
     stale
 }
 
-/// The watchdog's body: wait until `parent` is gone, then end what it left running.
-pub(crate) fn watch(parent: u32, dir: &Path) -> ! {
+/// The watchdog's body: wait until `parent` is gone, then end what it left running: the groups
+/// of `registry` (its run's own, never another's), and only while that registry is still the
+/// one `parent` wrote and `parent` is gone.
+pub(crate) fn watch(parent: u32, registry: &Path) -> ! {
     // A terminal's Ctrl-C or hang-up is for kiln; this outlives it to end what it left.
     // SAFETY: setting a signal's disposition to "ignore" has no preconditions.
     unsafe {
@@ -208,13 +291,22 @@ pub(crate) fn watch(parent: u32, dir: &Path) -> ! {
     while unsafe { libc::getppid() } as u32 == parent {
         std::thread::sleep(Duration::from_millis(100));
     }
-    reap(dir);
+    let own = read_registry(registry).is_some_and(|r| {
+        r.writer.is_some_and(|(pid, _)| pid == parent) && writer_gone(registry, &r)
+    });
+    if own {
+        reap_registry(registry);
+    }
     std::process::exit(0)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::live_groups;
+    use super::parse;
+
+    fn live_groups(registry: &str) -> Vec<super::Identity> {
+        parse(registry).live
+    }
 
     #[test]
     fn a_registry_leaves_running_what_was_added_and_not_removed() {
@@ -229,5 +321,50 @@ mod tests {
         // An older kiln's line has no start time: an identity no process matches.
         let old = live_groups("+10\n");
         assert_eq!((old[0].pid, old[0].boot_id.as_str()), (10, ""));
+    }
+
+    #[test]
+    fn a_registry_is_a_leftover_only_once_its_writer_is_gone() {
+        use super::{identity, writer_gone};
+        use std::path::Path;
+        let me = std::process::id();
+        let ticks = identity::start_ticks(me).unwrap();
+        let boot = identity::boot_id().unwrap();
+        let at = Path::new("/nonexistent/running/x");
+        let header = |pid: u32, t: u64, b: &str| parse(&format!("boot {b}\nkiln {pid} {t}\n"));
+        assert_eq!(header(me, ticks, &boot).writer, Some((me, ticks)));
+        assert!(!writer_gone(at, &header(me, ticks, &boot)), "a live writer");
+        assert!(writer_gone(at, &header(me, ticks + 1, &boot)), "pid reused");
+        let other_boot = "00000000-0000-0000-0000-000000000000";
+        assert!(writer_gone(at, &header(me, ticks, other_boot)), "rebooted");
+        // A writer that exited and is not waited for yet (a zombie) is gone.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let child_ticks = identity::start_ticks(pid).unwrap();
+        let exited = (0..500).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            !super::super::pid_alive(pid)
+        });
+        assert!(exited, "`true` did not exit");
+        assert!(
+            writer_gone(at, &header(pid, child_ticks, &boot)),
+            "a zombie"
+        );
+        child.wait().unwrap();
+        // An older kiln's registry: its name is its writer's pid.
+        let old = parse("boot b\n+10 5\n");
+        assert_eq!(old.writer, None);
+        let named = |pid: u32| std::path::PathBuf::from(format!("/x/running/{pid}"));
+        assert!(
+            writer_gone(&named(me), &old),
+            "this very process wrote nothing yet"
+        );
+        let mut live = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        assert!(!writer_gone(&named(live.id()), &old), "a live older kiln");
+        let _ = live.kill();
+        let _ = live.wait();
     }
 }

@@ -76,8 +76,9 @@ fn on_port(url: &str, port: u16) -> bool {
 }
 
 /// Whether the live process `r.pid` is the one kiln started for the record, and how that was
-/// checked: it leads its own process group (kiln starts every server so), it started when the
-/// record was written, and its command line is the one kiln launched. One function, so that a
+/// checked: its boot and start ticks are the recorded ones (never the wall clock, which NTP or a
+/// VM may step: `started_unix` is for people), it leads its own process group (kiln starts every
+/// server so), and its command line is the one kiln launched. One function, so that a
 /// stronger process-identity record can replace these checks in one place.
 fn identity(r: &Record) -> std::result::Result<String, String> {
     // The recorded identity (start time, boot) first: a reused pid is never taken for kiln's.
@@ -91,14 +92,6 @@ fn identity(r: &Record) -> std::result::Result<String, String> {
             "it is not a process group leader (group {})",
             stat.pgrp
         ));
-    }
-    if let Some(started) = stat.started_unix() {
-        if started.abs_diff(r.started_unix) > 5 {
-            return Err(format!(
-                "it started at {started}, the record at {} (the pid was reused)",
-                r.started_unix
-            ));
-        }
     }
     if r.cmd.is_empty() {
         return Err("the record has no command line (written by an older kiln)".into());
@@ -134,35 +127,16 @@ fn proc_cmdline(pid: u32) -> Option<Vec<String>> {
 /// The fields of `/proc/PID/stat` identity needs.
 struct ProcStat {
     pgrp: u32,
-    /// Clock ticks after boot.
-    start_ticks: u64,
 }
 
 impl ProcStat {
     fn read(pid: u32) -> Option<ProcStat> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // After "pid (comm) ": state ppid pgrp session tty tpgid flags minflt cminflt majflt
-        // cmajflt utime stime cutime cstime priority nice threads itrealvalue starttime ...
+        // After "pid (comm) ": state ppid pgrp ...
         let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
         Some(ProcStat {
             pgrp: fields.get(2)?.parse().ok()?,
-            start_ticks: fields.get(19)?.parse().ok()?,
         })
-    }
-
-    fn started_unix(&self) -> Option<u64> {
-        let boot: u64 = std::fs::read_to_string("/proc/stat")
-            .ok()?
-            .lines()
-            .find_map(|l| l.strip_prefix("btime "))?
-            .trim()
-            .parse()
-            .ok()?;
-        // SAFETY: sysconf only reads a constant of the running system.
-        let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
-            .ok()
-            .filter(|h| *h > 0)?;
-        Some(boot + self.start_ticks / hz)
     }
 }
 
@@ -288,18 +262,66 @@ mod tests {
     }
 
     #[test]
-    fn this_process_has_a_start_time_near_now_and_a_listener_is_found_by_port() {
-        let me = ProcStat::read(std::process::id()).unwrap();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs();
-        let started = me.started_unix().unwrap();
-        assert!(started <= now + 1, "{started} vs {now}");
+    fn a_listener_is_found_by_port() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let (pid, argv) = listener(port).expect("this process listens there");
         assert_eq!(pid, std::process::id());
         assert!(!argv.is_empty());
+    }
+
+    /// A record of `child` as kiln writes it, with `started_unix` as given (a wall-clock time
+    /// that a clock step may have moved) and the identity's start ticks moved by `skew`.
+    fn record_of(
+        child: &std::process::Child,
+        cmd: &[String],
+        started_unix: u64,
+        skew: u64,
+    ) -> Record {
+        let mut identity = crate::process::Identity::of(child.id()).expect("child identity");
+        identity.start_ticks += skew;
+        serde_json::from_value(serde_json::json!({
+            "recipe": "r", "profile": "p", "pid": child.id(), "url": null, "api": "openai",
+            "log": "/nonexistent", "started_unix": started_unix, "identity": identity,
+            "cmd": cmd, "cmd_sha256": crate::serve::command_digest(cmd),
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_server_is_known_by_its_boot_and_start_ticks_not_by_the_wall_clock() {
+        use std::os::unix::process::CommandExt;
+        let cmd = v(&["sleep", "300"]);
+        let mut child = std::process::Command::new(&cmd[0])
+            .args(&cmd[1..])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        // Right after the spawn returns, the new program may not have its arguments yet.
+        let execed = (0..500).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            proc_cmdline(child.id()).as_ref() == Some(&cmd)
+        });
+        assert!(execed, "sleep did not start");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        // The clock stepped 6 s, and an hour, since the record was written: still this server.
+        for off in [6, 3600] {
+            for started in [now - off, now + off] {
+                let got = identity(&record_of(&child, &cmd, started, 0));
+                assert!(got.is_ok(), "clock step of {off} s: {got:?}");
+            }
+        }
+        // Another start time in the same boot is another process, whatever the wall clock says.
+        let got = identity(&record_of(&child, &cmd, now, 1));
+        assert!(
+            got.as_ref()
+                .is_err_and(|e| e.contains("now belongs to another process")),
+            "{got:?}"
+        );
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

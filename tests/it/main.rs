@@ -36,6 +36,7 @@ mod net_deadlines;
 mod non_utf8_paths;
 mod oci_auth;
 mod output_paths;
+mod own_runs;
 mod patch;
 mod patch_journal;
 mod patch_property;
