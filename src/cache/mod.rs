@@ -3,6 +3,8 @@
 
 pub(crate) mod archive;
 pub(crate) mod gc;
+pub(crate) mod layout;
+pub(crate) mod pack;
 pub(crate) mod remote;
 pub(crate) mod remote_steps;
 pub(crate) mod steps;

@@ -55,6 +55,7 @@ mod sm120_sass;
 mod spoof;
 mod state_dir;
 mod step_cache;
+mod step_cache_forged;
 mod step_cache_remote;
 mod tune;
 mod up_e2e;
