@@ -489,3 +489,90 @@ impl<R: Read, W: Write> Read for Tee<'_, R, W> {
         Ok(n)
     }
 }
+
+/// Check `archive` against `entry` in one read, writing nothing: its sha256 and size are the
+/// entry's, and its members are exactly the manifest (names, kinds, sizes, files' sha256, links'
+/// targets). What `kiln cache gc` and an import or pull check; the reason on refusal.
+pub(crate) fn verify(archive: &Path, entry: &StepEntry) -> std::result::Result<(), String> {
+    use sha2::Digest;
+    struct Hashing<R> {
+        inner: R,
+        sha: sha2::Sha256,
+        size: u64,
+    }
+    impl<R: Read> Read for Hashing<R> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.inner.read(buf)?;
+            self.sha.update(&buf[..n]);
+            self.size += n as u64;
+            Ok(n)
+        }
+    }
+    let file = File::open(archive).map_err(|e| format!("cannot read the archive: {e}"))?;
+    let reader = Hashing {
+        inner: std::io::BufReader::with_capacity(1 << 20, file),
+        sha: sha2::Sha256::new(),
+        size: 0,
+    };
+    let mut tar = tar::Archive::new(reader);
+    let members = members_match(&mut tar, entry);
+    // The archive's own hash first: a damaged archive is said as such, whatever member broke.
+    let mut reader = tar.into_inner();
+    std::io::copy(&mut reader, &mut std::io::sink()).map_err(|e| e.to_string())?;
+    let sha = crate::hash::hex(&reader.sha.finalize());
+    if sha != entry.archive_sha256 || reader.size != entry.size {
+        return Err(format!(
+            "the archive has sha256 {sha} ({} bytes), the entry says {} ({} bytes)",
+            reader.size, entry.archive_sha256, entry.size
+        ));
+    }
+    members
+}
+
+/// Whether the members of `tar` are exactly `entry`'s manifest (see [`verify`]).
+fn members_match<R: Read>(
+    tar: &mut tar::Archive<R>,
+    entry: &StepEntry,
+) -> std::result::Result<(), String> {
+    let mut seen = BTreeSet::new();
+    for item in tar.entries().map_err(|e| e.to_string())? {
+        let mut item = item.map_err(|e| format!("the archive is truncated or damaged: {e}"))?;
+        let rel = item
+            .path()
+            .map_err(|e| e.to_string())?
+            .to_string_lossy()
+            .into_owned();
+        let Some(expected) = entry.manifest.get(&rel) else {
+            return Err(format!("`{rel}` is in the archive but not in the manifest"));
+        };
+        if !seen.insert(rel.clone()) {
+            return Err(format!("`{rel}` appears twice"));
+        }
+        let kind = item.header().entry_type();
+        let ok = match expected {
+            Item::Dir { .. } => kind.is_dir(),
+            Item::File { sha256, size, .. } => {
+                kind.is_file()
+                    && item.header().size().ok() == Some(*size)
+                    && sha256_reader(&mut item).is_ok_and(|(got, _)| got == *sha256)
+            }
+            Item::Symlink { target } => {
+                kind == tar::EntryType::Symlink
+                    && item
+                        .link_name()
+                        .ok()
+                        .flatten()
+                        .is_some_and(|l| l.to_string_lossy() == target.as_str())
+            }
+        };
+        if !ok {
+            return Err(format!("`{rel}` is not what the manifest says"));
+        }
+    }
+    if let Some(missing) = entry.manifest.keys().find(|k| !seen.contains(*k)) {
+        return Err(format!(
+            "`{missing}` is in the manifest but not in the archive"
+        ));
+    }
+    Ok(())
+}

@@ -131,16 +131,10 @@ impl StepCache {
         self.root.join(id)
     }
 
-    /// A fresh directory an entry `id` is written into before it is renamed into place (`kiln
-    /// cache gc` removes what an interrupted insert left).
-    pub(crate) fn staging_dir(&self, id: &str) -> Result<PathBuf> {
-        create_dir(&self.root)?;
-        let staging = self
-            .root
-            .join(format!(".staging-{id}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&staging);
-        create_dir(&staging)?;
-        Ok(staging)
+    /// A fresh, locked directory an entry `id` is written into before it is renamed into place
+    /// ([`super::staging`]: unique across hosts, swept once its writer is gone).
+    pub(crate) fn staging_dir(&self, id: &str) -> Result<super::staging::Staging> {
+        super::staging::create(&self.root, id)
     }
 
     /// Whether a complete entry for `id` is here (its files are verified on restore).
@@ -320,15 +314,8 @@ impl StepCache {
         if entry.key.id() != name {
             return Err(format!("step entry {name} does not match its key"));
         }
-        let (sha, size) = File::open(staged.join(ARCHIVE))
-            .and_then(sha256_reader)
-            .map_err(|e| format!("step entry {name}: cannot read {ARCHIVE}: {e}"))?;
-        if sha != entry.archive_sha256 || size != entry.size {
-            return Err(format!(
-                "step entry {name}: {ARCHIVE} has sha256 {sha} ({size} bytes), the entry says {} ({} bytes)",
-                entry.archive_sha256, entry.size
-            ));
-        }
+        super::layout::verify(&staged.join(ARCHIVE), &entry)
+            .map_err(|why| format!("step entry {name}: {why}"))?;
         Ok(name)
     }
 
@@ -351,13 +338,11 @@ impl StepCache {
     pub(crate) fn gc(&self, max_age_secs: Option<u64>) -> Result<Vec<(String, String)>> {
         super::gc::gc(&self.root, max_age_secs, |path, name| {
             let entry = read_entry(path).ok_or("no readable entry.json")?;
-            let sha = File::open(path.join(ARCHIVE))
-                .and_then(sha256_reader)
-                .ok()
-                .map(|(s, _)| s);
-            if sha.as_deref() != Some(entry.archive_sha256.as_str()) || entry.key.id() != name {
-                return Err("archive missing or corrupt");
+            if entry.key.id() != name {
+                return Err("its entry.json does not match its key".into());
             }
+            super::layout::verify(&path.join(ARCHIVE), &entry)
+                .map_err(|why| format!("archive missing or corrupt: {why}"))?;
             Ok(entry.created_unix)
         })
     }

@@ -57,6 +57,7 @@ mod state_dir;
 mod step_cache;
 mod step_cache_forged;
 mod step_cache_remote;
+mod step_cache_stores;
 mod tune;
 mod up_e2e;
 mod up_outcome;
