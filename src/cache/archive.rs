@@ -254,10 +254,6 @@ fn import_steps(steps: &StepCache, staged: &Path) -> std::result::Result<usize, 
     Ok(count)
 }
 
-fn tempdir_near(root: &Path) -> Result<std::path::PathBuf> {
-    crate::fs::create_dir(root)?;
-    let dir = root.join(format!(".import-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    crate::fs::create_dir(&dir)?;
-    Ok(dir)
+fn tempdir_near(root: &Path) -> Result<super::staging::Staging> {
+    super::staging::create(root, "import")
 }

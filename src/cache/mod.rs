@@ -3,8 +3,11 @@
 
 pub(crate) mod archive;
 pub(crate) mod gc;
+pub(crate) mod layout;
+pub(crate) mod pack;
 pub(crate) mod remote;
 pub(crate) mod remote_steps;
+pub(crate) mod staging;
 pub(crate) mod steps;
 pub(crate) mod wheels;
 

@@ -8,14 +8,14 @@
 //!
 //! In the archive, output `i` (the step's `outputs`, in order) is the path `i` (a file) or the
 //! directory `i/`. Every file's sha256 and mode, every directory and symlink are in the manifest;
-//! a symlink is kept only when it points (relatively) inside its own output, so a restore never
-//! writes or links outside the declared outputs. Hard links are stored as copies.
+//! a symlink is kept only when it resolves inside its own output, and a restore lays the archive
+//! out without following any link it made ([`super::layout`]), so it never writes or links
+//! outside the declared outputs. Hard links are stored as copies. Only what the step wrote is
+//! stored ([`super::pack`]); a restore merges it into an output that is there, deleting nothing.
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{Read, Write};
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -131,16 +131,10 @@ impl StepCache {
         self.root.join(id)
     }
 
-    /// A fresh directory an entry `id` is written into before it is renamed into place (`kiln
-    /// cache gc` removes what an interrupted insert left).
-    pub(crate) fn staging_dir(&self, id: &str) -> Result<PathBuf> {
-        create_dir(&self.root)?;
-        let staging = self
-            .root
-            .join(format!(".staging-{id}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&staging);
-        create_dir(&staging)?;
-        Ok(staging)
+    /// A fresh, locked directory an entry `id` is written into before it is renamed into place
+    /// ([`super::staging`]: unique across hosts, swept once its writer is gone).
+    pub(crate) fn staging_dir(&self, id: &str) -> Result<super::staging::Staging> {
+        super::staging::create(&self.root, id)
     }
 
     /// Whether a complete entry for `id` is here (its files are verified on restore).
@@ -157,6 +151,7 @@ impl StepCache {
         step: &str,
         outputs: &[PathBuf],
         portable: &[String],
+        before: &super::pack::Before,
     ) -> Result<std::result::Result<String, NotStored>> {
         let id = key.id();
         let dir = self.entry_dir(&id);
@@ -171,7 +166,8 @@ impl StepCache {
             let mut tar = tar::Builder::new(file);
             let mut manifest = BTreeMap::new();
             for (i, out) in outputs.iter().enumerate() {
-                if let Err(why) = add_output(&mut tar, out, &i.to_string(), &mut manifest)? {
+                if let Err(why) = super::pack::add_output(&mut tar, out, i, before, &mut manifest)?
+                {
                     return Ok(Err(why));
                 }
             }
@@ -258,10 +254,17 @@ impl StepCache {
                     create_dir(parent)?;
                 }
             }
-            unpack(&archive, &entry, &temps).map_err(corrupt)?;
+            super::layout::unpack(&archive, &entry, &temps).map_err(corrupt)?;
+            super::layout::sync(&temps)
+                .map_err(|e| Error::io("cannot sync the restored outputs", e))?;
             kill_point("unpacked");
+            for (i, out) in outputs.iter().enumerate() {
+                if let Some((path, is, wants)) = super::layout::conflict(&entry.manifest, i, out) {
+                    return Err(in_the_way(&path, is, wants));
+                }
+            }
             for (out, temp) in outputs.iter().zip(&temps) {
-                replace(temp, out)?;
+                super::layout::place(temp, out)?;
                 kill_point("replaced");
             }
             Ok(())
@@ -311,15 +314,8 @@ impl StepCache {
         if entry.key.id() != name {
             return Err(format!("step entry {name} does not match its key"));
         }
-        let (sha, size) = File::open(staged.join(ARCHIVE))
-            .and_then(sha256_reader)
-            .map_err(|e| format!("step entry {name}: cannot read {ARCHIVE}: {e}"))?;
-        if sha != entry.archive_sha256 || size != entry.size {
-            return Err(format!(
-                "step entry {name}: {ARCHIVE} has sha256 {sha} ({size} bytes), the entry says {} ({} bytes)",
-                entry.archive_sha256, entry.size
-            ));
-        }
+        super::layout::verify(&staged.join(ARCHIVE), &entry)
+            .map_err(|why| format!("step entry {name}: {why}"))?;
         Ok(name)
     }
 
@@ -342,13 +338,11 @@ impl StepCache {
     pub(crate) fn gc(&self, max_age_secs: Option<u64>) -> Result<Vec<(String, String)>> {
         super::gc::gc(&self.root, max_age_secs, |path, name| {
             let entry = read_entry(path).ok_or("no readable entry.json")?;
-            let sha = File::open(path.join(ARCHIVE))
-                .and_then(sha256_reader)
-                .ok()
-                .map(|(s, _)| s);
-            if sha.as_deref() != Some(entry.archive_sha256.as_str()) || entry.key.id() != name {
-                return Err("archive missing or corrupt");
+            if entry.key.id() != name {
+                return Err("its entry.json does not match its key".into());
             }
+            super::layout::verify(&path.join(ARCHIVE), &entry)
+                .map_err(|why| format!("archive missing or corrupt: {why}"))?;
             Ok(entry.created_unix)
         })
     }
@@ -389,149 +383,19 @@ fn write_entry(dir: &Path, entry: &StepEntry) -> Result<()> {
     )
 }
 
-/// Append output `out` to the archive as `name` (and `name/…`), recording the manifest.
-fn add_output<W: Write>(
-    tar: &mut tar::Builder<W>,
-    out: &Path,
-    name: &str,
-    manifest: &mut BTreeMap<String, Item>,
-) -> Result<std::result::Result<(), NotStored>> {
-    let Ok(meta) = std::fs::symlink_metadata(out) else {
-        return Ok(Err(NotStored(format!(
-            "output {} is not there",
-            out.display()
-        ))));
-    };
-    if meta.is_file() {
-        return add_file(tar, out, name, &meta, manifest).map(Ok);
-    }
-    if !meta.is_dir() {
-        return Ok(Err(NotStored(format!(
-            "output {} is not a regular file or directory",
-            out.display()
-        ))));
-    }
-    let mut stack = vec![(out.to_path_buf(), name.to_string(), 0usize)];
-    while let Some((path, rel, depth)) = stack.pop() {
-        let meta = std::fs::symlink_metadata(&path)
-            .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-        let kind = meta.file_type();
-        if kind.is_dir() {
-            let mode = meta.permissions().mode() & 0o7777;
-            append_header(tar, &rel, tar::EntryType::Directory, mode, 0, None)?;
-            manifest.insert(rel.clone(), Item::Dir { mode });
-            let mut children: Vec<_> = std::fs::read_dir(&path)
-                .map_err(|e| Error::io(format!("cannot list {}", path.display()), e))?
-                .flatten()
-                .map(|e| e.file_name())
-                .collect();
-            children.sort();
-            for c in children.into_iter().rev() {
-                let Some(c_name) = c.to_str() else {
-                    return Ok(Err(NotStored(format!(
-                        "{} has a file name that is not UTF-8",
-                        path.display()
-                    ))));
-                };
-                stack.push((path.join(&c), format!("{rel}/{c_name}"), depth + 1));
-            }
-        } else if kind.is_file() {
-            add_file(tar, &path, &rel, &meta, manifest)?;
-        } else if kind.is_symlink() {
-            let target = std::fs::read_link(&path)
-                .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-            let target_text = target.to_string_lossy().into_owned();
-            if !link_stays_inside(&rel, &target_text) {
-                return Ok(Err(NotStored(format!(
-                    "{} links to {target_text}, outside the output {}",
-                    path.display(),
-                    out.display()
-                ))));
-            }
-            append_header(tar, &rel, tar::EntryType::Symlink, 0o777, 0, Some(&target))?;
-            manifest.insert(
-                rel,
-                Item::Symlink {
-                    target: target_text,
-                },
-            );
-        } else {
-            return Ok(Err(NotStored(format!(
-                "{} is a special file (socket, FIFO or device)",
-                path.display()
-            ))));
-        }
-    }
-    Ok(Ok(()))
-}
-
-fn add_file<W: Write>(
-    tar: &mut tar::Builder<W>,
-    path: &Path,
-    rel: &str,
-    meta: &std::fs::Metadata,
-    manifest: &mut BTreeMap<String, Item>,
-) -> Result<()> {
-    let ctx = |e| Error::io(format!("cannot read {}", path.display()), e);
-    let (sha256, size) = File::open(path).and_then(sha256_reader).map_err(ctx)?;
-    let mode = meta.permissions().mode() & 0o777;
-    let mut header = header(tar::EntryType::Regular, mode, size);
-    let file = File::open(path).map_err(ctx)?;
-    tar.append_data(&mut header, rel, file.take(size))
-        .map_err(|e| Error::io("cannot write the step archive", e))?;
-    manifest.insert(rel.to_string(), Item::File { sha256, size, mode });
-    Ok(())
-}
-
-fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
-    let mut h = tar::Header::new_gnu();
-    h.set_entry_type(kind);
-    h.set_mode(mode);
-    h.set_size(size);
-    h.set_mtime(0);
-    h
-}
-
-fn append_header<W: Write>(
-    tar: &mut tar::Builder<W>,
-    rel: &str,
-    kind: tar::EntryType,
-    mode: u32,
-    size: u64,
-    link: Option<&Path>,
-) -> Result<()> {
-    let mut h = header(kind, mode, size);
-    let written = match link {
-        Some(target) => tar.append_link(&mut h, rel, target),
-        None => tar.append_data(&mut h, rel, std::io::empty()),
-    };
-    written.map_err(|e| Error::io("cannot write the step archive", e))
-}
-
-/// Whether a symlink at archive path `rel` pointing at `target` stays inside its output (the
-/// first component of `rel`): a relative target that never climbs above it.
-pub(crate) fn link_stays_inside(rel: &str, target: &str) -> bool {
-    if target.is_empty() || target.starts_with('/') {
-        return false;
-    }
-    // The link's own directory, below the output root.
-    let mut depth = rel.split('/').count().saturating_sub(2) as i64;
-    if rel.split('/').count() < 2 {
-        return false; // the output itself may not be a link
-    }
-    for part in target.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                depth -= 1;
-                if depth < 0 {
-                    return false;
-                }
-            }
-            _ => depth += 1,
-        }
-    }
-    true
+/// The refusal of a restore onto an output where `path` is `is` and the entry has `wants`:
+/// merging would delete what is there.
+fn in_the_way(path: &Path, is: &str, wants: &str) -> Error {
+    Error::other(
+        format!(
+            "not restored: {} is {is}, where the cached entry has {wants}; a restore never \
+             deletes what it did not lay out: move {} away to let it restore (nothing was \
+             changed; the step runs instead)",
+            path.display(),
+            path.display()
+        ),
+        None,
+    )
 }
 
 /// Where output `out` is unpacked before it is renamed into place.
@@ -565,150 +429,5 @@ fn remove_any(path: &Path) {
             let _ = std::fs::remove_file(path);
         }
         Err(_) => {}
-    }
-}
-
-/// Unpack the archive onto `temps` (temp `i` for output `i`), each path checked against the
-/// manifest; every file synced. The reason on refusal.
-fn unpack(archive: &Path, entry: &StepEntry, temps: &[PathBuf]) -> std::result::Result<(), String> {
-    let file = File::open(archive).map_err(|e| e.to_string())?;
-    let mut tar = tar::Archive::new(file);
-    let mut seen = std::collections::BTreeSet::new();
-    let mut dirs = Vec::new();
-    for item in tar.entries().map_err(|e| e.to_string())? {
-        let mut item = item.map_err(|e| format!("the archive is truncated or damaged: {e}"))?;
-        let path = item.path().map_err(|e| e.to_string())?.into_owned();
-        let mut parts = path.components();
-        let Some(Component::Normal(first)) = parts.next() else {
-            return Err(format!(
-                "archive path `{}` is not inside an output",
-                path.display()
-            ));
-        };
-        if !path.components().all(|c| matches!(c, Component::Normal(_))) {
-            return Err(format!(
-                "archive path `{}` is absolute or climbs with `..`",
-                path.display()
-            ));
-        }
-        let index: usize = first
-            .to_str()
-            .and_then(|s| s.parse().ok())
-            .filter(|i| *i < temps.len())
-            .ok_or_else(|| format!("archive path `{}` names no declared output", path.display()))?;
-        let rel = path.to_string_lossy().into_owned();
-        let Some(expected) = entry.manifest.get(&rel) else {
-            return Err(format!("`{rel}` is in the archive but not in the manifest"));
-        };
-        if !seen.insert(rel.clone()) {
-            return Err(format!("`{rel}` appears twice"));
-        }
-        let rest: PathBuf = parts.collect();
-        let target = if rest.as_os_str().is_empty() {
-            temps[index].clone()
-        } else {
-            temps[index].join(rest)
-        };
-        let kind = item.header().entry_type();
-        match expected {
-            Item::Dir { mode } if kind.is_dir() => {
-                std::fs::create_dir(&target).map_err(|e| format!("cannot create `{rel}`: {e}"))?;
-                dirs.push((target, *mode));
-            }
-            Item::File { sha256, size, mode } if kind.is_file() => {
-                if item.header().size().ok() != Some(*size) {
-                    return Err(format!("`{rel}` has another size than the manifest says"));
-                }
-                let mut out = crate::fs::create_new(&target)
-                    .map_err(|e| format!("cannot create `{rel}`: {e}"))?;
-                let (got, _) = sha256_reader(Tee {
-                    inner: &mut item,
-                    out: &mut out,
-                })
-                .map_err(|e| format!("the archive is truncated or damaged at `{rel}`: {e}"))?;
-                if &got != sha256 {
-                    return Err(format!(
-                        "sha256 of `{rel}` is {got}, the manifest says {sha256}"
-                    ));
-                }
-                out.set_permissions(std::fs::Permissions::from_mode(*mode & 0o777))
-                    .and_then(|()| out.sync_all())
-                    .map_err(|e| format!("cannot write `{rel}`: {e}"))?;
-            }
-            Item::Symlink { target: to } if kind == tar::EntryType::Symlink => {
-                let link = item
-                    .link_name()
-                    .map_err(|e| e.to_string())?
-                    .map(|l| l.to_string_lossy().into_owned());
-                if link.as_deref() != Some(to.as_str()) || !link_stays_inside(&rel, to) {
-                    return Err(format!("symlink `{rel}` points outside its output"));
-                }
-                std::os::unix::fs::symlink(to, &target)
-                    .map_err(|e| format!("cannot create `{rel}`: {e}"))?;
-            }
-            _ => return Err(format!("`{rel}` is not what the manifest says it is")),
-        }
-    }
-    if let Some(missing) = entry.manifest.keys().find(|k| !seen.contains(*k)) {
-        return Err(format!(
-            "`{missing}` is in the manifest but not in the archive"
-        ));
-    }
-    for i in 0..temps.len() {
-        if !seen.contains(&i.to_string()) {
-            return Err(format!("output {i} is not in the archive"));
-        }
-    }
-    // Modes of directories last: a read-only directory would refuse its own files.
-    for (dir, mode) in dirs.iter().rev() {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(*mode & 0o7777))
-            .map_err(|e| format!("cannot set the mode of {}: {e}", dir.display()))?;
-        let _ = File::open(dir).and_then(|d| d.sync_all());
-    }
-    Ok(())
-}
-
-/// Reads `inner`, writing what it read to `out`.
-struct Tee<'a, R: Read, W: Write> {
-    inner: &'a mut R,
-    out: &'a mut W,
-}
-
-impl<R: Read, W: Write> Read for Tee<'_, R, W> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.out.write_all(&buf[..n])?;
-        Ok(n)
-    }
-}
-
-/// Put the unpacked `temp` where `out` is: what was there goes (it is this step's own earlier
-/// output), the rename is the switch, the parent directory is synced.
-fn replace(temp: &Path, out: &Path) -> Result<()> {
-    let is_dir = std::fs::symlink_metadata(out).is_ok_and(|m| m.is_dir());
-    if is_dir {
-        std::fs::remove_dir_all(out)
-            .map_err(|e| Error::io(format!("cannot replace {}", out.display()), e))?;
-    }
-    std::fs::rename(temp, out)
-        .map_err(|e| Error::io(format!("cannot restore {}", out.display()), e))?;
-    if let Some(parent) = out.parent() {
-        let _ = File::open(parent).and_then(|d| d.sync_all());
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::link_stays_inside;
-
-    #[test]
-    fn a_link_may_point_only_inside_its_output() {
-        assert!(link_stays_inside("0/bin/cc", "gcc"));
-        assert!(link_stays_inside("0/bin/cc", "../lib/x"));
-        assert!(!link_stays_inside("0/bin/cc", "../../x"));
-        assert!(!link_stays_inside("0/cc", "../x"));
-        assert!(!link_stays_inside("0/cc", "/usr/bin/gcc"));
-        assert!(!link_stays_inside("0", "x"));
     }
 }

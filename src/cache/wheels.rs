@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::fs::{create_dir, write_atomic};
+use crate::fs::write_atomic;
 use crate::hash::{sha256_bytes, sha256_reader};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,16 +121,10 @@ impl WheelCache {
         self.root.join(id)
     }
 
-    /// A fresh directory an entry `id` is written into before it is renamed into place (`kiln
-    /// cache gc` removes what an interrupted insert left).
-    pub(crate) fn staging_dir(&self, id: &str) -> Result<PathBuf> {
-        create_dir(&self.root)?;
-        let staging = self
-            .root
-            .join(format!(".staging-{id}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&staging);
-        create_dir(&staging)?;
-        Ok(staging)
+    /// A fresh, locked directory an entry `id` is written into before it is renamed into place
+    /// ([`super::staging`]: unique across hosts, swept once its writer is gone).
+    pub(crate) fn staging_dir(&self, id: &str) -> Result<super::staging::Staging> {
+        super::staging::create(&self.root, id)
     }
 
     /// The cached wheel for `key`, verified against its recorded sha256.
@@ -307,13 +301,13 @@ impl WheelCache {
     /// Returns the removed directories with the reason.
     pub(crate) fn gc(&self, max_age_secs: Option<u64>) -> Result<Vec<(String, String)>> {
         super::gc::gc(&self.root, max_age_secs, |path, name| {
-            let entry = read_entry(path).ok_or("no readable entry.json")?;
+            let entry = read_entry(path).ok_or("no readable entry.json".to_string())?;
             let sha = std::fs::File::open(path.join(&entry.wheel))
                 .ok()
                 .and_then(|f| sha256_reader(f).ok())
                 .map(|(s, _)| s);
             if sha.as_deref() != Some(entry.sha256.as_str()) || entry.key.id() != name {
-                return Err("wheel missing or corrupt");
+                return Err("wheel missing or corrupt".into());
             }
             Ok(entry.created_unix.unwrap_or(0))
         })

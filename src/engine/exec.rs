@@ -310,6 +310,11 @@ fn run_one(
                 .map_err(|e| Error::io(format!("cannot create {}", log_path.display()), e))?,
         );
         log_created.set(true);
+        // What the outputs held before the step: the step cache stores only what it wrote.
+        let before = match super::restore::cacheable(step) {
+            Ok(()) => crate::cache::pack::Before::take(&step.outputs),
+            Err(_) => crate::cache::pack::Before::default(),
+        };
         let started = Instant::now();
         let mut attempt = 1;
         loop {
@@ -353,7 +358,7 @@ fn run_one(
             restored_from: None,
         })?;
         let stored = match (&cache_key, super::restore::cacheable(step)) {
-            (Some(key), Ok(())) => super::restore::store(step, recipe, key, ctx, reporter),
+            (Some(key), Ok(())) => super::restore::store(step, recipe, key, &before, ctx, reporter),
             (_, Err(why)) => Err(why.to_string()),
             (None, Ok(())) => Err("it has no key (the run's notes say why)".into()),
         };

@@ -218,13 +218,14 @@ pub(super) fn store(
     step: &Step,
     recipe: &Recipe,
     key: &StepKey,
+    before: &crate::cache::pack::Before,
     ctx: &StepContext,
     reporter: &dyn Reporter,
 ) -> std::result::Result<String, String> {
     let portable = Portable::new(ctx.paths);
     let outputs: Vec<String> = step.outputs.iter().map(|o| portable.path(o)).collect();
     let cache = StepCache::new(&ctx.paths.steps());
-    let why = match cache.store(key, &recipe.name, &step.id, &step.outputs, &outputs) {
+    let why = match cache.store(key, &recipe.name, &step.id, &step.outputs, &outputs, before) {
         Ok(Ok(id)) => return Ok(short(&id).to_string()),
         Ok(Err(NotStored(why))) => why,
         Err(e) => e.with_causes(),
