@@ -18,6 +18,7 @@ mod coarse_clock;
 mod common;
 mod compile_progress;
 mod cuda_step;
+mod demo_build;
 mod doctor;
 mod engine;
 mod faults;
