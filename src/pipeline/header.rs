@@ -13,7 +13,7 @@ pub struct Header {
     pub host: String,
     /// One entry per GPU: `NVIDIA H200 (cc 9.0, driver 570.1)`.
     pub gpus: Vec<String>,
-    /// The recipe as the user named it (its file, or `shipped:NAME`).
+    /// The recipe as the user named it (its file), or a shipped recipe's copy (`shown_origin`).
     pub recipe_origin: String,
     pub profile: Option<String>,
     /// Every step of the recipe: id, kind, what its receipt says, its log relative to the page.
@@ -62,7 +62,7 @@ impl Header {
             kiln_version: env!("CARGO_PKG_VERSION").to_string(),
             host: hostname(),
             gpus,
-            recipe_origin: s.recipe.origin.clone(),
+            recipe_origin: crate::recipe::shown_origin(&s.recipe.origin, &s.paths.shipped()),
             profile: profile.map(str::to_string),
             steps,
         }
