@@ -7,7 +7,7 @@
 //! [`configure`]; [`current`] is the reporter every command, and `main`'s error line, speak through.
 
 mod events;
-mod human;
+pub(crate) mod human;
 mod json;
 mod plain;
 pub(crate) mod style;
@@ -47,6 +47,8 @@ pub(crate) struct BuildProgress {
     pub(crate) eta: Option<Duration>,
     /// How long the same step took the last time it completed.
     pub(crate) last_run: Option<Duration>,
+    /// The lowest rate-based ETA given so far, when this one is well above it (it grew).
+    pub(crate) grew_from: Option<Duration>,
 }
 
 /// Every user-facing line of a kiln run. Methods with a default do nothing in a renderer that
@@ -57,7 +59,7 @@ pub(crate) trait Reporter: Send + Sync {
     fn step_output(&self, id: &str, line: &str);
     /// How far a step's transfer got (a download, an archive read): `done` of `total` bytes.
     fn step_bytes(&self, _id: &str, _done: u64, _total: Option<u64>) {}
-    /// A long compile moved (objects done of total); plain lines show nothing of it.
+    /// A long compile moved (objects done of total); plain lines show each quarter of it.
     fn step_progress(&self, _id: &str, _p: &BuildProgress) {}
     fn step_finished(&self, id: &str, outcome: &Outcome, elapsed: Duration);
     fn run_finished(&self, ok: bool, elapsed: Duration);

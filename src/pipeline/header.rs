@@ -24,7 +24,7 @@ pub struct Header {
 pub struct StepLine {
     pub id: String,
     pub kind: String,
-    /// `done in 1.2 s`, `skipped (`when = "…"` is false on this host)`, or `not done`.
+    /// `done in 1.2s`, `done in 28m 35s`, `skipped (`when = "…"` is false on this host)`, or `not done`.
     pub status: String,
     /// The log, relative to report.html's directory, when there is one.
     pub log: Option<String>,
@@ -79,7 +79,10 @@ fn status(
         return format!("skipped ({why})");
     }
     state.receipt(&step.id).map_or("not done".into(), |r| {
-        format!("done in {:.1} s", r.duration_ms as f64 / 1000.0)
+        format!(
+            "done in {}",
+            crate::report::human::secs(std::time::Duration::from_millis(r.duration_ms))
+        )
     })
 }
 
