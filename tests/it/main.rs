@@ -33,6 +33,7 @@ mod image_names;
 mod input_limits;
 mod json_schema;
 mod launch_preflight;
+mod leads_with;
 mod net_deadlines;
 mod non_utf8_paths;
 mod oci_auth;
