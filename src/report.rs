@@ -11,6 +11,7 @@ pub(crate) mod human;
 mod json;
 mod plain;
 pub(crate) mod style;
+mod tee;
 mod tty;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -178,10 +179,18 @@ pub(crate) fn current() -> &'static dyn Reporter {
     cell.get_or_init(|| build(output)).as_ref()
 }
 
-/// A reporter for `output`: JSON lines, bars on a terminal, or plain lines.
+/// A reporter for `output`: JSON lines (and bars on stderr when a person is at the terminal
+/// and stdout goes elsewhere), bars on a terminal, or plain lines.
 pub(crate) fn build(output: Output) -> Box<dyn Reporter> {
     use std::io::IsTerminal;
-    if output.json {
+    let person_at_stderr = !output.quiet && !output.no_progress && std::io::stderr().is_terminal();
+    if output.json && person_at_stderr && !std::io::stdout().is_terminal() {
+        // `--json > file` at a terminal: the JSON to the file, the progress to the person.
+        Box::new(tee::JsonAndProgress {
+            json: json::JsonReporter::default(),
+            tty: tty::TtyReporter::default(),
+        })
+    } else if output.json {
         Box::new(json::JsonReporter::default())
     } else if !output.quiet && !output.no_progress && std::io::stderr().is_terminal() {
         Box::new(tty::TtyReporter::default())
