@@ -7,10 +7,11 @@
 //! [`configure`]; [`current`] is the reporter every command, and `main`'s error line, speak through.
 
 mod events;
-mod human;
+pub(crate) mod human;
 mod json;
 mod plain;
 pub(crate) mod style;
+mod tee;
 mod tty;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,6 +48,8 @@ pub(crate) struct BuildProgress {
     pub(crate) eta: Option<Duration>,
     /// How long the same step took the last time it completed.
     pub(crate) last_run: Option<Duration>,
+    /// The lowest rate-based ETA given so far, when this one is well above it (it grew).
+    pub(crate) grew_from: Option<Duration>,
 }
 
 /// Every user-facing line of a kiln run. Methods with a default do nothing in a renderer that
@@ -57,7 +60,7 @@ pub(crate) trait Reporter: Send + Sync {
     fn step_output(&self, id: &str, line: &str);
     /// How far a step's transfer got (a download, an archive read): `done` of `total` bytes.
     fn step_bytes(&self, _id: &str, _done: u64, _total: Option<u64>) {}
-    /// A long compile moved (objects done of total); plain lines show nothing of it.
+    /// A long compile moved (objects done of total); plain lines show each quarter of it.
     fn step_progress(&self, _id: &str, _p: &BuildProgress) {}
     fn step_finished(&self, id: &str, outcome: &Outcome, elapsed: Duration);
     fn run_finished(&self, ok: bool, elapsed: Duration);
@@ -176,10 +179,18 @@ pub(crate) fn current() -> &'static dyn Reporter {
     cell.get_or_init(|| build(output)).as_ref()
 }
 
-/// A reporter for `output`: JSON lines, bars on a terminal, or plain lines.
+/// A reporter for `output`: JSON lines (and bars on stderr when a person is at the terminal
+/// and stdout goes elsewhere), bars on a terminal, or plain lines.
 pub(crate) fn build(output: Output) -> Box<dyn Reporter> {
     use std::io::IsTerminal;
-    if output.json {
+    let person_at_stderr = !output.quiet && !output.no_progress && std::io::stderr().is_terminal();
+    if output.json && person_at_stderr && !std::io::stdout().is_terminal() {
+        // `--json > file` at a terminal: the JSON to the file, the progress to the person.
+        Box::new(tee::JsonAndProgress {
+            json: json::JsonReporter::default(),
+            tty: tty::TtyReporter::default(),
+        })
+    } else if output.json {
         Box::new(json::JsonReporter::default())
     } else if !output.quiet && !output.no_progress && std::io::stderr().is_terminal() {
         Box::new(tty::TtyReporter::default())

@@ -259,14 +259,12 @@ fn list(cache: &WheelCache, steps: &StepCache) -> Block {
         step_entries: Vec<ListedStep>,
     }
     let entries = cache.list();
-    let mut text = String::new();
-    if entries.is_empty() {
-        text = format!("no compiled wheels in {}\n", cache.root.display());
-    }
+    // What the cache holds first: the step entries, then the wheels; "no ..." lines last.
+    let mut wheels = String::new();
     for (id, e) in &entries {
         let k = &e.key;
         let _ = writeln!(
-            text,
+            wheels,
             "{}  {} {}  {}  torch {}  cuda {}  {}  {}",
             &id[..12],
             k.package,
@@ -293,9 +291,7 @@ fn list(cache: &WheelCache, steps: &StepCache) -> Block {
             })
         })
         .collect();
-    if step_entries.is_empty() {
-        let _ = writeln!(text, "no step entries in {}", steps.root.display());
-    }
+    let mut text = String::new();
     for s in &step_entries {
         let _ = writeln!(
             text,
@@ -306,6 +302,13 @@ fn list(cache: &WheelCache, steps: &StepCache) -> Block {
             s.outputs.join(" "),
             format_size(s.size)
         );
+    }
+    text.push_str(&wheels);
+    if step_entries.is_empty() {
+        let _ = writeln!(text, "no step entries in {}", steps.root.display());
+    }
+    if entries.is_empty() {
+        let _ = writeln!(text, "no compiled wheels in {}", cache.root.display());
     }
     let event = CacheEvent {
         root: &cache.root,

@@ -15,7 +15,8 @@ pub(super) fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
     // Nothing changed since every step was fresh: the recorded plan, unless the table has host
     // tools to show (they are checked now, from the recipe; JSON does not show them).
     if let Some(fresh) = settings.fresh_plan(&spec, |s| args.json || !s.requires) {
-        print_plan(&fresh.plan, &fresh.origin, "");
+        let origin = crate::recipe::shown_origin(&fresh.origin, &settings.paths.shipped());
+        print_plan(&fresh.plan, &origin, "");
         return Ok(0);
     }
     let recipe = settings.load(&spec)?;
@@ -30,7 +31,8 @@ pub(super) fn run(settings: &Settings, args: &PlanArgs) -> Result<u8> {
     } else {
         render_requires(&recipe, &plan) + &crate::recipe::cuda_arch::render(&recipe)
     };
-    print_plan(&plan, &recipe.origin, &requires);
+    let origin = crate::recipe::shown_origin(&recipe.origin, &settings.paths.shipped());
+    print_plan(&plan, &origin, &requires);
     Ok(0)
 }
 
@@ -41,14 +43,15 @@ fn print_plan(plan: &Plan, origin: &str, requires: &str) {
 }
 
 /// `kiln up --dry-run`: the plan, the host tools, and how many steps would run.
-pub(super) fn show(recipe: &Recipe, plan: &Plan, dry_run: bool) {
+pub(super) fn show(settings: &Settings, recipe: &Recipe, plan: &Plan, dry_run: bool) {
     let json = crate::report::output().json;
     let requires = if json {
         String::new()
     } else {
         render_requires(recipe, plan)
     };
-    let mut text = format!("{}{requires}", render(plan, &recipe.origin));
+    let origin = crate::recipe::shown_origin(&recipe.origin, &settings.paths.shipped());
+    let mut text = format!("{}{requires}", render(plan, &origin));
     if dry_run {
         let restored = plan
             .steps

@@ -32,7 +32,7 @@ pub(super) fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
         let memo = HashMemo::load(&state.memo_path());
         let plan = engine::plan(&recipe, &state, &settings.facts, &selection, &memo)?;
         engine::fresh::record(&recipe, &plan, &state, &settings.facts, &selection, &memo);
-        super::plan::show(&recipe, &plan, true);
+        super::plan::show(settings, &recipe, &plan, true);
         // The same answer the run would give: its preflights run (nothing else does), and where
         // they refuse, the dry run exits non-zero with their error.
         let reporter = super::reporter(args.json);

@@ -1,5 +1,6 @@
-//! The human form of a doctor report, in the style of `flutter doctor`: one line per check,
-//! `fix:` under problems, evidence with `-v`.
+//! The human form of a doctor report, in the style of `flutter doctor`: one line per check that
+//! applies to this host and recipe, `fix:` under problems; the checks that do not apply are one
+//! count (`-v` lists them, with the evidence behind every verdict).
 
 use std::fmt::Write;
 
@@ -44,8 +45,14 @@ pub(crate) const LEFT_TO_DEEP: &str = "Left to --deep (they run torch on the GPU
 pub(crate) fn render(report: &Report, verbose: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}\n", headline(report));
-    let width = report.checks.iter().map(|c| c.id.len()).max().unwrap_or(0);
-    for c in &report.checks {
+    // Without -v, the checks that do not apply here are a count, not 30 lines of `[-]`.
+    let shown: Vec<_> = report
+        .checks
+        .iter()
+        .filter(|c| verbose || c.status != Status::Skip)
+        .collect();
+    let width = shown.iter().map(|c| c.id.len()).max().unwrap_or(0);
+    for c in shown {
         match &c.profile {
             Some(p) => {
                 let _ = writeln!(
@@ -76,24 +83,35 @@ pub(crate) fn render(report: &Report, verbose: bool) -> String {
     let count = |s: Status| report.checks.iter().filter(|c| c.status == s).count();
     let (fail, warn) = (count(Status::Fail), count(Status::Warn));
     let _ = writeln!(out);
-    if report.facts.deep.is_none() && report.checks.iter().any(|c| c.id.starts_with("deep.")) {
+    let skipped = count(Status::Skip);
+    // Only where the deep checks were left to `--deep`, not where the recipe needs no torch.
+    let left_to_deep = report
+        .checks
+        .iter()
+        .any(|c| c.id.starts_with("deep.") && c.summary.starts_with("not run"));
+    if report.facts.deep.is_none() && left_to_deep {
         let _ = writeln!(out, "{LEFT_TO_DEEP}");
     }
     if fail + warn == 0 {
         let _ = writeln!(
             out,
-            "No issues found ({} passed, {} skipped).",
+            "No issues found ({} passed, {skipped} not applicable to this host and recipe).{}",
             count(Status::Pass),
-            count(Status::Skip)
+            if verbose || skipped == 0 {
+                ""
+            } else {
+                " `kiln doctor -v` lists them."
+            }
         );
     } else {
         let _ = writeln!(
             out,
-            "{fail} failure(s), {warn} warning(s), {} passed, {} skipped.{}",
+            "{fail} failure(s), {warn} warning(s), {} passed, {skipped} not applicable.{}",
             count(Status::Pass),
-            count(Status::Skip),
             if verbose {
                 ""
+            } else if skipped > 0 {
+                " Run with -v for evidence and the checks that do not apply."
             } else {
                 " Run with -v for evidence."
             }

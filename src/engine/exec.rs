@@ -211,7 +211,16 @@ pub(crate) fn execute(
                         digests[done.index] = Some(d);
                     }
                     keys[done.index] = done.key;
-                    reporter.step_finished(&step.id, &outcome, done.elapsed);
+                    // A step that ran shows its receipt's duration (its command and check), the
+                    // figure report.html shows; hashing and the step cache's copy count in the
+                    // run's total.
+                    let elapsed = match outcome {
+                        Outcome::Ran => state
+                            .receipt(&step.id)
+                            .map_or(done.elapsed, |r| Duration::from_millis(r.duration_ms)),
+                        _ => done.elapsed,
+                    };
+                    reporter.step_finished(&step.id, &outcome, elapsed);
                     summary.outcomes.push((step.id.clone(), outcome));
                 }
                 Err(e) => {

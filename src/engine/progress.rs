@@ -16,6 +16,14 @@ pub(crate) struct CompileProgress {
     at: Option<(u64, u64)>,
     /// When the current `[k/N]` sequence started (a second ninja run starts another).
     sequence_started: Instant,
+    /// The lowest rate-based ETA of this sequence so far: a later one well above it grew.
+    lowest_eta: Option<Duration>,
+}
+
+/// How far a rate-based ETA may rise above its lowest before it is said to have grown: a
+/// quarter, and at least a minute (small wobbles are noise).
+fn grew(eta: Duration, lowest: Duration) -> bool {
+    eta > lowest + lowest / 4 && eta > lowest + Duration::from_secs(60)
 }
 
 impl CompileProgress {
@@ -26,6 +34,7 @@ impl CompileProgress {
             last_run,
             at: None,
             sequence_started: now,
+            lowest_eta: None,
         }
     }
 
@@ -39,13 +48,17 @@ impl CompileProgress {
         match self.at {
             Some((d, t)) if t == total && d >= done => return None,
             Some((_, t)) if t == total => {}
-            _ => self.sequence_started = now,
+            _ => {
+                self.sequence_started = now;
+                self.lowest_eta = None;
+            }
         }
         self.at = Some((done, total));
         let elapsed = now.duration_since(self.started);
         let eta = match self.last_run {
             Some(last) => last.checked_sub(elapsed),
-            None if done > 0 => {
+            // No time gone yet in this sequence (its first line): no rate, so no ETA (not 0 s).
+            None if done > 0 && now > self.sequence_started => {
                 let so_far = now.duration_since(self.sequence_started).as_secs_f64();
                 #[allow(clippy::cast_precision_loss)] // object counts are small
                 let per = so_far / done as f64;
@@ -54,12 +67,21 @@ impl CompileProgress {
             }
             None => None,
         };
+        let mut grew_from = None;
+        if let (None, Some(eta)) = (self.last_run, eta) {
+            match self.lowest_eta {
+                Some(low) if grew(eta, low) => grew_from = Some(low),
+                Some(low) if eta >= low => {}
+                _ => self.lowest_eta = Some(eta),
+            }
+        }
         Some(Progress {
             done,
             total,
             elapsed,
             eta,
             last_run: self.last_run,
+            grew_from,
         })
     }
 }
@@ -144,5 +166,40 @@ mod tests {
         assert!(p
             .line_at("[150/206] y", t0 + Duration::from_secs(1001))
             .is_none());
+    }
+
+    #[test]
+    fn a_rate_based_eta_that_grows_says_from_what() {
+        let t0 = Instant::now();
+        let mut p = CompileProgress::new(None);
+        p.started = t0;
+        p.sequence_started = t0;
+        let at = |p: &mut CompileProgress, done: u64, secs: u64| {
+            p.line_at(&format!("[{done}/200] x.o"), t0 + Duration::from_secs(secs))
+                .unwrap()
+        };
+        // The sequence starts at its first status line (no rate yet, no ETA to speak of).
+        at(&mut p, 1, 0);
+        // 10 s an object: 1900 s to go; then quicker: the ETA falls, nothing grew.
+        assert_eq!(at(&mut p, 10, 100).eta, Some(Duration::from_secs(1900)));
+        let quick = at(&mut p, 40, 200);
+        assert_eq!(
+            (quick.eta, quick.grew_from),
+            (Some(Duration::from_secs(800)), None)
+        );
+        // A slow stretch (a busy box): 20 s an object so far, the ETA above its lowest by more
+        // than a quarter and a minute, said with the lowest it was.
+        let slow = at(&mut p, 50, 1000);
+        assert_eq!(slow.eta, Some(Duration::from_secs(3000)));
+        assert_eq!(slow.grew_from, Some(Duration::from_secs(800)));
+        // From the last run: counts down, never "grew".
+        let mut q = CompileProgress::new(Some(Duration::from_secs(100)));
+        q.started = t0;
+        assert_eq!(
+            q.line_at("[1/2] x", t0 + Duration::from_secs(10))
+                .unwrap()
+                .grew_from,
+            None
+        );
     }
 }

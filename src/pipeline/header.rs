@@ -13,7 +13,7 @@ pub struct Header {
     pub host: String,
     /// One entry per GPU: `NVIDIA H200 (cc 9.0, driver 570.1)`.
     pub gpus: Vec<String>,
-    /// The recipe as the user named it (its file, or `shipped:NAME`).
+    /// The recipe as the user named it (its file), or a shipped recipe's copy (`shown_origin`).
     pub recipe_origin: String,
     pub profile: Option<String>,
     /// Every step of the recipe: id, kind, what its receipt says, its log relative to the page.
@@ -24,7 +24,7 @@ pub struct Header {
 pub struct StepLine {
     pub id: String,
     pub kind: String,
-    /// `done in 1.2 s`, `skipped (`when = "…"` is false on this host)`, or `not done`.
+    /// `done in 1.2s`, `done in 28m 35s`, `skipped (`when = "…"` is false on this host)`, or `not done`.
     pub status: String,
     /// The log, relative to report.html's directory, when there is one.
     pub log: Option<String>,
@@ -62,7 +62,7 @@ impl Header {
             kiln_version: env!("CARGO_PKG_VERSION").to_string(),
             host: hostname(),
             gpus,
-            recipe_origin: s.recipe.origin.clone(),
+            recipe_origin: crate::recipe::shown_origin(&s.recipe.origin, &s.paths.shipped()),
             profile: profile.map(str::to_string),
             steps,
         }
@@ -79,7 +79,10 @@ fn status(
         return format!("skipped ({why})");
     }
     state.receipt(&step.id).map_or("not done".into(), |r| {
-        format!("done in {:.1} s", r.duration_ms as f64 / 1000.0)
+        format!(
+            "done in {}",
+            crate::report::human::secs(std::time::Duration::from_millis(r.duration_ms))
+        )
     })
 }
 

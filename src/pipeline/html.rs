@@ -87,7 +87,7 @@ fn header(h: &mut String, head: &Header) {
     ];
     h.push_str("<table class=\"meta\">\n");
     for (k, v) in rows {
-        let _ = writeln!(h, "<tr><th>{k}</th><td>{}</td></tr>", escape(&v));
+        let _ = writeln!(h, "<tr><th>{k}</th><td>{}</td></tr>", prose(&v));
     }
     h.push_str("</table>\n");
 }
@@ -106,7 +106,7 @@ fn outcome(h: &mut String, r: &Report) {
             );
         }
         (None, Some(stage)) => {
-            let _ = write!(h, " &middot; failed at {}", escape(stage));
+            let _ = write!(h, " &middot; failed at {}", prose(stage));
         }
         (None, None) => {}
     }
@@ -145,7 +145,7 @@ fn steps(h: &mut String, head: &Header) {
             "<tr><td><code>{}</code></td><td>{}</td><td class=\"{class}\">{}</td><td>{log}</td></tr>",
             escape(&s.id),
             escape(&s.kind),
-            escape(&s.status)
+            prose(&s.status)
         );
     }
     h.push_str("</table>\n");
@@ -255,7 +255,7 @@ fn served(h: &mut String, r: &Served) {
                 escape(&head),
                 p.agree,
                 p.total,
-                escape(p.status)
+                prose(p.status)
             );
         }
         h.push_str("</table>\n");
@@ -267,7 +267,7 @@ fn served(h: &mut String, r: &Served) {
         let _ = writeln!(
             h,
             "<h2>Ceiling</h2>\n<p class=\"summary\">{}</p>",
-            escape(&r.ceiling_line(c))
+            prose(&r.ceiling_line(c))
         );
     }
     if let Some(l) = r

@@ -23,6 +23,16 @@ pub(crate) use cache::{slot_base, Inputs};
 pub use load::{load, name_of};
 pub use loaded::LoadOptions;
 
+/// A recipe's `origin` as a person can open it: a file as the user named it; a shipped recipe
+/// (`<kiln>/recipes/tiny-cpu.toml`, a name inside the binary) as the copy kiln keeps of it under
+/// the state dir's `shipped/` (`shipped`).
+pub fn shown_origin(origin: &str, shipped: &std::path::Path) -> String {
+    match origin.strip_prefix("<kiln>/") {
+        Some(key) => format!("shipped with kiln; a copy: {}", shipped.join(key).display()),
+        None => origin.to_string(),
+    }
+}
+
 /// A validated recipe: variables resolved, steps in dependency order.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Recipe {

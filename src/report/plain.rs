@@ -1,5 +1,6 @@
 //! Plain lines on stderr, results on stdout: for logs and pipes (no terminal, `--no-progress`,
-//! `--quiet`). Transfers show a line per quarter of their size, not a line per chunk.
+//! `--quiet`). Transfers show a line per quarter of their size, not a line per chunk; a long
+//! compile a line per quarter of its objects.
 
 // The reporter is how kiln talks to the user: it prints.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -61,11 +62,32 @@ impl Reporter for PlainReporter {
         ));
     }
     fn step_output(&self, _id: &str, _line: &str) {}
+    /// A long compile: a line at each quarter of its objects (a log's reader sees it move).
+    fn step_progress(&self, id: &str, p: &super::BuildProgress) {
+        let quarter = p.done.min(p.total) * 4 / p.total.max(1);
+        let mut marks = self.marks.lock().expect("reporter lock");
+        let last = marks.entry(format!("{id} objects")).or_insert(0);
+        if quarter > *last {
+            *last = quarter;
+            drop(marks);
+            let eta = human::eta(p);
+            self.say(&format!(
+                "    {id}: {} of {} objects, {}{}{eta}",
+                p.done,
+                p.total,
+                human::secs(p.elapsed),
+                if eta.is_empty() { "" } else { ", " }
+            ));
+        }
+    }
     fn step_bytes(&self, id: &str, done: u64, total: Option<u64>) {
         self.progress(id, done, total);
     }
     fn step_finished(&self, id: &str, outcome: &Outcome, elapsed: Duration) {
-        self.marks.lock().expect("reporter lock").remove(id);
+        let mut marks = self.marks.lock().expect("reporter lock");
+        marks.remove(id);
+        marks.remove(&format!("{id} objects"));
+        drop(marks);
         let line = human::outcome_line(id, outcome, elapsed);
         if matches!(outcome, Outcome::Failed(_)) {
             eprintln!("{}", crate::redact::scrub(&line));

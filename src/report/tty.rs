@@ -138,7 +138,7 @@ impl Reporter for TtyReporter {
         }
         sp.set_length(p.total);
         sp.set_position(p.done);
-        sp.set_message(eta_text(p));
+        sp.set_message(human::eta(p));
     }
     fn step_finished(&self, id: &str, outcome: &Outcome, elapsed: Duration) {
         let started = self.take(id).is_some();
@@ -205,18 +205,5 @@ impl Reporter for TtyReporter {
             self.multi
                 .suspend(|| eprintln!("{}", super::style::labels(&e.render())));
         }
-    }
-}
-
-/// `ETA 4.0s (last build 9.3s)`: from the last build of the step, else from the rate so far.
-fn eta_text(p: &super::BuildProgress) -> String {
-    let last = p
-        .last_run
-        .map(|l| format!(" (last build {})", human::secs(l)))
-        .unwrap_or_default();
-    match p.eta {
-        Some(eta) => format!("ETA {}{last}", human::secs(eta)),
-        None if p.last_run.is_some() => format!("past the last build's time{last}"),
-        None => String::new(),
     }
 }

@@ -1,36 +1,13 @@
 //! Against a real CPU LLM server: llama.cpp's llama-server from recipes/tiny-cpu.toml, built once
-//! into `$KILN_TEST_CACHE/tiny-cpu` by `kiln up --no-serve` (its receipts make later runs free).
+//! into `$KILN_TEST_CACHE/tiny-cpu` (demo_build.rs).
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{test_cache, Workspace};
+use crate::common::Workspace;
 use crate::serve::free_port;
 
-/// Build (once) and return the tiny-cpu prefix.
-pub(crate) fn tiny_cpu() -> PathBuf {
-    let root = test_cache();
-    std::fs::create_dir_all(&root).unwrap();
-    let lock = std::fs::File::create(root.join(".tiny-cpu.lock")).unwrap();
-    lock.lock().unwrap();
-    let prefix = root.join("tiny-cpu");
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(["up", "recipes/tiny-cpu.toml", "--no-serve", "--state-dir"])
-        .arg(root.join("tiny-cpu-state"))
-        .arg("--set")
-        .arg(format!("prefix={}", prefix.display()))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("KILN_NO_PROGRESS", "1")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "building tiny-cpu failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    prefix
-}
+pub(crate) use crate::demo_build::tiny_cpu;
 
 fn recipe_path() -> String {
     format!("{}/recipes/tiny-cpu.toml", env!("CARGO_MANIFEST_DIR"))

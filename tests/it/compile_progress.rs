@@ -71,3 +71,33 @@ fn a_ninja_build_reports_objects_done_of_total_and_an_eta_from_the_last_run() {
         second[0]
     );
 }
+
+/// A log (plain lines: no terminal) sees the compile move: a line at each quarter of its
+/// objects, with the time so far.
+#[test]
+fn a_plain_log_shows_a_long_compile_at_each_quarter() {
+    let ws = Workspace::new();
+    recipe(&ws, 1);
+    let out = ws.kiln().args(["up", "p.toml"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("    build: "))
+        .collect();
+    let counts: Vec<&str> = lines
+        .iter()
+        .map(|l| l.split(" objects").next().unwrap())
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            "    build: 52 of 206",
+            "    build: 103 of 206",
+            "    build: 155 of 206",
+            "    build: 206 of 206"
+        ],
+        "{stderr}"
+    );
+    assert!(lines.iter().all(|l| l.contains(" objects, ")), "{stderr}");
+}

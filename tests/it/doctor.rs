@@ -131,8 +131,25 @@ fn a_host_without_gpu_or_torch_gets_a_clean_report() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("kiln doctor: no NVIDIA GPU;"), "{text}");
     assert!(text.contains("recipe `tiny-cpu`"), "{text}");
-    assert!(text.contains("[-] nvidia.driver"), "{text}");
+    // The checks that do not apply are a count, listed with -v.
+    assert!(!text.contains("[-]"), "{text}");
+    let skipped = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "skip")
+        .count();
+    assert!(
+        text.contains(&format!(
+            " {skipped} not applicable to this host and recipe). `kiln doctor -v` lists them."
+        )),
+        "{text}"
+    );
     assert_eq!(out.status.code(), Some(code));
+    let verbose = doctor(&ws, None).arg("-v").output().unwrap();
+    let listed = String::from_utf8_lossy(&verbose.stdout);
+    assert!(listed.contains("[-] nvidia.driver"), "{listed}");
+    assert_eq!(listed.matches("\n[-] ").count(), skipped, "{listed}");
     // A GPU recipe named on the same host needs the driver: its absence is a warning again,
     // and the torch fix names that recipe's command.
     let (code, report) = json(doctor(&ws, None).args(["--recipe", "glm5-nvfp4-sm120"]));

@@ -82,17 +82,7 @@ fn a_non_utf8_name_and_a_hard_link_come_back_exactly() {
 #[test]
 fn a_path_deeper_than_path_max_is_refused_before_anything_is_written() {
     let ws = Workspace::new();
-    let prefix = ws.path().join("opt/deep");
-    std::fs::create_dir_all(&prefix).unwrap();
-    std::fs::write(prefix.join("shallow"), "kept\n").unwrap();
-    // 25 directories of 200 bytes, made one `cd` at a time (no single call sees the whole path).
-    let script = "set -e; for i in $(seq 25); do n=$(printf 'd%.0s' $(seq 200)); mkdir $n; cd $n; done; echo x > leaf";
-    let made = Command::new("bash")
-        .args(["-c", script])
-        .current_dir(&prefix)
-        .output()
-        .unwrap();
-    assert!(made.status.success(), "{made:?}");
+    let (_deep_root, prefix) = deep_prefix();
     let out = ws
         .kiln()
         .args(["image", "export", "--prefix"])
@@ -117,4 +107,61 @@ fn a_path_deeper_than_path_max_is_refused_before_anything_is_written() {
         .filter(|n| n.to_string_lossy().contains("deep.tar"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// A prefix `opt/deep` holding a file `shallow` and a file 25 directories of 200 bytes down
+/// (over PATH_MAX), made one `cd` at a time (no single call sees the whole path), in the first
+/// directory whose file system allows it: `$TMPDIR`, then /dev/shm, then the cargo target
+/// directory. A FUSE file system (fuse-overlayfs, rootless Docker's storage driver, so a
+/// container's /tmp) resolves whole paths and refuses the deep mkdir (`File name too long`);
+/// the test then says past the capture where it built the tree instead. The temp dir is returned
+/// to keep it alive.
+fn deep_prefix() -> (tempfile::TempDir, std::path::PathBuf) {
+    use std::io::Write;
+    let script = "set -e; for i in $(seq 25); do n=$(printf 'd%.0s' $(seq 200)); mkdir $n; cd $n; done; echo x > leaf";
+    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
+    let candidates = [std::env::temp_dir(), "/dev/shm".into(), target];
+    let mut refused = Vec::new();
+    for dir in &candidates {
+        let Ok(root) = tempfile::Builder::new()
+            .prefix("kiln-deep-")
+            .tempdir_in(dir)
+        else {
+            refused.push(format!("{}: cannot make a temp dir there", dir.display()));
+            continue;
+        };
+        let prefix = root.path().join("opt/deep");
+        std::fs::create_dir_all(&prefix).unwrap();
+        std::fs::write(prefix.join("shallow"), "kept\n").unwrap();
+        let made = Command::new("bash")
+            .args(["-c", script])
+            .current_dir(&prefix)
+            .output()
+            .unwrap();
+        if made.status.success() {
+            if !refused.is_empty() {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "tests: image_names: the deep tree is under {} ({})",
+                    dir.display(),
+                    refused.join("; ")
+                );
+            }
+            return (root, prefix);
+        }
+        refused.push(format!(
+            "{} refuses a path over PATH_MAX: {}",
+            dir.display(),
+            // mkdir's last words: `File name too long` (not the 200-byte name before it).
+            String::from_utf8_lossy(&made.stderr)
+                .trim()
+                .rsplit(": ")
+                .next()
+                .unwrap_or("")
+        ));
+    }
+    panic!(
+        "no directory here allows a path over PATH_MAX:\n{}\nhint: point TMPDIR at a directory on ext4, xfs or tmpfs",
+        refused.join("\n")
+    );
 }

@@ -232,13 +232,21 @@ fn the_html_report_renders_in_headless_chromium_without_errors() {
                 kiln::pipeline::StepLine {
                     id: "fetch".into(),
                     kind: "fetch".into(),
-                    status: "done in 1.2 s".into(),
+                    status: "done in 1.2s".into(),
                     log: Some("../../runs/demo/logs/fetch.log".into()),
                 },
                 kiln::pipeline::StepLine {
                     id: "build".into(),
                     kind: "run".into(),
                     status: "not done".into(),
+                    log: None,
+                },
+                // As Header::of words a step whose `when` is false: its code span is <code>.
+                kiln::pipeline::StepLine {
+                    id: "llama-bench".into(),
+                    kind: "run".into(),
+                    status: "skipped (`when = \"var.llama_bench == on\"` is false on this host)"
+                        .into(),
                     log: None,
                 },
             ],
@@ -267,6 +275,7 @@ fn the_html_report_renders_in_headless_chromium_without_errors() {
         "<th>profile</th><td>tuned</td>",
         "<a href=\"../../runs/demo/logs/fetch.log\">log</a>",
         "<code>--flash-attn</code> kernel in use",
+        "skipped (<code>when = &quot;var.llama_bench == on&quot;</code> is false on this host)",
         "<th>agreeing tokens</th>",
         "<th>decode tok/s</th>",
     ] {

@@ -209,7 +209,24 @@ fn without_a_gpu_kiln_up_picks_the_cpu_demo_and_says_so_first() {
         stderr.lines().next(),
         Some("kiln: no NVIDIA GPU found: using the CPU demo recipe `tiny-cpu` (name a recipe to choose another)")
     );
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("recipe tiny-cpu "));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // The shipped recipe is named by a path a person can open: the copy kiln keeps of it.
+    let copy = ws.state().join("shipped/recipes/tiny-cpu.toml");
+    assert!(
+        stdout.starts_with(&format!(
+            "recipe tiny-cpu (shipped with kiln; a copy: {}): ",
+            copy.display()
+        )),
+        "{stdout}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&copy).unwrap(),
+        std::fs::read_to_string(format!(
+            "{}/recipes/tiny-cpu.toml",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
+    );
     // With a GPU (pinned), the default is the seed's stack.
     let out = ws
         .kiln()
