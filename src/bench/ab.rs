@@ -248,6 +248,9 @@ impl Comparison {
 }
 
 #[cfg(test)]
+mod collect_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -322,6 +325,45 @@ mod tests {
         );
         assert_eq!(ab.prompts[0].agree, 40);
         assert_eq!((ab.verdict, ab.exit_code()), ("wrong output", 2));
+    }
+
+    #[test]
+    fn text_divergence_shows_the_next_twelve_characters_and_a_tokenless_baseline_counts_one_per_character(
+    ) {
+        let base = "a".repeat(100);
+        let cand = format!("{}b{}", "a".repeat(40), "a".repeat(59));
+        let ab = compare(
+            &[Output::of_text(&base, 10)],
+            &[Output::of_text(&cand, 10)],
+            8,
+        );
+        assert_eq!(
+            ab.prompts[0].first_divergence,
+            Some((40, "a".repeat(12), format!("b{}", "a".repeat(11))))
+        );
+        // A baseline that says 0 tokens: one character a token, so 2 tokens are 2 characters.
+        let late = compare(
+            &[Output::of_text("abcdef", 0)],
+            &[Output::of_text("abcdxy", 0)],
+            2,
+        );
+        assert_eq!((late.verdict, late.prompts[0].agree), ("diverged late", 4));
+    }
+
+    #[test]
+    fn a_missing_output_is_wrong_output_and_no_outputs_agree_fully() {
+        let ab = compare(&[toks("a b"), toks("c d")], &[toks("a b")], 1);
+        assert_eq!(ab.verdict, "wrong output");
+        let last = ab.prompts.last().unwrap();
+        assert_eq!(
+            (last.prompt.as_str(), last.unit, last.agree, last.total),
+            ("(the number of outputs)", "outputs", 1, 2)
+        );
+        assert_eq!(ab.unit, "tokens");
+        let same = compare(&[toks("a b")], &[toks("a b")], 1);
+        assert_eq!(same.prompts.len(), 1);
+        let none = compare(&[], &[], 1);
+        assert_eq!((none.verdict, none.agreement), ("identical", 1.0));
     }
 
     #[test]

@@ -102,10 +102,18 @@ fn stack_site(ws: &Workspace, sglang: &str, flashinfer: &str) -> PathBuf {
 fn a_host_without_gpu_or_torch_gets_a_clean_report() {
     let ws = Workspace::new();
     // No GPU: doctor follows the recipe `kiln up` picks here, the CPU demo, which needs no
-    // driver and no torch (issue 18: exit 0 on a healthy CPU box).
-    let (code, report) = json(&mut doctor(&ws, None));
+    // driver and no torch (issue 18: exit 0 on a healthy CPU box). Its launch preflight checks
+    // the recipe's port: a free one, not the shipped 30080, which a server of the host may hold
+    // (CI runs with the host's network).
+    let port = crate::serve::free_port();
+    let (code, report) = json(doctor(&ws, None).args(["--set", &format!("port={port}")]));
     assert_exit_matches(code, &report);
     assert_eq!(code, 0, "{report:#}");
+    assert_eq!(
+        summary(&report, "launch.port"),
+        format!("port {port} is free"),
+        "{report:#}"
+    );
     assert_eq!(report["facts"]["needs"]["recipe"], "tiny-cpu");
     assert_eq!(status(&report, "nvidia.driver"), "skip");
     assert_eq!(
@@ -127,7 +135,10 @@ fn a_host_without_gpu_or_torch_gets_a_clean_report() {
     assert_eq!(report["facts"]["nvidia_smi"]["state"], "missing");
     assert!(report["facts"]["system"]["cores"].as_u64().unwrap() >= 1);
     // The human form says the same, one line per check.
-    let out = doctor(&ws, None).output().unwrap();
+    let out = doctor(&ws, None)
+        .args(["--set", &format!("port={port}")])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("kiln doctor: no NVIDIA GPU;"), "{text}");
     assert!(text.contains("recipe `tiny-cpu`"), "{text}");

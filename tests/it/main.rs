@@ -1,8 +1,13 @@
-//! One integration-test binary. Most tests run the real `kiln` executable in temp dirs; a few
-//! call the library for what no command exposes: fuzz.rs (the recipe loader, `when`, templates and
-//! units), image.rs's wheel-cache registry tests (`kiln::oci` push and pull), patch.rs's write that
-//! fails midway (`patch::apply_with` with a failing writer) and report_html.rs (a report built by
-//! hand to render every block).
+//! One integration-test binary. Most tests run the real `kiln` executable in temp dirs; some call
+//! the library for what no command exposes (kept in step with `grep -n 'kiln::' tests/it/*.rs`):
+//! fuzz.rs (the recipe loader, `when`, templates, units, host facts), image.rs (the wheel cache's
+//! registry push and pull, `kiln::cache::WheelCache` and `kiln::oci`), step_cache_remote.rs
+//! (`kiln::oci::Registry`), patch.rs (`patch::apply_with` with a writer that fails midway),
+//! held_output.rs (`patch::site_packages_of` against an interpreter that holds its output),
+//! state_dir.rs (`bench::append_history` and `read_baseline` on a full disk), spoof.rs (the
+//! shipped signature sets and `serve::verdict::judge` on captured logs), report_html.rs (a
+//! report built by hand to render every block), shipped.rs (the shipped recipes' names) and
+//! up_e2e.rs (the A/B's prompts); several hash files with `kiln::hash`.
 
 // Tests print diagnostics of what they ran; the lint is for the product.
 #![allow(clippy::print_stdout, clippy::print_stderr)]

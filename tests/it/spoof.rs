@@ -1205,7 +1205,8 @@ fn live_more_acceptance_lines_than_requests_kiln_sent_is_conflicting() {
 /// those requests too, so nine honest lines are still active; one line more is conflicting.
 #[test]
 fn live_the_request_count_covers_the_benchmark_kiln_up_ran() {
-    for (extra, status) in [(0, "active"), (1, "conflicting")] {
+    // A conflicting tuning fails the run (exit 1); an active one does not.
+    for (extra, status, code) in [(0, "active", 0), (1, "conflicting", 1)] {
         let ws = Workspace::new();
         acceptance_recipe(&ws, extra);
         let out = ws
@@ -1226,6 +1227,13 @@ fn live_the_request_count_covers_the_benchmark_kiln_up_ran() {
         assert!(report["bench"].is_object(), "{report}");
         let v = speculative(&report["verdicts"]);
         assert_eq!(v["status"], status, "{v}");
+        assert_eq!(
+            (out.status.code(), report["exit_code"].as_i64()),
+            (Some(code), Some(i64::from(code))),
+            "{}",
+            report["outcome"]
+        );
+        assert_eq!(report["outcome"]["ok"], code == 0, "{}", report["outcome"]);
         let log = std::fs::read_to_string(ws.state().join("serve/r-p.log")).unwrap();
         let lines = log.matches("draft acceptance").count();
         assert_eq!(lines, 9 + extra, "{log}");
