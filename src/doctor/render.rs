@@ -44,7 +44,7 @@ pub(crate) const LEFT_TO_DEEP: &str = "Left to --deep (they run torch on the GPU
 pub(crate) fn render(report: &Report, verbose: bool) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}\n", headline(report));
-    let width = report.checks.iter().map(|c| c.id.len()).max().unwrap_or(0);
+    let width = crate::columns::width(report.checks.iter().map(|c| c.id), 0);
     for c in &report.checks {
         match &c.profile {
             Some(p) => {
