@@ -32,6 +32,7 @@ mod image_names;
 mod input_limits;
 mod json_schema;
 mod launch_preflight;
+mod named_python;
 mod net_deadlines;
 mod non_utf8_paths;
 mod oci_auth;
