@@ -11,6 +11,7 @@ pub mod bench;
 pub(crate) mod bounded;
 pub mod cache;
 pub mod cli;
+pub(crate) mod columns;
 pub mod commands;
 pub(crate) mod diagnostic;
 pub(crate) mod dist;

@@ -62,8 +62,8 @@ Parse recipes afresh (do not reuse parsed recipes from the state directory).
 Read as host facts (the CUDA toolkit, the GPUs a server may use).
 .TP
 \\fBKILN_PYTHON_PROBE_TIMEOUT\\fR
-Seconds the doctor's Python probe (\\fBimport torch\\fR, ...) may take before its process group
-is ended [default: 60].
+Seconds the doctor's Python probe (the interpreter's start and its package versions; torch is
+never imported) may take before its process group is ended [default: 6].
 .TP
 \\fBUSER\\fR
 Read by the launch preflight to find the JIT caches a server fills (\\fI/tmp/torchinductor_$USER\\fR).

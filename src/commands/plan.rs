@@ -86,17 +86,14 @@ pub(super) fn render_requires(recipe: &Recipe, plan: &Plan) -> String {
     }
     let mut out =
         String::from("requires (host tools, checked by `kiln up` before its first step):\n");
-    let width = checked
-        .iter()
-        .map(|c| c.needed.req.to_string().len())
-        .max()
-        .unwrap_or(0);
-    for c in &checked {
+    let reqs: Vec<String> = checked.iter().map(|c| c.needed.req.to_string()).collect();
+    let width = crate::columns::width(reqs.iter().map(String::as_str), 0);
+    for (c, req) in checked.iter().zip(&reqs) {
         let _ = writeln!(
             out,
             "  {} {:<width$}  {}  ({})",
             if c.ok { "✓" } else { "✗" },
-            c.needed.req.to_string(),
+            crate::columns::cell(req, width),
             c.what,
             c.needed.by.join(", ")
         );
@@ -119,7 +116,7 @@ pub(super) fn render(plan: &Plan, origin: &str) -> String {
         plan.count("fresh"),
         plan.count("skipped"),
     );
-    let width = plan.steps.iter().map(|s| s.id.len()).max().unwrap_or(0);
+    let width = crate::columns::width(plan.steps.iter().map(|s| s.id.as_str()), 0);
     for s in &plan.steps {
         let why = match &s.status {
             Status::Stale(r) | Status::Skipped(r) => r.as_str(),
@@ -134,7 +131,7 @@ pub(super) fn render(plan: &Plan, origin: &str) -> String {
         let line = format!(
             "  {:<8} {:<width$}  {:<8} {why}{restore}{jobs}",
             s.status.label(),
-            s.id,
+            crate::columns::cell(&s.id, width),
             s.kind
         );
         let _ = writeln!(out, "{}", line.trim_end());

@@ -12,8 +12,8 @@ use crate::error::{Error, Result};
 use crate::pipeline;
 use crate::report::Block;
 use crate::tune::estimate::{Budget, Estimate, History};
-use crate::tune::evaluate::Evaluator;
-use crate::tune::results::Results;
+use crate::tune::evaluate::{Evaluator, LaunchRecord};
+use crate::tune::results::{Results, Search};
 use crate::tune::{self, knobs, race, render, Method, Rung};
 
 pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
@@ -83,6 +83,16 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
         settings.load_recipe(&a)
     };
     let started = Instant::now();
+    let search = Search {
+        recipe: &recipe.name,
+        profile: &name,
+        method,
+        rungs: tune::rungs(method, variants.len(), full),
+        estimated_wall_s: estimate.wall().map(|d| d.as_secs_f64()),
+        per_request: &request,
+        started,
+    };
+    let mut checkpoint = save_so_far(&search, &dir);
     let mut say = show::say;
     let mut eval = Evaluator::new(
         &load,
@@ -95,6 +105,7 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
         &mut say,
     );
     eval.allow_two = !args.one_server && recipe.vars.contains_key("port");
+    eval.on_checkpoint = Some(&mut checkpoint);
     if let Some(Budget::Time(b)) = budget {
         // `--budget 18446744073709551615s` saturates: no deadline past what an Instant holds.
         eval.deadline = started.checked_add(b);
@@ -103,26 +114,21 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
     let launches = eval.launches();
     let records = std::mem::take(&mut eval.records);
     drop(eval);
-    // Launches cut short are not results: nothing is written, no winner is named.
+    // A search cut short names no winner; the launches that ended are in the results file
+    // (`"complete": false`).
     if crate::process::interrupted() {
+        let so_far = dir.join(format!("{name}.json"));
+        let kept = if so_far.exists() {
+            format!("the launches that ended are in {}; ", so_far.display())
+        } else {
+            String::new()
+        };
         return Err(Error::other(
             format!("`kiln tune` interrupted after {launches} launch(es)"),
-            Some("run it again to search from the start".to_string()),
+            Some(format!("{kept}run it again to search from the start")),
         ));
     }
-    let wall = started.elapsed();
-    let results = Results {
-        recipe: &recipe.name,
-        profile: &name,
-        method,
-        rungs: tune::rungs(method, ranked.len(), full),
-        launches,
-        launch_records: &records,
-        wall_s: wall.as_secs_f64(),
-        estimated_wall_s: estimate.wall().map(|d| d.as_secs_f64()),
-        per_request: &request,
-        entries: &ranked,
-    };
+    let results = search.results(true, &records, &ranked);
     conclude(
         &results,
         &recipe,
@@ -131,6 +137,28 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
         &dir,
         &estimate,
     )
+}
+
+/// What writes the results so far as each launch ends: a later failure (a crash, a kill, a full
+/// disk at the end) never loses the launches already paid for. A write that fails is said once.
+fn save_so_far<'a>(
+    search: &'a Search,
+    dir: &'a std::path::Path,
+) -> impl FnMut(&[tune::Entry], &[LaunchRecord]) + 'a {
+    let title = format!(
+        "kiln tune {} `{}`: tok/s per variant",
+        search.recipe, search.profile
+    );
+    let mut warned = false;
+    move |entries, records| {
+        let ranked = tune::rank(entries.to_vec());
+        let so_far = search.results(false, records, &ranked);
+        if let Err(e) = so_far.write(dir, &render::svg(&title, &ranked)) {
+            if !std::mem::replace(&mut warned, true) {
+                show::say(&format!("warning: the results so far are not saved: {e}"));
+            }
+        }
+    }
 }
 
 /// The ranked table, the results files and the winner's profile file.

@@ -251,12 +251,15 @@ fn torch(f: &DoctorFacts) -> Check {
             return Check::skip(id, "no python3 on PATH")
                 .fix("pass --python PATH (or --recipe R to use its venv)")
         }
-        super::facts::PythonState::Error { message } => {
+        super::facts::PythonState::Error { python, message } => {
+            let python = crate::shell::quote(python);
             return Check::fail(
                 id,
                 format!("cannot inspect the Python environment: {message}"),
             )
-            .fix("check the interpreter given with --python")
+            .fix(format!(
+                "see where it stops: `{python} -X importtime -c pass` (a sitecustomize.py or .pth file that hangs or fails), and look for a FIFO or an unreadable *.dist-info/METADATA in its site-packages; or pass --python for another interpreter"
+            ));
         }
         super::facts::PythonState::Found(p) => p,
     };

@@ -70,7 +70,9 @@ pub(crate) enum PythonState {
         python: PathBuf,
         step: String,
     },
+    /// The interpreter did not give its facts (it failed, hung, or wrote too much).
     Error {
+        python: String,
         message: String,
     },
     Found(Box<PythonFacts>),
@@ -178,7 +180,10 @@ pub(crate) fn collect(inputs: &Inputs) -> DoctorFacts {
                 |dir| python::collect_cached(cmd, dir),
             ) {
                 Ok(f) => PythonState::Found(Box::new(f)),
-                Err(message) => PythonState::Error { message },
+                Err(message) => PythonState::Error {
+                    python: cmd.clone(),
+                    message,
+                },
             },
         });
         let join = "fact collection does not panic";

@@ -167,12 +167,15 @@ pub(crate) fn run(facts: DoctorFacts, selected: &[String]) -> Report {
         .into_iter()
         .filter(|d| selected.is_empty() || selected.iter().any(|s| s == d.id))
         .map(|d| {
-            // A driver that is there but broken is always said, whatever the recipe.
-            let broken = d.id == "nvidia.driver"
+            // A driver that is there but broken is always said, whatever the recipe; so is an
+            // interpreter that does not answer (`--python X` is never silently dropped).
+            let broken = (d.id == "nvidia.driver"
                 && matches!(
                     facts.nvidia_smi,
                     SmiState::Mismatch { .. } | SmiState::Failed { .. }
-                );
+                ))
+                || (d.id == "python.torch"
+                    && matches!(facts.python, facts::PythonState::Error { .. }));
             let skip = facts
                 .needs
                 .as_ref()

@@ -28,9 +28,12 @@ pub(crate) fn headline(report: &Report) -> String {
         ),
         None => "no NVIDIA GPU".to_string(),
     };
-    let python = match f.python() {
-        Some(p) => format!("Python {} at {}", p.version, p.executable),
-        None => "no Python environment".to_string(),
+    let python = match (&f.python, f.python()) {
+        (_, Some(p)) => format!("Python {} at {}", p.version, p.executable),
+        (super::facts::PythonState::Error { .. }, None) => {
+            "a Python environment that cannot be inspected (python.torch)".to_string()
+        }
+        (_, None) => "no Python environment".to_string(),
     };
     match &f.needs {
         Some(n) => format!("kiln doctor: {gpus}; {python}; recipe `{}`", n.recipe),
@@ -51,7 +54,7 @@ pub(crate) fn render(report: &Report, verbose: bool) -> String {
         .iter()
         .filter(|c| verbose || c.status != Status::Skip)
         .collect();
-    let width = shown.iter().map(|c| c.id.len()).max().unwrap_or(0);
+    let width = crate::columns::width(shown.iter().map(|c| c.id), 0);
     for c in shown {
         match &c.profile {
             Some(p) => {

@@ -13,9 +13,13 @@ use crate::dist;
 use crate::process::{self, CommandSpec};
 
 const SCRIPT: &str = include_str!("python_facts.py");
-/// How long the facts script may take (a hung `import torch` ends here, its process group
-/// killed), and the most of its output kiln keeps.
-const TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the facts script may take, and the most of its output kiln keeps. It imports
+/// nothing heavy (torch's facts are read from its files), so an interpreter still silent after
+/// this hangs (a `sitecustomize.py` that sleeps, a FIFO where a package's METADATA should be):
+/// its process group is ended (SIGTERM, at most [`process::KILL_GRACE`] before SIGKILL), and
+/// the check that says so comes within 10 s.
+const TIMEOUT: Duration = Duration::from_secs(6);
+const _: () = assert!(TIMEOUT.as_secs() + process::KILL_GRACE.as_secs() <= 9);
 const FACTS_CAP: usize = 8 << 20;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -138,7 +142,7 @@ pub(crate) fn collect(python: &str) -> Result<PythonFacts, String> {
     }
     if out.timed_out {
         return Err(format!(
-            "`{python}` did not finish the facts script within {}s (its processes were ended)",
+            "`{python}` did not answer within {}s (its processes were ended)",
             timeout.as_secs()
         ));
     }

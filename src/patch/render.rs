@@ -16,7 +16,7 @@ pub fn render(report: &Report) -> String {
         report.version,
         report.site_packages.display()
     ));
-    let id_width = report.patches.iter().map(|p| p.id.len()).max().unwrap_or(0);
+    let id_width = crate::columns::width(report.patches.iter().map(|p| p.id.as_str()), 0);
     for p in &report.patches {
         let label = match (report.action, p.status) {
             (Action::Apply, Status::NotApplied) if report.diff.is_some() => "would patch",
@@ -31,7 +31,8 @@ pub fn render(report: &Report) -> String {
         };
         out.push_str(&format!(
             "  {:id_width$}  {label:<15}  {}{experimental}\n",
-            p.id, p.file
+            crate::columns::cell(&p.id, id_width),
+            p.file
         ));
         if let Some(detail) = &p.detail {
             out.push_str(&format!("  {:id_width$}  {:<15}  {detail}\n", "", ""));

@@ -297,8 +297,11 @@ impl<R: std::io::Read> std::io::Read for Counted<R> {
     }
 }
 
-/// End a process group: SIGTERM, a grace period of up to 3 s for every member to exit, then
-/// SIGKILL. Never group 0 or 1 (which `killpg` reads as kiln's own group and every process) nor
+/// How long [`kill_group`] waits after SIGTERM before SIGKILL.
+pub(crate) const KILL_GRACE: Duration = Duration::from_secs(3);
+
+/// End a process group: SIGTERM, a grace period of up to [`KILL_GRACE`] for every member to
+/// exit, then SIGKILL. Never group 0 or 1 (which `killpg` reads as kiln's own group and every process) nor
 /// kiln's own group.
 pub(crate) fn kill_group(pgid: u32) {
     if !identity::signallable_group(pgid) {
@@ -309,7 +312,7 @@ pub(crate) fn kill_group(pgid: u32) {
     unsafe {
         libc::killpg(pgid, libc::SIGTERM);
     }
-    let until = Instant::now() + Duration::from_secs(3);
+    let until = Instant::now() + KILL_GRACE;
     while Instant::now() < until {
         // SAFETY: signal 0 only probes for existence.
         let gone = unsafe { libc::killpg(pgid, 0) } != 0;

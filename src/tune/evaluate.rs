@@ -41,6 +41,9 @@ pub(crate) struct LaunchRecord {
     pub log: std::path::PathBuf,
 }
 
+/// What the evaluator calls as each launch's variants are done with (see `on_checkpoint`).
+pub(crate) type Checkpoint<'a> = dyn FnMut(&[Entry], &[LaunchRecord]) + 'a;
+
 pub(crate) struct Evaluator<'a> {
     pub load: &'a Loader<'a>,
     pub paths: &'a StatePaths,
@@ -60,6 +63,9 @@ pub(crate) struct Evaluator<'a> {
     /// GPU memory (MiB) the first server took and what it left free, from `nvidia-smi` before
     /// and after it came up; none without GPUs.
     room: Option<Room>,
+    /// Called as each launch's variants are done with: the search so far and every launch's
+    /// record (the caller writes the results file).
+    pub on_checkpoint: Option<&'a mut Checkpoint<'a>>,
 }
 
 impl<'a> Evaluator<'a> {
@@ -88,6 +94,7 @@ impl<'a> Evaluator<'a> {
             launched: BTreeMap::new(),
             records: Vec::new(),
             room: None,
+            on_checkpoint: None,
         }
     }
 
@@ -335,6 +342,12 @@ impl Evaluate for Evaluator<'_> {
 
     fn out_of_time(&self) -> bool {
         self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    fn checkpoint(&mut self, entries: &[Entry]) {
+        if let Some(write) = self.on_checkpoint.as_mut() {
+            write(entries, &self.records);
+        }
     }
 }
 

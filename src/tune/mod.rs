@@ -343,6 +343,10 @@ pub(crate) trait Evaluate {
     fn out_of_time(&self) -> bool {
         false
     }
+
+    /// A launch's variants are done with for now: `entries` is the search so far (unranked).
+    /// The real evaluator writes the results file: no later failure loses launches paid for.
+    fn checkpoint(&mut self, _entries: &[Entry]) {}
 }
 
 fn speed(e: &Entry) -> f64 {

@@ -131,6 +131,7 @@ pub(crate) fn race(
                 for &i in &group {
                     entries[i].disqualified = Some(format!("failed: {why}"));
                 }
+                eval.checkpoint(&entries);
                 continue;
             }
         };
@@ -167,6 +168,7 @@ pub(crate) fn race(
         if !hold_two || leader.is_none_or(|(_, l)| l != launch) {
             eval.stop(launch);
         }
+        eval.checkpoint(&entries);
     }
     if let Some((l, launch)) = leader {
         if hold_two == Some(true) && !eval.interrupted() {

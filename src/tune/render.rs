@@ -10,19 +10,20 @@ use super::evaluate::Loader;
 use super::{Entry, Method};
 use crate::bench::plot::escape;
 use crate::bench::wire::escape_controls;
+use crate::columns;
 use crate::error::Result;
 use crate::pipeline;
 use crate::recipe::{Profile, Recipe};
 
+/// The most characters of a reason (a launch error may quote a whole `--vary` value) shown in
+/// the table and the plot; the results file keeps it whole.
+const REASON: usize = 300;
+
 /// The ranked table: the winner first, then everyone else (the race's losers say why they are
 /// out), disqualified last with the reason. Each row names the launch its figure came from.
 pub(crate) fn table(entries: &[Entry]) -> String {
-    let width = entries
-        .iter()
-        .map(|e| e.variant.shown().chars().count())
-        .max()
-        .unwrap_or(7)
-        .max(7);
+    let names: Vec<String> = entries.iter().map(|e| e.variant.shown()).collect();
+    let width = columns::width(names.iter().map(String::as_str), 7);
     let mut s = format!(
         "{:<4} {:<width$} {:>10} {:>6} {:>9} {:>6}  {}\n",
         "rank", "variant", "tok/s", "CV", "TTFT ms", "launch", "status"
@@ -32,15 +33,16 @@ pub(crate) fn table(entries: &[Entry]) -> String {
         .and_then(Entry::last)
         .map_or(0, |m| m.rung.max_tokens);
     let mut rank = 0;
-    for e in entries {
-        let name = e.variant.shown();
+    for (e, name) in entries.iter().zip(&names) {
+        // The whole name is in the results file; the table shows a column's worth.
+        let name = columns::cell(name, width);
         match (&e.disqualified, e.last()) {
             (None, Some(m)) => {
                 rank += 1;
                 let status = if rank == 1 {
                     "winner".to_string()
                 } else if let Some(out) = &e.out {
-                    format!("out: {out}")
+                    format!("out: {}", columns::clip(&escape_controls(out), REASON))
                 } else if m.rung.max_tokens < top {
                     format!(
                         "out after {} round(s) ({} tokens x {})",
@@ -68,6 +70,7 @@ pub(crate) fn table(entries: &[Entry]) -> String {
                         .or(e.out.as_deref())
                         .unwrap_or("no measurement"),
                 );
+                let why = columns::clip(&why, REASON);
                 let label = if reason.is_some() {
                     "disqualified"
                 } else {
@@ -109,7 +112,7 @@ pub(crate) fn svg(title: &str, entries: &[Entry]) -> String {
             "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
             left - 8.0,
             y + 16.0,
-            escape(&e.variant.shown())
+            escape(&columns::clip(&e.variant.shown(), 40))
         );
         match (&e.disqualified, e.last()) {
             (None, Some(m)) => {
@@ -132,8 +135,9 @@ pub(crate) fn svg(title: &str, entries: &[Entry]) -> String {
                     s,
                     "<text x=\"{left}\" y=\"{:.1}\" fill=\"#868e96\">disqualified: {}</text>",
                     y + 16.0,
-                    escape(&escape_controls(
-                        reason.as_deref().unwrap_or("no measurement")
+                    escape(&columns::clip(
+                        &escape_controls(reason.as_deref().unwrap_or("no measurement")),
+                        100
                     ))
                 );
             }
@@ -338,6 +342,22 @@ mod tests {
         assert!(!picture.contains('\u{1b}'), "{picture:?}");
     }
     use crate::recipe::Profile;
+
+    #[test]
+    fn a_vary_value_of_70000_characters_is_clipped_in_the_table_never_a_panic() {
+        // Rust's formatter panics on a width past 65,535 ("Formatting argument out of range").
+        let long = "v".repeat(70_000);
+        let mut e = Entry::new(Variant {
+            settings: vec![("tag".into(), long.clone())],
+        });
+        e.disqualified = Some(format!("launch failed: bad tag {long}"));
+        let shown = table(&[e.clone()]);
+        let widest = shown.lines().map(|l| l.chars().count()).max().unwrap();
+        assert!(widest < 1_000, "a line of {widest} characters");
+        assert!(shown.contains("tag=vvvv") && shown.contains('…'), "{shown}");
+        let picture = super::svg("t", &[e]);
+        assert!(!picture.contains(&long), "the SVG carries the whole value");
+    }
 
     #[test]
     fn a_vary_value_that_breaks_out_of_the_header_comment_stays_one_escaped_line() {

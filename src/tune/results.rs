@@ -13,6 +13,9 @@ use crate::fs::write_atomic;
 
 #[derive(Debug, Serialize)]
 pub(crate) struct Results<'a> {
+    /// `false` while the search runs (the file is rewritten as each launch ends) and when it was
+    /// cut short: the entries are the search so far, and no winner was named from them.
+    pub complete: bool,
     pub recipe: &'a str,
     pub profile: &'a str,
     pub method: Method,
@@ -25,6 +28,42 @@ pub(crate) struct Results<'a> {
     pub per_request: &'a BTreeSet<String>,
     /// Ranked, the winner first.
     pub entries: &'a [Entry],
+}
+
+/// What a results file says beside the search's entries, the same mid-search and at its end.
+pub(crate) struct Search<'a> {
+    pub recipe: &'a str,
+    pub profile: &'a str,
+    pub method: Method,
+    pub rungs: Vec<Rung>,
+    pub estimated_wall_s: Option<f64>,
+    pub per_request: &'a BTreeSet<String>,
+    pub started: std::time::Instant,
+}
+
+impl Search<'_> {
+    /// The results of `entries` (ranked) and the launches of `records`; `complete`: the search
+    /// ran to its end.
+    pub(crate) fn results<'b>(
+        &'b self,
+        complete: bool,
+        records: &'b [LaunchRecord],
+        entries: &'b [Entry],
+    ) -> Results<'b> {
+        Results {
+            complete,
+            recipe: self.recipe,
+            profile: self.profile,
+            method: self.method,
+            rungs: self.rungs.clone(),
+            launches: records.len(),
+            launch_records: records,
+            wall_s: self.started.elapsed().as_secs_f64(),
+            estimated_wall_s: self.estimated_wall_s,
+            per_request: self.per_request,
+            entries,
+        }
+    }
 }
 
 impl Results<'_> {

@@ -63,6 +63,7 @@ pub(crate) fn search(
                     for &i in &group {
                         entries[i].disqualified = Some(format!("failed: {why}"));
                     }
+                    eval.checkpoint(&entries);
                     continue;
                 }
             };
@@ -86,6 +87,7 @@ pub(crate) fn search(
                 }
             }
             eval.stop(launch);
+            eval.checkpoint(&entries);
         }
         alive.retain(|&i| entries[i].disqualified.is_none() && entries[i].last().is_some());
         alive.sort_by(|&a, &b| speed(&entries[b]).total_cmp(&speed(&entries[a])));

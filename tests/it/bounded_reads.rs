@@ -187,7 +187,7 @@ fn a_hung_python_start_ends_at_the_probe_deadline_with_its_grandchild() {
         "doctor finished on its own:\n{stderr}"
     );
     assert!(
-        stdout.contains("did not finish the facts script within 3s (its processes were ended)"),
+        stdout.contains("did not answer within 3s (its processes were ended)"),
         "{stdout}\n{stderr}"
     );
     let pid = read_pid(&pid_file);

@@ -300,3 +300,28 @@ fn a_state_directory_path_that_is_not_utf8_is_refused_with_a_hint() {
         "nothing was created"
     );
 }
+
+#[test]
+fn a_step_id_of_70000_characters_is_clipped_in_the_plan_never_a_panic() {
+    // Rust's formatter panics on a column width past 65,535: a table of user text clips it.
+    let long = "a".repeat(70_000);
+    let ws = Workspace::new();
+    ws.write(
+        "r.toml",
+        &format!("[recipe]\nname = \"wide\"\n\n[[step]]\nid = \"{long}\"\nkind = \"run\"\ncmd = [\"true\"]\n"),
+    );
+    let out = ws
+        .kiln()
+        .args(["plan", "r.toml"])
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let widest = stdout.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    assert!(widest < 1_000, "a line of {widest} characters");
+    assert!(stdout.contains("aaaa…"), "not clipped:\n{stdout}");
+}

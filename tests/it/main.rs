@@ -39,6 +39,7 @@ mod input_limits;
 mod json_schema;
 mod launch_preflight;
 mod leads_with;
+mod named_python;
 mod net_deadlines;
 mod non_utf8_paths;
 mod oci_auth;

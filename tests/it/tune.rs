@@ -95,6 +95,7 @@ fn the_race_launches_each_variant_once_ranks_the_qualified_and_prices_the_next_r
 
     let json = tune_json(&ws);
     assert_eq!(json["method"], "race");
+    assert_eq!(json["complete"], true, "the search ran to its end");
     assert_eq!(json["launches"], 4);
     let records = json["launch_records"].as_array().unwrap();
     let mut launched: Vec<&str> = records
@@ -368,4 +369,89 @@ fn json_gives_typed_events_the_plan_every_variants_figures_and_verdicts_and_the_
         events.last().unwrap(),
         &serde_json::json!({"event": "outcome", "ok": true, "exit_code": 0})
     );
+}
+
+#[test]
+fn the_results_file_holds_each_launch_as_it_ends_and_a_killed_tune_keeps_them() {
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    let prefix = tiny_cpu();
+    let ws = Workspace::new();
+    // The second variant's server (its own prefix) says it started, then waits for the test:
+    // the first variant's launch has ended by then, and kiln is killed while it waits.
+    let held = ws.path().join("held");
+    std::fs::create_dir_all(held.join("bin")).unwrap();
+    for shared in ["model", "llama-bench.json"] {
+        symlink(prefix.join(shared), held.join(shared)).unwrap();
+    }
+    let server = held.join("bin/llama-server");
+    std::fs::write(
+        &server,
+        format!(
+            "#!/bin/sh\ntouch '{0}/started'\nwhile [ ! -e '{0}/release' ]; do sleep 0.05; done\nexit 1\n",
+            held.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut kiln = std::process::Command::new(assert_cmd::cargo::cargo_bin("kiln"))
+        .args(["tune", &recipe(), "--profile", "tuned"])
+        .args(["--set", &format!("prefix={}", prefix.display())])
+        .args(["--set", &format!("port={}", free_port())])
+        .arg(format!(
+            "--vary=prefix={},{}",
+            prefix.display(),
+            held.display()
+        ))
+        .args([
+            "--runs",
+            "2",
+            "--warmup",
+            "0",
+            "--max-tokens",
+            "16",
+            "--ab-tokens",
+            "8",
+        ])
+        .current_dir(ws.path())
+        .env("KILN_HOME", ws.state())
+        .env("KILN_NO_PROGRESS", "1")
+        .env_remove("XDG_STATE_HOME")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    while !held.join("started").exists() {
+        if let Some(status) = kiln.try_wait().unwrap() {
+            let err = std::io::read_to_string(kiln.stderr.take().unwrap()).unwrap();
+            panic!("kiln tune ended ({status}) before its second launch:\n{err}");
+        }
+        assert!(std::time::Instant::now() < until, "no second launch");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let first = format!("prefix={}", prefix.display());
+    let check = |json: &serde_json::Value, when: &str| {
+        assert_eq!(json["complete"], false, "{when}: {json}");
+        assert_eq!(json["launches"], 1, "{when}: {json}");
+        let entries = json["entries"].as_array().unwrap();
+        let measured = entries
+            .iter()
+            .find(|e| e["variant"]["settings"][0][1] == prefix.display().to_string())
+            .unwrap_or_else(|| panic!("{when}: no entry of {first}: {json}"));
+        assert!(
+            !measured["measurements"].as_array().unwrap().is_empty(),
+            "{when}: {first} has no measurement: {json}"
+        );
+    };
+    let path = ws.state().join("tune/tiny-cpu/tuned.json");
+    let during: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(&path).expect("the results file exists once the first launch ended"),
+    )
+    .unwrap();
+    check(&during, "while the second launch starts");
+    kiln.kill().unwrap();
+    kiln.wait().unwrap();
+    std::fs::write(held.join("release"), "").unwrap();
+    let after: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    check(&after, "after kiln was killed");
 }
