@@ -41,6 +41,9 @@ pub(crate) fn export(cache: &WheelCache, steps: &StepCache, out: &Path) -> Resul
     }
     let step_ids = steps.list();
     for id in &step_ids {
+        steps.sign_trusted(id)?;
+    }
+    for id in &step_ids {
         for (name, path) in steps.entry_files(id) {
             all.push((format!("steps/{id}/{name}"), path));
         }
@@ -243,7 +246,7 @@ fn import_steps(steps: &StepCache, staged: &Path) -> std::result::Result<usize, 
         .map(|d| d.path())
         .collect();
     for dir in &dirs {
-        StepCache::verify_staged(dir)?;
+        steps.check_staged(dir)?;
     }
     let mut count = 0;
     for dir in &dirs {

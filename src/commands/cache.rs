@@ -24,8 +24,34 @@ use crate::units::{format_size, parse_duration};
 pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
     crate::report::json_lines(args.json);
     let cache = WheelCache::new(&settings.paths.wheels());
-    let steps = StepCache::new(&settings.paths.steps());
+    let steps = match &args.command {
+        CacheCommand::Ls | CacheCommand::Gc { .. } | CacheCommand::Key { .. } => {
+            StepCache::new(&settings.paths.steps())
+        }
+        _ => StepCache::with_trust(
+            &settings.paths.steps(),
+            crate::cache::trust::Trust::from_env(settings.paths.root())?,
+        ),
+    };
     let block = match &args.command {
+        CacheCommand::Key {
+            command: crate::cli::CacheKeyCommand::Generate { name, out },
+        } => {
+            let public = crate::cache::trust::generate(name, out)?;
+            let text = format!(
+                "wrote the secret key {} (keep it on the machines that build)\npublic key: {public}\n\
+                 sign with: export {}={}\ntrust with: export {}=\"{public}\"",
+                out.display(),
+                crate::cache::trust::ENV_SIGNING_KEY,
+                out.display(),
+                crate::cache::trust::ENV_TRUSTED_KEYS,
+            );
+            Block::new(
+                "cache_key",
+                text,
+                &serde_json::json!({"secret_key_file": out, "public_key": public}),
+            )
+        }
         CacheCommand::Ls => list(&cache, &steps),
         CacheCommand::Gc { older_than } => gc(&cache, &steps, older_than.as_deref())?,
         CacheCommand::Export { file } => {

@@ -130,7 +130,17 @@ pub(super) fn restore(
     ctx: &StepContext,
     reporter: &dyn Reporter,
 ) -> Option<Outcome> {
-    let cache = StepCache::new(&ctx.paths.steps());
+    let cache = match crate::cache::trust::Trust::from_env(ctx.paths.root()) {
+        Ok(trust) => StepCache::with_trust(&ctx.paths.steps(), trust),
+        Err(e) => {
+            reporter.warning(&format!(
+                "step `{}`: not restored from cache: {}",
+                step.id,
+                e.with_causes()
+            ));
+            return None;
+        }
+    };
     let started = std::time::Instant::now();
     let mut log = Vec::new();
     if let Err(e) = crate::steps::before_restore(step, ctx, &mut log) {
@@ -224,7 +234,15 @@ pub(super) fn store(
 ) -> std::result::Result<String, String> {
     let portable = Portable::new(ctx.paths);
     let outputs: Vec<String> = step.outputs.iter().map(|o| portable.path(o)).collect();
-    let cache = StepCache::new(&ctx.paths.steps());
+    let trust = match crate::cache::trust::Trust::from_env(ctx.paths.root()) {
+        Ok(t) => t,
+        Err(e) => {
+            let why = e.with_causes();
+            reporter.warning(&format!("step `{}` is not cached: {why}", step.id));
+            return Err(why);
+        }
+    };
+    let cache = StepCache::with_trust(&ctx.paths.steps(), trust);
     let why = match cache.store(key, &recipe.name, &step.id, &step.outputs, &outputs, before) {
         Ok(Ok(id)) => return Ok(short(&id).to_string()),
         Ok(Err(NotStored(why))) => why,
