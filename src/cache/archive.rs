@@ -54,7 +54,7 @@ pub(crate) fn export(cache: &WheelCache, steps: &StepCache, out: &Path) -> Resul
     };
     let mut files = BTreeMap::new();
     for (name, path) in &all {
-        let f = File::open(path)
+        let (f, _) = super::open_regular(path)
             .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
         files.insert(
             name.clone(),
@@ -164,6 +164,11 @@ pub(crate) fn import(cache: &WheelCache, steps: &StepCache, archive: &Path) -> R
                         _ => "special entry",
                     }
                 )));
+            }
+            let cap = super::steps::ENTRY_JSON_CAP;
+            let json = name == "manifest.json" || name.ends_with("/entry.json");
+            if json && entry.header().size().unwrap_or(u64::MAX) > cap {
+                return Err(bad(format!("`{name}` is over {cap} bytes")));
             }
             if name == "manifest.json" {
                 manifest = Some(

@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -296,8 +297,10 @@ impl StepCache {
             )));
         }
         let archive = dir.join(ARCHIVE);
-        let (sha, size) = File::open(&archive)
-            .and_then(sha256_reader)
+        // A regular file, read no further than the size the entry states (a link to
+        // /dev/zero or a FIFO is refused, never read without end).
+        let (sha, size) = super::open_regular(&archive)
+            .and_then(|(f, _)| sha256_reader(std::io::BufReader::new(f.take(entry.size + 1))))
             .map_err(|e| corrupt(format!("cannot read {ARCHIVE}: {e}")))?;
         if sha != entry.archive_sha256 || size != entry.size {
             return Err(corrupt(format!(
@@ -443,9 +446,13 @@ fn now_unix() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// The largest entry.json read (its manifest lists every output file).
+pub(crate) const ENTRY_JSON_CAP: u64 = 64 << 20;
+
+/// The entry.json of `dir`: a regular file of at most [`ENTRY_JSON_CAP`] bytes that parses.
 pub(crate) fn read_entry(dir: &Path) -> Option<StepEntry> {
-    let entry: StepEntry =
-        serde_json::from_slice(&std::fs::read(dir.join("entry.json")).ok()?).ok()?;
+    let bytes = super::read_regular(&dir.join("entry.json"), ENTRY_JSON_CAP).ok()?;
+    let entry: StepEntry = serde_json::from_slice(&bytes).ok()?;
     (entry.key.format == FORMAT).then_some(entry)
 }
 

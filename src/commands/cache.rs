@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::Settings;
 use crate::cache::{
-    archive, remote,
+    archive, printable, remote,
     steps::{short, StepCache},
     wheels::{Entry, WheelCache},
     PullSummary, PushSummary,
@@ -294,13 +294,13 @@ fn list(cache: &WheelCache, steps: &StepCache) -> Block {
         let _ = writeln!(
             text,
             "{}  {} {}  {}  torch {}  cuda {}  {}  {}",
-            &id[..12],
-            k.package,
-            k.version,
-            k.python_tag,
-            k.torch.as_deref().unwrap_or("-"),
-            k.cuda.as_deref().unwrap_or("-"),
-            k.arch_list.as_deref().unwrap_or("-"),
+            printable(id.get(..12).unwrap_or(id)),
+            printable(&k.package),
+            printable(&k.version),
+            printable(&k.python_tag),
+            printable(k.torch.as_deref().unwrap_or("-")),
+            printable(k.cuda.as_deref().unwrap_or("-")),
+            printable(k.arch_list.as_deref().unwrap_or("-")),
             format_size(e.size),
         );
     }
@@ -327,9 +327,9 @@ fn list(cache: &WheelCache, steps: &StepCache) -> Block {
             text,
             "{}  step {}/{}  {}  {}",
             short(&s.id),
-            s.recipe,
-            s.step,
-            s.outputs.join(" "),
+            printable(&s.recipe),
+            printable(&s.step),
+            printable(&s.outputs.join(" ")),
             format_size(s.size)
         );
     }

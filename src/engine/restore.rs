@@ -89,9 +89,16 @@ pub(super) fn available(ctx: &StepContext, id: &str) -> bool {
 /// A miss: fetch entry `id` from the remote cache, verified. Whether it is here now; a remote
 /// without it, or unreachable, is said and the step runs.
 fn fetch_remote(step: &Step, cache: &StepCache, id: &str, reporter: &dyn Reporter) -> bool {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    /// Set by the first failure to reach the remote cache: not asked again in this run (a
+    /// silent registry would otherwise cost its deadline once per step).
+    static REMOTE_DOWN: AtomicBool = AtomicBool::new(false);
     let Some(remote) = crate::cache::remote::configured() else {
         return false;
     };
+    if REMOTE_DOWN.load(Ordering::SeqCst) {
+        return false;
+    }
     match cache.pull_remote(&remote, id) {
         Ok(true) => {
             reporter.note(&format!(
@@ -110,11 +117,14 @@ fn fetch_remote(step: &Step, cache: &StepCache, id: &str, reporter: &dyn Reporte
             false
         }
         Err(e) => {
-            reporter.warning(&format!(
-                "step `{}`: the remote cache is unavailable ({}); running it",
-                step.id,
-                e.with_causes().replace('\n', " ")
-            ));
+            if !REMOTE_DOWN.swap(true, Ordering::SeqCst) {
+                reporter.warning(&format!(
+                    "step `{}`: the remote cache is unavailable ({}); running it, and not asking \
+                     the remote cache again in this run",
+                    step.id,
+                    e.with_causes().replace('\n', " ")
+                ));
+            }
             false
         }
     }
