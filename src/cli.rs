@@ -534,6 +534,24 @@ pub enum CacheCommand {
         /// REGISTRY/REPO[:TAG]
         reference: String,
     },
+    /// Signing keys of the step cache (KILN_CACHE_SIGNING_KEY, KILN_CACHE_TRUSTED_KEYS)
+    Key {
+        #[command(subcommand)]
+        command: CacheKeyCommand,
+    },
+}
+
+/// `kiln cache key …`.
+#[derive(Debug, Subcommand)]
+pub enum CacheKeyCommand {
+    /// Make an ed25519 key: the secret into --out (mode 0600), the public key printed
+    Generate {
+        /// The key's name (signatures say it: `NAME:BASE64`)
+        name: String,
+        /// Where the secret key goes (a new file)
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
 }
 
 /// A recipe argument: any file path or shipped name; the shipped names are offered to shell

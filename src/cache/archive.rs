@@ -41,6 +41,9 @@ pub(crate) fn export(cache: &WheelCache, steps: &StepCache, out: &Path) -> Resul
     }
     let step_ids = steps.list();
     for id in &step_ids {
+        steps.sign_trusted(id)?;
+    }
+    for id in &step_ids {
         for (name, path) in steps.entry_files(id) {
             all.push((format!("steps/{id}/{name}"), path));
         }
@@ -51,7 +54,7 @@ pub(crate) fn export(cache: &WheelCache, steps: &StepCache, out: &Path) -> Resul
     };
     let mut files = BTreeMap::new();
     for (name, path) in &all {
-        let f = File::open(path)
+        let (f, _) = super::open_regular(path)
             .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
         files.insert(
             name.clone(),
@@ -162,6 +165,11 @@ pub(crate) fn import(cache: &WheelCache, steps: &StepCache, archive: &Path) -> R
                     }
                 )));
             }
+            let cap = super::steps::ENTRY_JSON_CAP;
+            let json = name == "manifest.json" || name.ends_with("/entry.json");
+            if json && entry.header().size().unwrap_or(u64::MAX) > cap {
+                return Err(bad(format!("`{name}` is over {cap} bytes")));
+            }
             if name == "manifest.json" {
                 manifest = Some(
                     serde_json::from_reader(&mut entry)
@@ -243,7 +251,7 @@ fn import_steps(steps: &StepCache, staged: &Path) -> std::result::Result<usize, 
         .map(|d| d.path())
         .collect();
     for dir in &dirs {
-        StepCache::verify_staged(dir)?;
+        steps.check_staged(dir)?;
     }
     let mut count = 0;
     for dir in &dirs {

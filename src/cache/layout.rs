@@ -59,8 +59,8 @@ pub(crate) fn unpack(
     temps: &[PathBuf],
 ) -> std::result::Result<(), String> {
     check_names(entry, temps.len())?;
-    let file = File::open(archive).map_err(|e| e.to_string())?;
-    let mut tar = tar::Archive::new(file);
+    let file = open_archive(archive, entry)?;
+    let mut tar = tar::Archive::new(std::io::BufReader::with_capacity(1 << 20, file));
     let mut seen = BTreeSet::new();
     let mut dirs: Vec<(usize, Vec<OsString>, u32)> = Vec::new();
     let mut links: Vec<(usize, Vec<OsString>, String)> = Vec::new();
@@ -490,6 +490,22 @@ impl<R: Read, W: Write> Read for Tee<'_, R, W> {
     }
 }
 
+/// `archive` opened for reading: a regular file of the size `entry` states, read no further.
+fn open_archive(
+    archive: &Path,
+    entry: &StepEntry,
+) -> std::result::Result<std::io::Take<File>, String> {
+    let (file, len) =
+        super::open_regular(archive).map_err(|e| format!("cannot read the archive: {e}"))?;
+    if len != entry.size {
+        return Err(format!(
+            "the archive is {len} bytes, the entry says {}",
+            entry.size
+        ));
+    }
+    Ok(file.take(entry.size))
+}
+
 /// Check `archive` against `entry` in one read, writing nothing: its sha256 and size are the
 /// entry's, and its members are exactly the manifest (names, kinds, sizes, files' sha256, links'
 /// targets). What `kiln cache gc` and an import or pull check; the reason on refusal.
@@ -508,7 +524,7 @@ pub(crate) fn verify(archive: &Path, entry: &StepEntry) -> std::result::Result<(
             Ok(n)
         }
     }
-    let file = File::open(archive).map_err(|e| format!("cannot read the archive: {e}"))?;
+    let file = open_archive(archive, entry)?;
     let reader = Hashing {
         inner: std::io::BufReader::with_capacity(1 << 20, file),
         sha: sha2::Sha256::new(),

@@ -9,6 +9,7 @@ pub(crate) mod remote;
 pub(crate) mod remote_steps;
 pub(crate) mod staging;
 pub(crate) mod steps;
+pub(crate) mod trust;
 pub(crate) mod wheels;
 
 pub use remote::{PullSummary, PushSummary};
@@ -17,3 +18,57 @@ pub use wheels::{Entry, StoredWheel, WheelCache, WheelKey};
 /// The OCI annotations both kinds of remote entry carry: a file name, the entry's cache id.
 pub(crate) const ANNOTATION_TITLE: &str = "org.opencontainers.image.title";
 pub(crate) const ANNOTATION_ID: &str = "dev.kiln.cache.id";
+
+/// `text` (a name an entry carries, from anywhere) safe to print on a terminal: control
+/// characters (escape sequences, newlines) written as `\u{..}` escapes.
+pub(crate) fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// Open `path` for reading only when it is a regular file: never through a symlink
+/// (`O_NOFOLLOW`), never blocking on a FIFO (`O_NONBLOCK`, then refused), never a device such as
+/// `/dev/zero`. The file and its size.
+pub(crate) fn open_regular(path: &std::path::Path) -> std::io::Result<(std::fs::File, u64)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    Ok((f, meta.len()))
+}
+
+/// The whole of regular file `path` ([`open_regular`]), refused when it is over `cap` bytes.
+pub(crate) fn read_regular(path: &std::path::Path, cap: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let (f, len) = open_regular(path)?;
+    if len > cap {
+        return Err(std::io::Error::other(format!(
+            "{} is {len} bytes, over the {cap} a cache file may be",
+            path.display()
+        )));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    f.take(cap + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > cap {
+        return Err(std::io::Error::other(format!(
+            "{} grew over {cap} bytes while read",
+            path.display()
+        )));
+    }
+    Ok(bytes)
+}

@@ -213,6 +213,7 @@ fn push_entries(
     let mut pushed = Pushed::default();
     for id in steps.map(StepCache::list).unwrap_or_default() {
         let cache = steps.expect("listed from it");
+        cache.sign_trusted(&id)?;
         let (own, uploaded) = remote_steps::upload(&registry, cache, &id, note)?;
         if uploaded {
             pushed.steps.uploaded += 1;

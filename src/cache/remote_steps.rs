@@ -14,7 +14,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::steps::{read_entry, short, StepCache, MAX_ENTRY_BYTES};
+use super::steps::{read_entry, short, StepCache, ENTRY_JSON_CAP, MAX_ENTRY_BYTES};
 use super::wheels::is_hex64;
 use super::{ANNOTATION_ID, ANNOTATION_TITLE};
 use crate::error::{Error, Result};
@@ -23,8 +23,6 @@ use crate::oci::Registry;
 
 pub(crate) const MEDIA_STEP_ENTRY: &str = "application/vnd.kiln.step-entry.v1+json";
 pub(crate) const MEDIA_STEP_OUTPUTS: &str = "application/vnd.kiln.step-outputs.v1.tar";
-/// The largest entry.json a pull accepts (its manifest lists every output file).
-const ENTRY_JSON_CAP: u64 = 64 << 20;
 
 /// Whether a manifest layer belongs to a step entry.
 pub(crate) fn is_step_layer(layer: &Value) -> bool {

@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -104,6 +105,9 @@ pub(crate) struct StepEntry {
     pub(crate) archive_sha256: String,
     pub(crate) size: u64,
     pub(crate) created_unix: u64,
+    /// `NAME:BASE64` ed25519 signatures of the entry ([`super::trust`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) signatures: Vec<String>,
 }
 
 /// Why a step's outputs were not stored (a warning, never a failed step).
@@ -113,6 +117,9 @@ pub(crate) struct NotStored(pub(crate) String);
 /// The step cache under one directory (`StatePaths::steps`).
 pub(crate) struct StepCache {
     pub(crate) root: PathBuf,
+    /// Whom it trusts ([`super::trust`]): checked on restore, import and pull, and signing
+    /// on store, export and push. `None`: listing and gc, which trust nothing.
+    trust: Option<super::trust::Trust>,
 }
 
 /// The short form of an entry id that receipts and reports print.
@@ -124,7 +131,38 @@ impl StepCache {
     pub(crate) fn new(root: &Path) -> Self {
         StepCache {
             root: root.to_path_buf(),
+            trust: None,
         }
+    }
+
+    /// The step cache under `root`, with `trust`.
+    pub(crate) fn with_trust(root: &Path, trust: super::trust::Trust) -> Self {
+        StepCache {
+            root: root.to_path_buf(),
+            trust: Some(trust),
+        }
+    }
+
+    /// Whether entry `id` may be used here ([`super::trust::Trust::check`]); always without a
+    /// trust.
+    fn trusted(&self, id: &str, entry: &StepEntry) -> std::result::Result<(), String> {
+        self.trust.as_ref().map_or(Ok(()), |t| t.check(id, entry))
+    }
+
+    /// Sign entry `id` with the signing key, if one is set and this kiln trusts the entry (one it
+    /// does not trust is carried unsigned, never laundered by a signature).
+    pub(crate) fn sign_trusted(&self, id: &str) -> Result<()> {
+        let Some(trust) = &self.trust else {
+            return Ok(());
+        };
+        let dir = self.entry_dir(id);
+        let Some(mut entry) = read_entry(&dir) else {
+            return Ok(());
+        };
+        if trust.check(id, &entry).is_ok() && trust.sign(id, &mut entry) {
+            write_entry(&dir, &entry)?;
+        }
+        Ok(())
     }
 
     pub(crate) fn entry_dir(&self, id: &str) -> PathBuf {
@@ -197,10 +235,20 @@ impl StepCache {
                 archive_sha256,
                 size,
                 created_unix: now_unix(),
+                signatures: Vec::new(),
             };
+            let mut entry = entry;
+            if let Some(trust) = &self.trust {
+                trust.sign(&id, &mut entry);
+            }
             write_entry(&staging, &entry)?;
             match std::fs::rename(&staging, &dir) {
-                Ok(()) => Ok(Ok(id.clone())),
+                Ok(()) => {
+                    if let Some(trust) = &self.trust {
+                        trust.record_own(&id, &entry)?;
+                    }
+                    Ok(Ok(id.clone()))
+                }
                 // Another kiln stored the same entry meanwhile.
                 Err(_) if read_entry(&dir).is_some() => Ok(Ok(id.clone())),
                 Err(e) => Err(Error::io(format!("cannot store {}", dir.display()), e)),
@@ -229,6 +277,18 @@ impl StepCache {
         if entry.key.id() != id {
             return Err(corrupt("its entry.json does not match its key".into()));
         }
+        if let Err(why) = self.trusted(id, &entry) {
+            // Said as a warning (the step runs instead): the way out goes in the message.
+            return Err(Error::other(
+                format!(
+                    "step cache entry {} is refused: {why}; nothing was restored, the step runs \
+                     instead (hint: {})",
+                    short(id),
+                    super::trust::hint()
+                ),
+                None,
+            ));
+        }
         if entry.outputs.len() != outputs.len() {
             return Err(corrupt(format!(
                 "it holds {} outputs, the step declares {}",
@@ -237,8 +297,10 @@ impl StepCache {
             )));
         }
         let archive = dir.join(ARCHIVE);
-        let (sha, size) = File::open(&archive)
-            .and_then(sha256_reader)
+        // A regular file, read no further than the size the entry states (a link to
+        // /dev/zero or a FIFO is refused, never read without end).
+        let (sha, size) = super::open_regular(&archive)
+            .and_then(|(f, _)| sha256_reader(std::io::BufReader::new(f.take(entry.size + 1))))
             .map_err(|e| corrupt(format!("cannot read {ARCHIVE}: {e}")))?;
         if sha != entry.archive_sha256 || size != entry.size {
             return Err(corrupt(format!(
@@ -319,9 +381,23 @@ impl StepCache {
         Ok(name)
     }
 
+    /// [`Self::verify_staged`], then whether this cache trusts the entry. Its id.
+    pub(crate) fn check_staged(&self, staged: &Path) -> std::result::Result<String, String> {
+        let name = Self::verify_staged(staged)?;
+        let entry = read_entry(staged).ok_or("no readable entry.json")?;
+        self.trusted(&name, &entry).map_err(|why| {
+            format!(
+                "step entry {} is refused: {why} (hint: {})",
+                short(&name),
+                super::trust::hint()
+            )
+        })?;
+        Ok(name)
+    }
+
     /// Move a verified imported entry directory in. `Ok(false)`: already here.
     pub(crate) fn insert_staged(&self, staged: &Path) -> std::result::Result<bool, String> {
-        let name = Self::verify_staged(staged)?;
+        let name = self.check_staged(staged)?;
         if self.has(&name) {
             return Ok(false);
         }
@@ -370,9 +446,13 @@ fn now_unix() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// The largest entry.json read (its manifest lists every output file).
+pub(crate) const ENTRY_JSON_CAP: u64 = 64 << 20;
+
+/// The entry.json of `dir`: a regular file of at most [`ENTRY_JSON_CAP`] bytes that parses.
 pub(crate) fn read_entry(dir: &Path) -> Option<StepEntry> {
-    let entry: StepEntry =
-        serde_json::from_slice(&std::fs::read(dir.join("entry.json")).ok()?).ok()?;
+    let bytes = super::read_regular(&dir.join("entry.json"), ENTRY_JSON_CAP).ok()?;
+    let entry: StepEntry = serde_json::from_slice(&bytes).ok()?;
     (entry.key.format == FORMAT).then_some(entry)
 }
 

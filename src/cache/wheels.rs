@@ -350,7 +350,8 @@ impl WheelCache {
 }
 
 fn read_entry(dir: &Path) -> Option<Entry> {
-    serde_json::from_slice(&std::fs::read(dir.join("entry.json")).ok()?).ok()
+    let bytes = super::read_regular(&dir.join("entry.json"), 1 << 20).ok()?;
+    serde_json::from_slice(&bytes).ok()
 }
 
 /// Write an entry's entry.json into its directory (or its staging directory).

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::Settings;
 use crate::cache::{
-    archive, remote,
+    archive, printable, remote,
     steps::{short, StepCache},
     wheels::{Entry, WheelCache},
     PullSummary, PushSummary,
@@ -24,8 +24,34 @@ use crate::units::{format_size, parse_duration};
 pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
     crate::report::json_lines(args.json);
     let cache = WheelCache::new(&settings.paths.wheels());
-    let steps = StepCache::new(&settings.paths.steps());
+    let steps = match &args.command {
+        CacheCommand::Ls | CacheCommand::Gc { .. } | CacheCommand::Key { .. } => {
+            StepCache::new(&settings.paths.steps())
+        }
+        _ => StepCache::with_trust(
+            &settings.paths.steps(),
+            crate::cache::trust::Trust::from_env(settings.paths.root())?,
+        ),
+    };
     let block = match &args.command {
+        CacheCommand::Key {
+            command: crate::cli::CacheKeyCommand::Generate { name, out },
+        } => {
+            let public = crate::cache::trust::generate(name, out)?;
+            let text = format!(
+                "wrote the secret key {} (keep it on the machines that build)\npublic key: {public}\n\
+                 sign with: export {}={}\ntrust with: export {}=\"{public}\"",
+                out.display(),
+                crate::cache::trust::ENV_SIGNING_KEY,
+                out.display(),
+                crate::cache::trust::ENV_TRUSTED_KEYS,
+            );
+            Block::new(
+                "cache_key",
+                text,
+                &serde_json::json!({"secret_key_file": out, "public_key": public}),
+            )
+        }
         CacheCommand::Ls => list(&cache, &steps),
         CacheCommand::Gc { older_than } => gc(&cache, &steps, older_than.as_deref())?,
         CacheCommand::Export { file } => {
@@ -266,13 +292,13 @@ fn list(cache: &WheelCache, steps: &StepCache) -> Block {
         let _ = writeln!(
             wheels,
             "{}  {} {}  {}  torch {}  cuda {}  {}  {}",
-            &id[..12],
-            k.package,
-            k.version,
-            k.python_tag,
-            k.torch.as_deref().unwrap_or("-"),
-            k.cuda.as_deref().unwrap_or("-"),
-            k.arch_list.as_deref().unwrap_or("-"),
+            printable(id.get(..12).unwrap_or(id)),
+            printable(&k.package),
+            printable(&k.version),
+            printable(&k.python_tag),
+            printable(k.torch.as_deref().unwrap_or("-")),
+            printable(k.cuda.as_deref().unwrap_or("-")),
+            printable(k.arch_list.as_deref().unwrap_or("-")),
             format_size(e.size),
         );
     }
@@ -297,9 +323,9 @@ fn list(cache: &WheelCache, steps: &StepCache) -> Block {
             text,
             "{}  step {}/{}  {}  {}",
             short(&s.id),
-            s.recipe,
-            s.step,
-            s.outputs.join(" "),
+            printable(&s.recipe),
+            printable(&s.step),
+            printable(&s.outputs.join(" ")),
             format_size(s.size)
         );
     }

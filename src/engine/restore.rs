@@ -89,9 +89,16 @@ pub(super) fn available(ctx: &StepContext, id: &str) -> bool {
 /// A miss: fetch entry `id` from the remote cache, verified. Whether it is here now; a remote
 /// without it, or unreachable, is said and the step runs.
 fn fetch_remote(step: &Step, cache: &StepCache, id: &str, reporter: &dyn Reporter) -> bool {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    /// Set by the first failure to reach the remote cache: not asked again in this run (a
+    /// silent registry would otherwise cost its deadline once per step).
+    static REMOTE_DOWN: AtomicBool = AtomicBool::new(false);
     let Some(remote) = crate::cache::remote::configured() else {
         return false;
     };
+    if REMOTE_DOWN.load(Ordering::SeqCst) {
+        return false;
+    }
     match cache.pull_remote(&remote, id) {
         Ok(true) => {
             reporter.note(&format!(
@@ -110,11 +117,14 @@ fn fetch_remote(step: &Step, cache: &StepCache, id: &str, reporter: &dyn Reporte
             false
         }
         Err(e) => {
-            reporter.warning(&format!(
-                "step `{}`: the remote cache is unavailable ({}); running it",
-                step.id,
-                e.with_causes().replace('\n', " ")
-            ));
+            if !REMOTE_DOWN.swap(true, Ordering::SeqCst) {
+                reporter.warning(&format!(
+                    "step `{}`: the remote cache is unavailable ({}); running it, and not asking \
+                     the remote cache again in this run",
+                    step.id,
+                    e.with_causes().replace('\n', " ")
+                ));
+            }
             false
         }
     }
@@ -130,7 +140,17 @@ pub(super) fn restore(
     ctx: &StepContext,
     reporter: &dyn Reporter,
 ) -> Option<Outcome> {
-    let cache = StepCache::new(&ctx.paths.steps());
+    let cache = match crate::cache::trust::Trust::from_env(ctx.paths.root()) {
+        Ok(trust) => StepCache::with_trust(&ctx.paths.steps(), trust),
+        Err(e) => {
+            reporter.warning(&format!(
+                "step `{}`: not restored from cache: {}",
+                step.id,
+                e.with_causes()
+            ));
+            return None;
+        }
+    };
     let started = std::time::Instant::now();
     let mut log = Vec::new();
     if let Err(e) = crate::steps::before_restore(step, ctx, &mut log) {
@@ -224,7 +244,15 @@ pub(super) fn store(
 ) -> std::result::Result<String, String> {
     let portable = Portable::new(ctx.paths);
     let outputs: Vec<String> = step.outputs.iter().map(|o| portable.path(o)).collect();
-    let cache = StepCache::new(&ctx.paths.steps());
+    let trust = match crate::cache::trust::Trust::from_env(ctx.paths.root()) {
+        Ok(t) => t,
+        Err(e) => {
+            let why = e.with_causes();
+            reporter.warning(&format!("step `{}` is not cached: {why}", step.id));
+            return Err(why);
+        }
+    };
+    let cache = StepCache::with_trust(&ctx.paths.steps(), trust);
     let why = match cache.store(key, &recipe.name, &step.id, &step.outputs, &outputs, before) {
         Ok(Ok(id)) => return Ok(short(&id).to_string()),
         Ok(Err(NotStored(why))) => why,

@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 use assert_cmd::Command;
 
 /// A temp directory holding recipes and a private `KILN_HOME`.
+/// The secret key (`NAME:BASE64(seed)`) every workspace's states sign step-cache entries with.
+pub(crate) const FLEET_TEST_KEY: &str = "kiln-tests:AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=\n";
+
 pub(crate) struct Workspace {
     pub dir: tempfile::TempDir,
 }
@@ -37,9 +40,18 @@ impl Workspace {
     /// `kiln` with cwd = workspace, KILN_HOME = workspace/state, no progress bars.
     pub(crate) fn kiln(&self) -> Command {
         let mut c = Command::cargo_bin("kiln").expect("kiln binary");
+        // Every state of a workspace is one fleet: it signs step-cache entries with one key
+        // (whose own public key it trusts); tests of trust remove or replace these.
+        let key = self.path().join(".fleet-test.key");
+        if !key.exists() {
+            std::fs::write(&key, FLEET_TEST_KEY).unwrap();
+        }
         c.current_dir(self.path())
             .env("KILN_HOME", self.state())
             .env("KILN_NO_PROGRESS", "1")
+            .env("KILN_CACHE_SIGNING_KEY", &key)
+            .env_remove("KILN_CACHE_TRUSTED_KEYS")
+            .env_remove("KILN_CACHE_REQUIRE_SIGS")
             .env_remove("XDG_STATE_HOME");
         for (k, _) in std::env::vars() {
             if k.starts_with("KILN_FACT_") {

@@ -67,6 +67,7 @@ mod step_cache;
 mod step_cache_forged;
 mod step_cache_remote;
 mod step_cache_stores;
+mod step_cache_trust;
 mod tune;
 mod up_e2e;
 mod up_outcome;

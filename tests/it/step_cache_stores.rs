@@ -118,3 +118,132 @@ fn an_import_of_an_entry_whose_manifest_is_not_its_archive_is_refused() {
     );
     assert!(!fresh.join("steps").join(&id).exists());
 }
+
+/// Three independent cacheable steps.
+const THREE_STEPS: &str = r#"[recipe]
+name = "three"
+
+[[step]]
+id = "one"
+kind = "run"
+cmd = ["sh", "-c", "mkdir -p \"$1\" && echo 1 > \"$1/f\"", "sh", "${kiln.work_dir}/one"]
+outputs = ["${kiln.work_dir}/one"]
+
+[[step]]
+id = "two"
+kind = "run"
+cmd = ["sh", "-c", "mkdir -p \"$1\" && echo 2 > \"$1/f\"", "sh", "${kiln.work_dir}/two"]
+outputs = ["${kiln.work_dir}/two"]
+
+[[step]]
+id = "three"
+kind = "run"
+cmd = ["sh", "-c", "mkdir -p \"$1\" && echo 3 > \"$1/f\"", "sh", "${kiln.work_dir}/three"]
+outputs = ["${kiln.work_dir}/three"]
+"#;
+
+#[test]
+fn a_remote_cache_that_fails_once_is_not_asked_again_in_the_run_and_said_once() {
+    // A registry that accepts connections and closes them without a word.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(conn);
+        }
+    });
+    let s = Setup::new();
+    s.ws.write("r.toml", THREE_STEPS);
+    let out = s
+        .kiln_cmd("A", &s.cache())
+        .env(
+            "KILN_REMOTE_CACHE",
+            format!("127.0.0.1:{port}/kiln/cache:t"),
+        )
+        .args(["up", "r.toml", "--jobs", "1"])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(
+        text.matches("the remote cache is unavailable").count(),
+        1,
+        "said once:\n{text}"
+    );
+    assert!(
+        text.contains("not asking the remote cache again in this run"),
+        "{text}"
+    );
+    assert_eq!(text.matches("✓ ran").count(), 3, "{text}");
+}
+
+/// `kiln <args>` in state `state` on the shared cache, stopped after a minute (a hang fails).
+fn bounded(s: &Setup, state: &str, args: &[&str]) -> (bool, String) {
+    let out = s
+        .kiln_cmd(state, &s.cache())
+        .args(args)
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.code().is_some(), "kiln {args:?} hung:\n{text}");
+    (out.status.success(), text)
+}
+
+#[test]
+fn a_fifo_as_entry_json_or_dev_zero_as_the_archive_never_hangs_a_command() {
+    let s = Setup::new();
+    s.up("A");
+    let dir = s.entries()[0].clone();
+    // The archive a link to /dev/zero (the entry states its real size).
+    let tar = dir.join("outputs.tar");
+    std::fs::remove_file(&tar).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &tar).unwrap();
+    let (ok, b) = bounded(&s, "B", &["up", "r.toml"]);
+    assert!(ok && b.contains("ran    build"), "{b}");
+    assert!(
+        b.contains("cannot read outputs.tar: Too many levels of symbolic links"),
+        "refused as a link, never read: {b}"
+    );
+    let export = s.ws.path().join("out.tar");
+    let (_, _) = bounded(&s, "B", &["cache", "export", export.to_str().unwrap()]);
+    // entry.json a FIFO nobody writes.
+    let entry = dir.join("entry.json");
+    std::fs::remove_file(&entry).unwrap();
+    let status = std::process::Command::new("mkfifo")
+        .arg(&entry)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for args in [
+        &["cache", "ls"][..],
+        &["cache", "gc"],
+        &["plan", "r.toml"],
+        &["up", "r.toml"],
+    ] {
+        let (ok, text) = bounded(&s, "C", args);
+        assert!(ok, "kiln {args:?}:\n{text}");
+    }
+}
+
+#[test]
+fn entry_names_reach_cache_ls_with_their_control_characters_escaped() {
+    let s = Setup::new();
+    s.up("A");
+    let path = s.entries()[0].join("entry.json");
+    let mut entry: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    entry["recipe"] = Value::String("evil\u{1b}]0;owned\u{7}\u{1b}[2J".into());
+    entry["step"] = Value::String("line\nbreak".into());
+    std::fs::write(&path, entry.to_string()).unwrap();
+    let ls = s.kiln_ok("A", &s.cache(), &["cache", "ls"]);
+    assert!(!ls.contains('\u{1b}') && !ls.contains('\u{7}'), "{ls:?}");
+    assert!(
+        ls.contains("step evil\\u{1b}]0;owned\\u{7}\\u{1b}[2J/line\\u{a}break"),
+        "{ls}"
+    );
+}

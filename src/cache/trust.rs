@@ -1,0 +1,269 @@
+//! Whom the step cache trusts, in the model of Nix's `trusted-public-keys`: an entry is
+//! restored, imported or pulled only when this state directory stored it itself, or it carries
+//! an ed25519 signature by a key the user trusts.
+//!
+//! - `kiln cache key generate NAME --out FILE` writes a secret key (`NAME:BASE64(seed)`, mode
+//!   0600) and prints its public key (`NAME:BASE64(key)`).
+//! - `KILN_CACHE_SIGNING_KEY=FILE`: entries this kiln stores, exports or pushes are signed with
+//!   it (an entry it does not trust itself is never signed).
+//! - `KILN_CACHE_TRUSTED_KEYS="NAME:BASE64 …"` (spaces or commas): the keys whose signatures are
+//!   accepted (the signing key's own is always).
+//! - `KILN_CACHE_REQUIRE_SIGS=false`: the explicit opt-out for a private cache; every entry
+//!   whose hashes check out is accepted, as before signatures.
+//!
+//! "Stored by this machine" means stored by this state directory: each store writes
+//! `<state>/cache-own/<id>` holding the sha256 of the entry's signed message, so another host
+//! writing a shared `KILN_CACHE_DIR` cannot make an entry pass for ours (it cannot write our
+//! state directory), and an entry changed after we stored it no longer matches.
+//!
+//! The signed message covers the entry's key id, the sha256 of its manifest and outputs list
+//! (as JSON, keys sorted) and its archive's sha256 and size.
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use ring::signature::{Ed25519KeyPair, KeyPair, UnparsedPublicKey, ED25519};
+
+use super::steps::StepEntry;
+use crate::error::{Error, Result};
+
+pub(crate) const ENV_SIGNING_KEY: &str = "KILN_CACHE_SIGNING_KEY";
+pub(crate) const ENV_TRUSTED_KEYS: &str = "KILN_CACHE_TRUSTED_KEYS";
+pub(crate) const ENV_REQUIRE_SIGS: &str = "KILN_CACHE_REQUIRE_SIGS";
+
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+/// A named ed25519 public key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PublicKey {
+    name: String,
+    key: Vec<u8>,
+}
+
+/// This kiln's trust: its signing key, the keys it trusts, whether signatures are required, and
+/// where its own stores are recorded.
+pub(crate) struct Trust {
+    signer: Option<(String, Ed25519KeyPair)>,
+    trusted: Vec<PublicKey>,
+    require: bool,
+    own: PathBuf,
+}
+
+fn parse_named(text: &str, what: &str, len: Option<usize>) -> Result<(String, Vec<u8>)> {
+    let bad = |why: &str| {
+        Error::usage(
+            format!(
+                "{what} `{}` is not NAME:BASE64 ({why})",
+                super::printable(text)
+            ),
+            Some("make keys with `kiln cache key generate NAME --out FILE`".into()),
+        )
+    };
+    let (name, b64) = text.trim().split_once(':').ok_or_else(|| bad("no `:`"))?;
+    if name.is_empty() {
+        return Err(bad("an empty name"));
+    }
+    let bytes = B64.decode(b64).map_err(|_| bad("bad base64"))?;
+    if len.is_some_and(|l| bytes.len() != l) {
+        return Err(bad("wrong length"));
+    }
+    Ok((name.to_string(), bytes))
+}
+
+impl Trust {
+    /// The trust of the state directory `state` from the environment (see the module's doc).
+    pub(crate) fn from_env(state: &Path) -> Result<Trust> {
+        let signer = match std::env::var_os(ENV_SIGNING_KEY).filter(|v| !v.is_empty()) {
+            None => None,
+            Some(path) => Some(read_secret(Path::new(&path))?),
+        };
+        let mut trusted = Vec::new();
+        if let Ok(list) = std::env::var(ENV_TRUSTED_KEYS) {
+            for item in list
+                .split([' ', ',', '\n'])
+                .filter(|s| !s.trim().is_empty())
+            {
+                let (name, key) = parse_named(item, ENV_TRUSTED_KEYS, Some(32))?;
+                trusted.push(PublicKey { name, key });
+            }
+        }
+        if let Some((name, pair)) = &signer {
+            trusted.push(PublicKey {
+                name: name.clone(),
+                key: pair.public_key().as_ref().to_vec(),
+            });
+        }
+        let require = match std::env::var(ENV_REQUIRE_SIGS).as_deref() {
+            Err(_) | Ok("" | "true" | "1") => true,
+            Ok("false" | "0") => false,
+            Ok(other) => {
+                return Err(Error::usage(
+                    format!("{ENV_REQUIRE_SIGS}={} is not true or false", super::printable(other)),
+                    Some(format!("{ENV_REQUIRE_SIGS}=false accepts unsigned step-cache entries (a private cache only)")),
+                ))
+            }
+        };
+        Ok(Trust {
+            signer,
+            trusted,
+            require,
+            own: state.join("cache-own"),
+        })
+    }
+
+    /// Add this kiln's signature to `entry` (when a signing key is set and it is not there).
+    /// Whether the entry changed.
+    pub(crate) fn sign(&self, id: &str, entry: &mut StepEntry) -> bool {
+        let Some((name, pair)) = &self.signer else {
+            return false;
+        };
+        let sig = format!(
+            "{name}:{}",
+            B64.encode(pair.sign(&message(id, entry)).as_ref())
+        );
+        if entry.signatures.contains(&sig) {
+            return false;
+        }
+        entry
+            .signatures
+            .retain(|s| !s.starts_with(&format!("{name}:")));
+        entry.signatures.push(sig);
+        true
+    }
+
+    /// Record entry `id` as stored by this state directory.
+    pub(crate) fn record_own(&self, id: &str, entry: &StepEntry) -> Result<()> {
+        crate::fs::create_dir(&self.own)?;
+        crate::fs::write_atomic(
+            &self.own.join(id),
+            sha256_hex(&message(id, entry)).as_bytes(),
+        )
+    }
+
+    /// Whether entry `id` may be used here: stored by this state directory, signed by a trusted
+    /// key, or signatures are not required. The reason on refusal.
+    pub(crate) fn check(&self, id: &str, entry: &StepEntry) -> std::result::Result<(), String> {
+        let msg = message(id, entry);
+        let own = std::fs::read_to_string(self.own.join(id)).ok();
+        if own.is_some_and(|d| d.trim() == sha256_hex(&msg)) {
+            return Ok(());
+        }
+        for sig in &entry.signatures {
+            let Some((name, b64)) = sig.split_once(':') else {
+                continue;
+            };
+            let Ok(bytes) = B64.decode(b64) else { continue };
+            for k in self.trusted.iter().filter(|k| k.name == name) {
+                if UnparsedPublicKey::new(&ED25519, &k.key)
+                    .verify(&msg, &bytes)
+                    .is_ok()
+                {
+                    return Ok(());
+                }
+            }
+        }
+        if !self.require {
+            return Ok(());
+        }
+        let names: Vec<String> = entry
+            .signatures
+            .iter()
+            .filter_map(|s| s.split_once(':').map(|(n, _)| super::printable(n)))
+            .collect();
+        Err(if names.is_empty() {
+            "it is not signed, and this state directory did not store it".to_string()
+        } else {
+            format!(
+                "no valid signature by a trusted key (signed by: {}); trusted: {}",
+                names.join(", "),
+                self.trusted_names()
+            )
+        })
+    }
+
+    fn trusted_names(&self) -> String {
+        if self.trusted.is_empty() {
+            return "none".into();
+        }
+        let names: Vec<&str> = self.trusted.iter().map(|k| k.name.as_str()).collect();
+        names.join(", ")
+    }
+}
+
+/// The hint of every refusal by [`Trust::check`].
+pub(crate) fn hint() -> String {
+    format!(
+        "trust the fleet's key with {ENV_TRUSTED_KEYS}=\"NAME:BASE64\" (its builder signs with \
+         {ENV_SIGNING_KEY}=FILE, made by `kiln cache key generate`), or accept unsigned entries \
+         of a private cache with {ENV_REQUIRE_SIGS}=false"
+    )
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    crate::hash::hex(&sha2::Sha256::digest(bytes))
+}
+
+/// What a signature covers: the key id, the manifest and outputs, the archive's digest.
+fn message(id: &str, entry: &StepEntry) -> Vec<u8> {
+    let described = serde_json::to_vec(&(&entry.manifest, &entry.outputs)).expect("serializes");
+    format!(
+        "kiln-step-entry-v1\nkey {id}\nmanifest {}\narchive {} {}\n",
+        sha256_hex(&described),
+        entry.archive_sha256,
+        entry.size
+    )
+    .into_bytes()
+}
+
+fn read_secret(path: &Path) -> Result<(String, Ed25519KeyPair)> {
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| std::io::Read::read_to_string(&mut std::io::Read::take(f, 4096), &mut text))
+        .map_err(|e| Error::io(format!("cannot read the signing key {}", path.display()), e))?;
+    let (name, seed) = parse_named(&text, ENV_SIGNING_KEY, Some(32))?;
+    let pair = Ed25519KeyPair::from_seed_unchecked(&seed).map_err(|e| {
+        Error::other(
+            format!("the signing key {} is refused: {e}", path.display()),
+            Some("make one with `kiln cache key generate NAME --out FILE`".into()),
+        )
+    })?;
+    Ok((name, pair))
+}
+
+/// A new key `name`: the secret written to `out` (created exclusively, mode 0600), its public
+/// key returned as `NAME:BASE64`.
+pub(crate) fn generate(name: &str, out: &Path) -> Result<String> {
+    if name.is_empty() || name.contains([':', ' ', ',', '\n']) || name.chars().any(char::is_control)
+    {
+        return Err(Error::usage(
+            format!("key name `{}` must be non-empty, without `:`, spaces, commas or control characters", super::printable(name)),
+            Some("e.g. `kiln cache key generate fleet-2026 --out fleet.key`".into()),
+        ));
+    }
+    let mut seed = [0u8; 32];
+    // SAFETY: `seed` is a valid buffer of the length given.
+    let n = unsafe { libc::getrandom(seed.as_mut_ptr().cast(), seed.len(), 0) };
+    if n != 32 {
+        return Err(Error::io(
+            "cannot make a key (getrandom)",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    let pair = Ed25519KeyPair::from_seed_unchecked(&seed).expect("32-byte seeds are keys");
+    let secret = format!("{name}:{}\n", B64.encode(seed));
+    let ctx = |e| Error::io(format!("cannot write {}", out.display()), e);
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::File::options()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(out)
+        .map_err(ctx)?;
+    f.write_all(secret.as_bytes())
+        .and_then(|()| f.sync_all())
+        .map_err(ctx)?;
+    Ok(format!("{name}:{}", B64.encode(pair.public_key().as_ref())))
+}
