@@ -153,6 +153,14 @@ pub struct UpArgs {
     #[arg(long)]
     pub no_serve: bool,
 
+    /// Measured runs of the smoke bench [default: 5]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub bench_runs: Option<u32>,
+
+    /// Tokens each smoke-bench run generates [default: 2048]; fewer end sooner on a busy box
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub bench_max_tokens: Option<u32>,
+
     /// Fail (exit 1) on warnings too: bench noise, a late greedy divergence, an unproven tuning
     #[arg(long)]
     pub strict: bool,

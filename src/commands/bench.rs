@@ -41,6 +41,7 @@ pub(super) fn run(settings: &Settings, args: &BenchArgs) -> Result<u8> {
             Duration::from_secs,
         ),
         baseline,
+        size_flags: "--runs N --max-tokens N",
     };
     let mut narration = show::narrator();
     let (report, history) = pipeline::measure(

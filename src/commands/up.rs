@@ -151,7 +151,7 @@ fn serve_and_prove(settings: &Settings, recipe: &Recipe, args: &UpArgs) -> Resul
     let opts = UpOptions {
         profile: args.profile.as_deref(),
         ab: AbOptions::default(),
-        bench: BenchOptions::default(),
+        bench: BenchOptions::sized(args.bench_runs, args.bench_max_tokens),
         strict: args.strict,
     };
     // Everything goes through the reporter: with --json, stdout is one typed event per line.

@@ -363,6 +363,23 @@ pub struct BenchOptions {
     pub timeout: Duration,
     /// Gate against this earlier report (and the path it was read from).
     pub baseline: Option<(bench::Report, PathBuf)>,
+    /// The command's flags that set the bench's size, named in its noise warning
+    /// (`--runs N --max-tokens N` for `kiln bench`).
+    pub size_flags: &'static str,
+}
+
+impl BenchOptions {
+    /// `kiln up`'s smoke bench: `runs` × `max_tokens` (the defaults when not given).
+    pub fn sized(runs: Option<u32>, max_tokens: Option<u32>) -> BenchOptions {
+        let d = BenchOptions::default();
+        let max_tokens = max_tokens.unwrap_or(d.max_tokens);
+        BenchOptions {
+            max_tokens,
+            runs: runs.unwrap_or(d.runs),
+            timeout: bench::client::default_deadline(max_tokens),
+            ..d
+        }
+    }
 }
 
 impl Default for BenchOptions {
@@ -375,6 +392,7 @@ impl Default for BenchOptions {
             prompt: bench::DEFAULT_PROMPT.to_string(),
             timeout: bench::client::default_deadline(max_tokens),
             baseline: None,
+            size_flags: "--bench-runs N --bench-max-tokens N",
         }
     }
 }
@@ -425,6 +443,18 @@ pub fn measure(
         extra: &[],
     };
     let mut report = bench::run(&run, fp, narrate.progress, narrate.line)?;
+    // A noisy bench says how big it was and how to change that: on a busy box a smaller one
+    // ends sooner, more runs average the noise out.
+    for w in report
+        .warnings
+        .iter_mut()
+        .filter(|w| w.starts_with("noisy:"))
+    {
+        w.push_str(&format!(
+            " (this bench: {} runs of {} tokens, {} warm-up; `{}` sets its size)",
+            opts.runs, opts.max_tokens, opts.warmup, opts.size_flags
+        ));
+    }
     if let Some((base, path)) = &opts.baseline {
         report.gate_against(base, path)?;
     }

@@ -184,3 +184,19 @@ fn bare_bench_against_an_unknown_server_names_the_flag() {
         "{all}"
     );
 }
+
+/// A noisy bench (every second request 10× slower) says how big it was and which flags set its
+/// size, so that a person on a busy box knows how to make it shorter.
+#[test]
+fn a_noisy_bench_names_its_size_and_the_flags_that_set_it() {
+    let s = Server::start(&["--every-other-step-ms", "20"]);
+    let out = bench(&s.url, &["--api", "sglang"]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(
+        all.contains(
+            "(this bench: 2 runs of 40 tokens, 1 warm-up; `--runs N --max-tokens N` sets its size)"
+        ),
+        "{all}"
+    );
+}

@@ -88,6 +88,8 @@ class State:
         self.args = args
         # http_server.py:478 `server_status == ServerStatus.Starting` answers 503 until warm-up.
         self.up = False
+        # Requests answered so far (`--every-other-step-ms` slows every second one).
+        self.requests = 0
 
 
 def steps(n, spec_draft):
@@ -113,8 +115,12 @@ def generate(state, prompt, sampling, rid, created):
     draft = int(a.speculative_num_draft_tokens or 0) if spec else 0
     interval = int(sampling.get("stream_interval") or a.stream_interval)
     sent_ids, text, produced, verify_ct, last_offset = [], "", 0, 0, 0
+    state.requests += 1
+    step_ms = o.step_ms
+    if o.every_other_step_ms is not None and state.requests % 2 == 0:
+        step_ms = o.every_other_step_ms
     for size in steps(n, draft):
-        time.sleep(o.step_ms / 1000.0)
+        time.sleep(step_ms / 1000.0)
         produced += size
         verify_ct += 1
         stopped = o.stop_after is not None and produced >= o.stop_after
@@ -385,6 +391,7 @@ def main():
     # Not SGLang's: how the stand-in behaves.
     p.add_argument("--startup-s", type=float, default=1.5, help="seconds of 'loading' before /health answers 200")
     p.add_argument("--step-ms", type=float, default=2.0, help="milliseconds per forward pass")
+    p.add_argument("--every-other-step-ms", type=float, help="milliseconds per forward pass of every second request (a noisy bench)")
     p.add_argument("--diverge-after", type=int, help="change every token id past this many")
     p.add_argument("--stop-after", type=int, help="end every request with an EOS after this many tokens, ignore_eos or not")
     p.add_argument("--cut-after", type=int, help="end /generate streams after this many tokens, without the final out or [DONE]")
