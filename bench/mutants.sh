@@ -115,7 +115,12 @@ case ${1:-} in
 --table) table ;;
 all)
     shift
-    while IFS='|' read -r file _; do [ -n "$file" ] && run_one "$file" "$@"; done <<<"$CORE"
+    # stdin from /dev/null: cargo must not read the rest of the list; a failed run is said and
+    # the next file runs.
+    while IFS='|' read -r file _; do
+        [ -n "$file" ] || continue
+        run_one "$file" "$@" </dev/null || echo "error: the run of $file failed; see above" >&2
+    done <<<"$CORE"
     table
     ;;
 '' | -h | --help) sed -n '2,20p' "$0" ;;
