@@ -520,6 +520,13 @@ fn finish_interrupted(
     site: &Path,
     opts: Options,
 ) -> Result<Vec<String>> {
+    if !opts.dry_run {
+        // A revert has no journal: a kill mid-write leaves only its temp file, beside a file
+        // this run may not write again (already at its bytes).
+        for patch in &set.patches {
+            store::remove_dead_temps(&site.join(site_relative(set, patch)));
+        }
+    }
     match journal::pending(store, &set.name, site)? {
         Some(j) if !opts.dry_run => journal::undo(store, &j),
         Some(j) => Err(Error::other(

@@ -182,3 +182,45 @@ fn a_kill_at_any_write_point_of_an_apply_is_undone_or_finished() {
     // journal's removal.
     assert!(points >= 11, "only {points} write points");
 }
+
+#[test]
+fn a_kill_at_any_write_point_of_a_revert_leaves_nothing_a_later_revert_or_apply_keeps() {
+    // The trees before and after a clean apply.
+    let ws = Workspace::new();
+    let site0 = new_site(&ws);
+    let original = tree(&site0);
+    let (code, out) = patch(&ws, &site0, "apply", SET, None);
+    assert_eq!(code, Some(0), "{out}");
+    let applied = tree(&site0);
+
+    let mut points = 0;
+    for n in 1.. {
+        for then in ["revert", "apply"] {
+            let ws = Workspace::new();
+            let site = new_site(&ws);
+            let (code, out) = patch(&ws, &site, "apply", SET, None);
+            assert_eq!(code, Some(0), "{out}");
+            let (code, out) = patch(&ws, &site, "revert", SET, Some(n));
+            if code == Some(0) {
+                assert_eq!(tree(&site), original, "{out}");
+                assert!(points >= 3, "only {points} write points in a revert");
+                return;
+            }
+            assert_eq!(code, None, "point {n}: not killed:\n{out}");
+            points = n;
+            // Whatever the kill left (a temp file `.NAME.kiln-PID` beside a patched file), the
+            // next revert or apply ends in exactly the tree it makes from a clean start.
+            let (code, out) = patch(&ws, &site, then, SET, None);
+            assert_eq!(code, Some(0), "point {n}, then {then}:\n{out}");
+            let want = if then == "revert" {
+                &original
+            } else {
+                &applied
+            };
+            let got = tree(&site);
+            let strays: Vec<_> = got.keys().filter(|p| !want.contains_key(*p)).collect();
+            assert!(strays.is_empty(), "point {n}, then {then}: left {strays:?}");
+            assert_eq!(&got, want, "point {n}, then {then}:\n{out}");
+        }
+    }
+}
