@@ -556,6 +556,28 @@ pub(super) fn revert(
     let mut report = report_of(Action::Revert, set, site, &evaluation);
     report.undone = undone;
     let Some(record) = store.load(&set.name, site)? else {
+        // Nothing recorded, yet the edits are there: saying "reverted" would leave the tree
+        // patched behind an exit 0.
+        let applied: Vec<&str> = evaluation
+            .patches
+            .iter()
+            .filter(|p| p.status == Status::Applied)
+            .map(|p| p.id.as_str())
+            .collect();
+        if !applied.is_empty() && !opts.dry_run {
+            return Err(Error::other(
+                format!(
+                    "patch set `{}` is applied in {} ({}), but kiln has no record of applying it there: nothing was reverted",
+                    set.name,
+                    site.display(),
+                    applied.join(", ")
+                ),
+                Some(format!(
+                    "without the record kiln does not know the original files; reinstall the package to get them back (`pip install --force-reinstall --no-deps {}=={}`)",
+                    set.package, evaluation.installed.version
+                )),
+            ));
+        }
         report.effective = true;
         return Ok(report);
     };

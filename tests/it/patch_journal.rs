@@ -224,3 +224,30 @@ fn a_kill_at_any_write_point_of_a_revert_leaves_nothing_a_later_revert_or_apply_
         }
     }
 }
+
+#[test]
+fn a_revert_without_the_apply_record_says_the_tree_stays_patched() {
+    let ws = Workspace::new();
+    let site = new_site(&ws);
+    let (code, out) = patch(&ws, &site, "apply", SET, None);
+    assert_eq!(code, Some(0), "{out}");
+    let applied = tree(&site);
+    let records = ws.state().join("patches/records");
+    for entry in std::fs::read_dir(&records).unwrap().flatten() {
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        if text.contains(SET) {
+            std::fs::remove_file(entry.path()).unwrap();
+        }
+    }
+    let (code, out) = patch(&ws, &site, "revert", SET, None);
+    assert_eq!(tree(&site), applied, "{out}");
+    assert_eq!(
+        code,
+        Some(1),
+        "a revert that reverted nothing exited {code:?}:\n{out}"
+    );
+    assert!(
+        out.contains("no record") && out.contains("hint: ") && out.contains("reinstall"),
+        "{out}"
+    );
+}
