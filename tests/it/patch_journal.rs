@@ -251,3 +251,32 @@ fn a_revert_without_the_apply_record_says_the_tree_stays_patched() {
         "{out}"
     );
 }
+
+#[test]
+fn a_symlinked_source_file_is_refused_never_replaced_by_a_regular_file() {
+    let ws = Workspace::new();
+    let site = new_site(&ws);
+    // A development install: the file in site-packages links to a checkout elsewhere.
+    let file = site.join(FILES[0].1);
+    let checkout = ws.path().join("checkout/all_reduce_utils.py");
+    std::fs::create_dir_all(checkout.parent().unwrap()).unwrap();
+    std::fs::rename(&file, &checkout).unwrap();
+    std::os::unix::fs::symlink(&checkout, &file).unwrap();
+    let before = tree(&ws.path().join("checkout"));
+    let (code, out) = patch(&ws, &site, "apply", SET, None);
+    assert!(
+        std::fs::symlink_metadata(&file)
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the symlink was replaced:\n{out}"
+    );
+    assert_eq!(tree(&ws.path().join("checkout")), before, "{out}");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("is a symbolic link")
+            && out.contains("nothing was changed")
+            && out.contains("hint: "),
+        "{out}"
+    );
+}
