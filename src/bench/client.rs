@@ -99,6 +99,11 @@ pub fn generate_watched(
         if data == "[DONE]" {
             break;
         }
+        // An event with empty data (allowed by the SSE spec; proxies send them to keep a
+        // stream alive) carries no chunk.
+        if data.is_empty() {
+            continue;
+        }
         let v: Value = serde_json::from_str(data).map_err(|e| {
             Error::other(
                 format!("{url} sent a chunk that is not JSON ({e}): {}", clip(data)),

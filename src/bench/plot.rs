@@ -53,7 +53,8 @@ pub fn svg(
          <line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{}\" stroke=\"black\"/>\n\
          <line x1=\"{left}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n",
         w / 2.0,
-        escape(title),
+        // A plot is a file people attach to issues: a URL's password never reaches it.
+        escape(&crate::redact::scrub(title)),
         h - bottom,
         h - bottom,
         w - 20.0,

@@ -85,7 +85,8 @@ pub(crate) fn collect_cached(python: &str, dir: &Path) -> Result<PythonFacts, St
         .ok()
         .and_then(|b| serde_json::from_slice::<CacheEntry>(&b).ok())
     {
-        if entry.key == cache_key(python, entry.facts.purelib.as_deref()) {
+        if entry.key == cache_key(python, entry.facts.purelib.as_deref()) && plausible(&entry.facts)
+        {
             return Ok(PythonFacts {
                 cached: true,
                 ..entry.facts
@@ -102,6 +103,53 @@ pub(crate) fn collect_cached(python: &str, dir: &Path) -> Result<PythonFacts, St
         let _ = crate::fs::write_atomic(&path, &bytes);
     }
     Ok(entry.facts)
+}
+
+/// Whether cached `facts` can be an interpreter's at all (a cache is a file anyone with the
+/// state directory can edit): their interpreter exists, their version is a Python 3
+/// `X.Y[.Z]`, and a `pythonX.Y` the interpreter resolves to, or a directory of that name in
+/// their site-packages path, agrees with it. Anything else is probed again.
+fn plausible(facts: &PythonFacts) -> bool {
+    // `python` may be a launcher (a pyenv shim runs another file): the recorded interpreter
+    // must exist, and a `pythonX.Y` it resolves to must agree with the version below.
+    let Ok(exe) = std::fs::canonicalize(&facts.executable) else {
+        return false;
+    };
+    let exe_name = exe.file_name().unwrap_or_default().to_string_lossy();
+    let mut numbers = facts.version.split('.');
+    let (Some(Ok(major)), Some(Ok(minor))) = (
+        numbers.next().map(str::parse::<u32>),
+        numbers.next().map(str::parse::<u32>),
+    ) else {
+        return false;
+    };
+    if major != 3 || !numbers.all(|n| n.chars().all(|c| c.is_ascii_alphanumeric())) {
+        return false;
+    }
+    let want = format!("python{major}.{minor}");
+    let agrees = |c: &str| {
+        let versioned = c.strip_prefix("python").is_some_and(|rest| {
+            rest.starts_with(|ch: char| ch.is_ascii_digit()) && rest.contains('.')
+        });
+        !versioned
+            || c.strip_prefix(&want)
+                .is_some_and(|t| !t.starts_with(|ch: char| ch.is_ascii_digit()))
+    };
+    if !agrees(&exe_name) {
+        return false;
+    }
+    facts.purelib.as_deref().is_none_or(|purelib| {
+        purelib.components().all(|c| {
+            let c = c.as_os_str().to_string_lossy();
+            let versioned = c
+                .strip_prefix("python")
+                .is_some_and(|rest| rest.starts_with(|ch: char| ch.is_ascii_digit()));
+            !versioned
+                || c == want
+                || c.strip_prefix(&want)
+                    .is_some_and(|t| !t.starts_with(|ch: char| ch.is_ascii_digit()))
+        })
+    })
 }
 
 /// The facts script's deadline: `KILN_PYTHON_PROBE_TIMEOUT` seconds, else [`TIMEOUT`].
@@ -235,6 +283,44 @@ mod tests {
         entry.key.purelib_mtime_ns += 1;
         std::fs::write(&entry_path, serde_json::to_vec(&entry).unwrap()).unwrap();
         assert!(!collect_cached(&python, &dir).unwrap().cached);
+    }
+
+    #[test]
+    fn a_tampered_facts_cache_is_not_believed() {
+        let python = which::which("python3").expect("python3 is installed (the tests need it)");
+        let python = python.display().to_string();
+        let cache = tempfile::tempdir().unwrap();
+        let dir = cache.path().join("python-facts");
+        let real = collect_cached(&python, &dir).unwrap();
+        let entry_path = std::fs::read_dir(&dir)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let pristine = std::fs::read(&entry_path).unwrap();
+        let tamper = |edit: &dyn Fn(&mut PythonFacts)| {
+            let mut entry: CacheEntry = serde_json::from_slice(&pristine).unwrap();
+            edit(&mut entry.facts);
+            std::fs::write(&entry_path, serde_json::to_vec(&entry).unwrap()).unwrap();
+            collect_cached(&python, &dir).unwrap()
+        };
+        // The case: python 2.7 reported for a 3.x interpreter.
+        let got = tamper(&|f| f.version = "2.7.18".into());
+        assert_eq!(
+            (got.version.as_str(), got.cached),
+            (real.version.as_str(), false)
+        );
+        let got = tamper(&|f| f.executable = "/usr/bin/python2.7".into());
+        assert_eq!(
+            (got.executable.as_str(), got.cached),
+            (real.executable.as_str(), false)
+        );
+        let got = tamper(&|f| f.version = "not a version".into());
+        assert!(!got.cached, "{got:?}");
+        // Untouched, it is still reused.
+        std::fs::write(&entry_path, &pristine).unwrap();
+        assert!(collect_cached(&python, &dir).unwrap().cached);
     }
 
     /// An executable in `dir` standing in for python: it prints `output` (written to a file).

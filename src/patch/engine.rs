@@ -366,9 +366,7 @@ pub(super) fn apply(
         .iter()
         .filter(|(_, w)| w.current != w.original)
         .collect();
-    for p in &mut report.patches {
-        p.changed = p.status == Status::NotApplied;
-    }
+    (report.patches.iter_mut()).for_each(|p| p.changed = p.status == Status::NotApplied);
     report.changed_files = changed.iter().map(|(rel, _)| (*rel).clone()).collect();
     report.effective = true;
     if opts.dry_run {
@@ -383,6 +381,7 @@ pub(super) fn apply(
     if changed.is_empty() {
         return Ok(report);
     }
+    refuse_symlinks(site, changed.iter().map(|(rel, _)| rel.as_str()))?;
     let previous = store.load(&set.name, site)?;
     let mut record = Record {
         set: set.name.clone(),
@@ -512,6 +511,27 @@ fn write_all_or_nothing(targets: &[(PathBuf, &[u8], &[u8])], write: WriteFile<'_
     Ok(())
 }
 
+/// A file to patch that is a symbolic link (a development install linking a checkout) would be
+/// replaced by a regular file, and revert could not bring the link back: refused, before any
+/// write.
+fn refuse_symlinks<'a>(site: &Path, files: impl Iterator<Item = &'a str>) -> Result<()> {
+    for rel in files {
+        let path = site.join(rel);
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+            let target = std::fs::read_link(&path).unwrap_or_default();
+            return Err(Error::other(
+                format!(
+                    "{} is a symbolic link (to {}); kiln patches regular files only: nothing was changed",
+                    path.display(),
+                    target.display()
+                ),
+                Some("patch an installed copy (`pip install --no-deps --force-reinstall` the package in a venv of its own), or edit the linked checkout yourself".into()),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Undo an apply of `set` on `site` that a kill interrupted (see [`journal`]), unless this is a
 /// dry run; returns the files put back.
 fn finish_interrupted(
@@ -520,6 +540,13 @@ fn finish_interrupted(
     site: &Path,
     opts: Options,
 ) -> Result<Vec<String>> {
+    if !opts.dry_run {
+        // A revert has no journal: a kill mid-write leaves only its temp file, beside a file
+        // this run may not write again (already at its bytes).
+        for patch in &set.patches {
+            store::remove_dead_temps(&site.join(site_relative(set, patch)));
+        }
+    }
     match journal::pending(store, &set.name, site)? {
         Some(j) if !opts.dry_run => journal::undo(store, &j),
         Some(j) => Err(Error::other(
@@ -549,6 +576,28 @@ pub(super) fn revert(
     let mut report = report_of(Action::Revert, set, site, &evaluation);
     report.undone = undone;
     let Some(record) = store.load(&set.name, site)? else {
+        // Nothing recorded, yet the edits are there: saying "reverted" would leave the tree
+        // patched behind an exit 0.
+        let applied: Vec<&str> = evaluation
+            .patches
+            .iter()
+            .filter(|p| p.status == Status::Applied)
+            .map(|p| p.id.as_str())
+            .collect();
+        if !applied.is_empty() && !opts.dry_run {
+            return Err(Error::other(
+                format!(
+                    "patch set `{}` is applied in {} ({}), but kiln has no record of applying it there: nothing was reverted",
+                    set.name,
+                    site.display(),
+                    applied.join(", ")
+                ),
+                Some(format!(
+                    "without the record kiln does not know the original files; reinstall the package to get them back (`pip install --force-reinstall --no-deps {}=={}`)",
+                    set.package, evaluation.installed.version
+                )),
+            ));
+        }
         report.effective = true;
         return Ok(report);
     };
@@ -606,6 +655,16 @@ pub(super) fn revert(
         .iter()
         .map(|(p, cur, orig)| (p.clone(), cur.as_slice(), orig.as_slice()))
         .collect();
+    let rels: Vec<String> = targets
+        .iter()
+        .map(|(p, _, _)| {
+            p.strip_prefix(site)
+                .unwrap_or(p)
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    refuse_symlinks(site, rels.iter().map(String::as_str))?;
     write_all_or_nothing(&targets, &mut |p, b| store::write_preserving(p, b))?;
     for (path, _, _) in &targets {
         report.pycache_removed += store::remove_pycache(path)?;

@@ -130,8 +130,10 @@ pub fn write_preserving(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let tmp = dir.join(format!(".{name}.kiln-{}", std::process::id()));
-    // A temp file of an earlier process with this pid (killed) is ours to replace.
+    // A temp file of an earlier process with this pid (killed) is ours to replace; those of
+    // other kiln processes that are gone (a revert killed mid-write) go too.
     let _ = std::fs::remove_file(&tmp);
+    remove_dead_temps(path);
     let result = (|| {
         let mut f = crate::fs::create_new(&tmp)?;
         f.write_all(bytes)?;
@@ -147,6 +149,32 @@ pub fn write_preserving(path: &Path, bytes: &[u8]) -> Result<()> {
     result.map_err(ctx)?;
     super::kill_switch::write_point();
     Ok(())
+}
+
+/// Remove `.NAME.kiln-PID` beside `path` (`NAME`) where no process `PID` exists any more: the
+/// temp file of a [`write_preserving`] that was killed before its rename. Only regular files of
+/// exactly that name (kiln's own naming) are removed; a live process's temp file is left alone.
+pub(super) fn remove_dead_temps(path: &Path) {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let prefix = format!(".{name}.kiln-");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let Some(pid) = file
+            .to_str()
+            .and_then(|f| f.strip_prefix(&prefix))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let regular = entry.file_type().is_ok_and(|t| t.is_file());
+        if regular && pid != std::process::id() && !crate::process::pid_exists(pid) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// Remove compiled caches of `file` (`__pycache__/<stem>.*.pyc`); returns how many were removed.

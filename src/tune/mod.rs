@@ -120,9 +120,10 @@ impl Variant {
     }
 
     /// [`Variant::name`] for a terminal or a picture: control characters escaped, so an
-    /// OSC/CSI sequence in a `--vary` value is shown, not obeyed.
+    /// OSC/CSI sequence in a `--vary` value is shown, not obeyed, and secrets (a URL's password)
+    /// redacted before anything clips it (a clipped URL would no longer be found to redact).
     pub(crate) fn shown(&self) -> String {
-        crate::bench::wire::escape_controls(&self.name())
+        crate::bench::wire::escape_controls(&crate::redact::scrub(&self.name()))
     }
 
     pub(crate) fn name(&self) -> String {

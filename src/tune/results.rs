@@ -71,10 +71,11 @@ impl Results<'_> {
     pub(crate) fn write(&self, dir: &Path, svg: &str) -> Result<(PathBuf, PathBuf)> {
         file_stem(self.profile)?;
         let json = dir.join(format!("{}.json", self.profile));
+        // Files people share: a `--vary` value's URL password or a known secret never reaches them.
         let text = serde_json::to_string_pretty(self).expect("tune results serialize");
-        write_atomic(&json, text.as_bytes())?;
+        write_atomic(&json, crate::redact::scrub(&text).as_bytes())?;
         let plot = dir.join(format!("{}.svg", self.profile));
-        write_atomic(&plot, svg.as_bytes())?;
+        write_atomic(&plot, crate::redact::scrub(svg).as_bytes())?;
         Ok((json, plot))
     }
 }
@@ -111,5 +112,41 @@ mod tests {
             assert!(super::file_stem(bad).is_err(), "{bad:?}");
         }
         assert!(super::file_stem("tuned-best_2").is_ok());
+    }
+
+    #[test]
+    fn a_vary_values_url_password_reaches_neither_results_file() {
+        use crate::tune::{Entry, Method, Variant};
+        let secret = "CANARY-TUNE-PASS-51c0";
+        let value = format!("http://alice:{secret}@mirror.example/simple");
+        let entries = [Entry::new(Variant {
+            settings: vec![("index".into(), value.clone())],
+        })];
+        let request = std::collections::BTreeSet::new();
+        let results = super::Results {
+            complete: true,
+            recipe: "r",
+            profile: "p",
+            method: Method::Race,
+            rungs: Vec::new(),
+            launches: 0,
+            launch_records: &[],
+            wall_s: 0.0,
+            estimated_wall_s: None,
+            per_request: &request,
+            entries: &entries,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let svg = crate::tune::render::svg("t", &entries);
+        let (json, plot) = results.write(dir.path(), &svg).unwrap();
+        for path in [json, plot] {
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(!text.contains(&secret[..12]), "{}:\n{text}", path.display());
+            assert!(
+                text.contains("mirror.example"),
+                "{}:\n{text}",
+                path.display()
+            );
+        }
     }
 }

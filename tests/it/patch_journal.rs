@@ -224,3 +224,100 @@ fn an_interrupted_apply_never_overwrites_a_file_changed_since() {
         assert!(journal_left(&ws), "{action} dropped the journal");
     }
 }
+#[test]
+fn a_kill_at_any_write_point_of_a_revert_leaves_nothing_a_later_revert_or_apply_keeps() {
+    // The trees before and after a clean apply.
+    let ws = Workspace::new();
+    let site0 = new_site(&ws);
+    let original = tree(&site0);
+    let (code, out) = patch(&ws, &site0, "apply", SET, None);
+    assert_eq!(code, Some(0), "{out}");
+    let applied = tree(&site0);
+
+    let mut points = 0;
+    for n in 1.. {
+        for then in ["revert", "apply"] {
+            let ws = Workspace::new();
+            let site = new_site(&ws);
+            let (code, out) = patch(&ws, &site, "apply", SET, None);
+            assert_eq!(code, Some(0), "{out}");
+            let (code, out) = patch(&ws, &site, "revert", SET, Some(n));
+            if code == Some(0) {
+                assert_eq!(tree(&site), original, "{out}");
+                assert!(points >= 3, "only {points} write points in a revert");
+                return;
+            }
+            assert_eq!(code, None, "point {n}: not killed:\n{out}");
+            points = n;
+            // Whatever the kill left (a temp file `.NAME.kiln-PID` beside a patched file), the
+            // next revert or apply ends in exactly the tree it makes from a clean start.
+            let (code, out) = patch(&ws, &site, then, SET, None);
+            assert_eq!(code, Some(0), "point {n}, then {then}:\n{out}");
+            let want = if then == "revert" {
+                &original
+            } else {
+                &applied
+            };
+            let got = tree(&site);
+            let strays: Vec<_> = got.keys().filter(|p| !want.contains_key(*p)).collect();
+            assert!(strays.is_empty(), "point {n}, then {then}: left {strays:?}");
+            assert_eq!(&got, want, "point {n}, then {then}:\n{out}");
+        }
+    }
+}
+
+#[test]
+fn a_revert_without_the_apply_record_says_the_tree_stays_patched() {
+    let ws = Workspace::new();
+    let site = new_site(&ws);
+    let (code, out) = patch(&ws, &site, "apply", SET, None);
+    assert_eq!(code, Some(0), "{out}");
+    let applied = tree(&site);
+    let records = ws.state().join("patches/records");
+    for entry in std::fs::read_dir(&records).unwrap().flatten() {
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        if text.contains(SET) {
+            std::fs::remove_file(entry.path()).unwrap();
+        }
+    }
+    let (code, out) = patch(&ws, &site, "revert", SET, None);
+    assert_eq!(tree(&site), applied, "{out}");
+    assert_eq!(
+        code,
+        Some(1),
+        "a revert that reverted nothing exited {code:?}:\n{out}"
+    );
+    assert!(
+        out.contains("no record") && out.contains("hint: ") && out.contains("reinstall"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_symlinked_source_file_is_refused_never_replaced_by_a_regular_file() {
+    let ws = Workspace::new();
+    let site = new_site(&ws);
+    // A development install: the file in site-packages links to a checkout elsewhere.
+    let file = site.join(FILES[0].1);
+    let checkout = ws.path().join("checkout/all_reduce_utils.py");
+    std::fs::create_dir_all(checkout.parent().unwrap()).unwrap();
+    std::fs::rename(&file, &checkout).unwrap();
+    std::os::unix::fs::symlink(&checkout, &file).unwrap();
+    let before = tree(&ws.path().join("checkout"));
+    let (code, out) = patch(&ws, &site, "apply", SET, None);
+    assert!(
+        std::fs::symlink_metadata(&file)
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the symlink was replaced:\n{out}"
+    );
+    assert_eq!(tree(&ws.path().join("checkout")), before, "{out}");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("is a symbolic link")
+            && out.contains("nothing was changed")
+            && out.contains("hint: "),
+        "{out}"
+    );
+}

@@ -285,3 +285,88 @@ fn the_serve_record_is_private_and_keeps_no_secret_in_its_command_line() {
     assert_eq!(v["cmd"][3], "***", "{text}");
     assert_eq!(mode, 0o600, "the serve record is the user's alone");
 }
+
+#[test]
+fn a_bench_urls_password_reaches_no_plot_report_or_history() {
+    // A real llama-server (the tiny CPU model) behind a URL with userinfo.
+    let prefix = crate::bench::tiny_cpu();
+    let ws = Workspace::new();
+    let port = free_port();
+    let mut server = std::process::Command::new(prefix.join("bin/llama-server"))
+        .arg("-m")
+        .arg(prefix.join("model/tiny.gguf"))
+        .args([
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "-c",
+            "512",
+            "-t",
+            "1",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ready = (0..600).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::net::TcpStream::connect(("127.0.0.1", port))
+            .and_then(|mut s| {
+                use std::io::{Read, Write};
+                s.write_all(b"GET /health HTTP/1.0\r\n\r\n")?;
+                let mut answer = String::new();
+                s.read_to_string(&mut answer)?;
+                Ok(answer.starts_with("HTTP/1.1 200"))
+            })
+            .unwrap_or(false)
+    });
+    assert!(ready, "llama-server did not come up");
+    let secret = "CANARY-PLOT-PASS-9d2e";
+    let url = format!("http://alice:{secret}@127.0.0.1:{port}");
+    let plot = ws.path().join("p.svg");
+    let out = ws
+        .kiln()
+        .args([
+            "bench",
+            "--url",
+            &url,
+            "--api",
+            "openai",
+            "--max-tokens",
+            "8",
+        ])
+        .args(["--runs", "1", "--warmup", "0", "--plot"])
+        .arg(&plot)
+        .output()
+        .unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(
+        out.status.code().is_some_and(|c| c <= 1),
+        "{}",
+        printed(&out)
+    );
+    let clean = |what: &str, text: &str| {
+        assert!(
+            !text.contains(secret),
+            "the password leaked into {what}:\n{text}"
+        );
+    };
+    clean("kiln bench", &printed(&out));
+    let svg = std::fs::read_to_string(&plot).expect("the plot was written");
+    assert!(
+        svg.contains("127.0.0.1"),
+        "the plot names the server:\n{svg}"
+    );
+    clean("the plot", &svg);
+    let mut written = files_under(&ws.state());
+    written.push(plot);
+    for path in &written {
+        let bytes = std::fs::read(path).unwrap();
+        clean(
+            &path.display().to_string(),
+            &String::from_utf8_lossy(&bytes),
+        );
+    }
+}

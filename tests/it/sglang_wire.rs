@@ -499,3 +499,12 @@ fn a_baseline_from_one_sglang_launch_gates_the_next() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("was measured on a different setup"), "{err}");
 }
+
+#[test]
+fn an_sse_data_line_with_nothing_after_it_is_skipped_not_an_error() {
+    let server = Server::start(&["--empty-data-lines"]);
+    let (code, report, out) = bench(&server.url, 32);
+    assert_eq!(code, Some(0), "{out}");
+    let runs = report["runs"].as_array().unwrap_or_else(|| panic!("{out}"));
+    assert!(runs.iter().all(|r| r["tokens"] == 32), "{report}");
+}

@@ -312,6 +312,9 @@ class Handler(BaseHTTPRequestHandler):
                     # A server that dies mid-stream: the connection closes, no final out, no [DONE].
                     self.close_connection = True
                     return self.end_stream()
+                if s.opts.empty_data_lines:
+                    # An event whose data is empty (the SSE spec allows it; proxies send them).
+                    self.chunk(b"data:\n\n")
                 # http_server.py:657-660: `b"data: " + orjson.dumps(out) + b"\n\n"`.
                 self.chunk(b"data: " + json.dumps(out, separators=(",", ":")).encode() + b"\n\n")
             # http_server.py:668: after the last out, always.
@@ -397,6 +400,7 @@ def main():
     p.add_argument("--cut-after", type=int, help="end /generate streams after this many tokens, without the final out or [DONE]")
     p.add_argument("--repeat-token", action="store_true", help="every id the same")
     p.add_argument("--usage-extra", type=int, default=0, help="say this many more completion_tokens in the final out than ids streamed (a count that lies)")
+    p.add_argument("--empty-data-lines", action="store_true", help="a `data:` line with nothing after it before every out")
     p.add_argument("--slow-reader-every", type=int, default=1, help="send 1 of every k outs (tokenizer_manager.py:1128)")
     opts = p.parse_args()
     args = ServerArgs(model_path=opts.model_path, tokenizer_path=opts.model_path,
