@@ -125,7 +125,11 @@ impl StepCache {
         only: Option<&str>,
         note: &dyn Fn(&str),
     ) -> Result<PullSummary> {
-        let registry = Registry::new(reference);
+        // `only`: a build's miss, with short deadlines; a `kiln cache pull` waits longer.
+        let registry = match only {
+            Some(_) => Registry::for_miss(reference),
+            None => Registry::new(reference),
+        };
         let mut summary = PullSummary::default();
         let Some(layers) = remote_layers(&registry)? else {
             // A miss asking for one entry: a tag not pushed yet does not hold it.

@@ -36,10 +36,37 @@ pub struct Registry {
     credentials: Option<(String, String)>,
     /// `Authorization` header value once known (basic, or a bearer token from the challenge).
     authorization: Mutex<Option<String>>,
+    /// The overall deadline of a request that moves no blob.
+    small_deadline: Duration,
 }
+
+/// The deadlines of a build's cache miss ([`Registry::for_miss`]): a registry that does not
+/// connect within 5 s or answer within 10 s is taken as down (the step runs instead).
+const MISS_CONNECT: Duration = Duration::from_secs(5);
+const MISS_FIRST_BYTE: Duration = Duration::from_secs(10);
 
 impl Registry {
     pub fn new(reference: &Reference) -> Registry {
+        Registry::with_deadlines(
+            reference,
+            Duration::from_secs(15),
+            Duration::from_secs(60),
+            SMALL_DEADLINE,
+        )
+    }
+
+    /// A registry asked on a build's cache miss: short connect and first-byte deadlines
+    /// ([`MISS_CONNECT`], [`MISS_FIRST_BYTE`]), so a silent one costs seconds, not minutes.
+    pub(crate) fn for_miss(reference: &Reference) -> Registry {
+        Registry::with_deadlines(reference, MISS_CONNECT, MISS_FIRST_BYTE, MISS_FIRST_BYTE)
+    }
+
+    fn with_deadlines(
+        reference: &Reference,
+        connect: Duration,
+        read: Duration,
+        small_deadline: Duration,
+    ) -> Registry {
         let credentials = match (
             std::env::var("KILN_REGISTRY_USER"),
             std::env::var("KILN_REGISTRY_PASSWORD"),
@@ -53,16 +80,17 @@ impl Registry {
             reference: reference.clone(),
             origin,
             agent: ureq::AgentBuilder::new()
-                .timeout_connect(Duration::from_secs(15))
-                .timeout_read(Duration::from_secs(60))
+                .timeout_connect(connect)
+                .timeout_read(read)
                 .timeout_write(Duration::from_secs(60))
-                .timeout(SMALL_DEADLINE)
+                .timeout(small_deadline)
                 .redirects(5)
                 // A redirect (to blob storage, say) never carries the registry's credentials.
                 .redirect_auth_headers(ureq::RedirectAuthHeaders::Never)
                 .build(),
             credentials,
             authorization: Mutex::new(None),
+            small_deadline,
         }
     }
 
@@ -239,7 +267,7 @@ impl Registry {
         headers: &[(&str, &str)],
         body: Option<&[u8]>,
     ) -> Result<ureq::Response, Failure> {
-        self.send_within(method, url, headers, body, SMALL_DEADLINE)
+        self.send_within(method, url, headers, body, self.small_deadline)
     }
 
     /// `send` with an overall deadline for the request and the reading of its answer.
@@ -312,7 +340,7 @@ impl Registry {
         })?;
         auth::realm_allowed(&self.origin, &realm_origin)
             .map_err(|why| refused(format!("refusing the token realm: {why}")))?;
-        let mut request = self.agent.get(realm).timeout(SMALL_DEADLINE);
+        let mut request = self.agent.get(realm).timeout(self.small_deadline);
         for name in ["service", "scope"] {
             if let Some(value) = challenge.params.get(name) {
                 request = request.query(name, value);

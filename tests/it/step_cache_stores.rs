@@ -247,3 +247,42 @@ fn entry_names_reach_cache_ls_with_their_control_characters_escaped() {
         "{ls}"
     );
 }
+
+#[test]
+fn a_remote_cache_that_accepts_and_never_answers_costs_a_run_seconds_not_minutes() {
+    // A registry that accepts connections and never says a word (the connections held open).
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            held.push(conn);
+        }
+    });
+    let s = Setup::new();
+    s.ws.write("r.toml", THREE_STEPS);
+    // The guard is a minute: before the miss path had its own deadlines, one silent request
+    // took the OCI client's 120 s.
+    let out = s
+        .kiln_cmd("A", &s.cache())
+        .env(
+            "KILN_REMOTE_CACHE",
+            format!("127.0.0.1:{port}/kiln/cache:t"),
+        )
+        .args(["up", "r.toml"])
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "kiln up did not finish within a minute:\n{text}"
+    );
+    assert_eq!(
+        text.matches("the remote cache is unavailable").count(),
+        1,
+        "{text}"
+    );
+    assert_eq!(text.matches("✓ ran").count(), 3, "{text}");
+}
