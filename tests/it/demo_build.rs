@@ -31,39 +31,23 @@ fn mins(d: Duration) -> String {
     }
 }
 
-/// Build (once) and return the tiny-cpu prefix: `$KILN_TEST_CACHE/tiny-cpu`.
+/// Build (once) and return the tiny-cpu prefix: `$KILN_TEST_CACHE/tiny-cpu`. Checking that it
+/// is built takes the lock shared (many tests at once, and beside up_e2e's run on the same
+/// state, which holds it shared too); building takes it exclusive.
 pub(crate) fn tiny_cpu() -> PathBuf {
     let root = test_cache();
     std::fs::create_dir_all(&root).unwrap();
-    let lock_path = root.join(".tiny-cpu.lock");
-    let lock = std::fs::File::create(&lock_path).unwrap();
-    if let Err(std::fs::TryLockError::WouldBlock) = lock.try_lock() {
-        let since = Instant::now();
-        say(&format!(
-            "waiting for another test (or `cargo test` process) to finish building the CPU demo's llama-server (lock {})",
-            lock_path.display()
-        ));
-        lock.lock().unwrap();
-        say(&format!(
-            "the CPU demo's llama-server is ready after {} of waiting",
-            mins(since.elapsed())
-        ));
-    }
     let prefix = root.join("tiny-cpu");
     let state = root.join("tiny-cpu-state");
+    let lock = std::fs::File::create(root.join(".tiny-cpu.lock")).unwrap();
+    wait_for(&root, || lock.try_lock_shared(), || lock.lock_shared());
+    if steps_to_run(&prefix, &state).is_empty() {
+        return prefix;
+    }
+    lock.unlock().unwrap();
+    wait_for(&root, || lock.try_lock(), || lock.lock());
     let to_run = steps_to_run(&prefix, &state);
-    let mut up = kiln(
-        &["up", "recipes/tiny-cpu.toml", "--no-serve"],
-        &prefix,
-        &state,
-    );
     if to_run.is_empty() {
-        let out = up.output().unwrap();
-        assert!(
-            out.status.success(),
-            "building tiny-cpu failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
         return prefix;
     }
     say(&format!(
@@ -72,7 +56,14 @@ pub(crate) fn tiny_cpu() -> PathBuf {
         to_run.join(", ")
     ));
     let since = Instant::now();
-    let mut child = up.stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = kiln(
+        &["up", "recipes/tiny-cpu.toml", "--no-serve"],
+        &prefix,
+        &state,
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     let mut log = String::new();
     for line in BufReader::new(child.stderr.take().unwrap()).lines() {
         let line = line.unwrap();
@@ -87,6 +78,31 @@ pub(crate) fn tiny_cpu() -> PathBuf {
         mins(since.elapsed())
     ));
     prefix
+}
+
+/// Take the lock with `take`, saying past the capture when `try_take` finds it held (another
+/// test builds the demo, or runs on its state) and how long the wait was.
+fn wait_for(
+    root: &Path,
+    try_take: impl Fn() -> Result<(), std::fs::TryLockError>,
+    take: impl Fn() -> std::io::Result<()>,
+) {
+    match try_take() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let since = Instant::now();
+            say(&format!(
+                "waiting for another test (or `cargo test` process) that builds the CPU demo's llama-server or runs on its state (lock {})",
+                root.join(".tiny-cpu.lock").display()
+            ));
+            take().unwrap();
+            say(&format!(
+                "the CPU demo's llama-server is ready after {} of waiting",
+                mins(since.elapsed())
+            ));
+        }
+        Err(std::fs::TryLockError::Error(e)) => panic!("cannot lock the CPU demo's build: {e}"),
+    }
 }
 
 /// `kiln ARGS` on the test cache's tiny-cpu state and prefix, from the repository root.

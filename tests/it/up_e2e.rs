@@ -21,9 +21,10 @@ impl Drop for OnDrop<'_> {
 fn kiln_up_serves_proves_benches_and_reports_on_the_cpu_demo() {
     let prefix = tiny_cpu();
     let root = test_cache();
-    // The build's state dir holds the step receipts; serialize with other users of it.
+    // The build's state dir holds the step receipts: no build may start while this test runs on
+    // it (a build takes the lock exclusive); tests that only serve the demo go on beside it.
     let lock = std::fs::File::create(root.join(".tiny-cpu.lock")).unwrap();
-    lock.lock().unwrap();
+    lock.lock_shared().unwrap();
     let state = root.join("tiny-cpu-state");
     let recipe = format!("{}/recipes/tiny-cpu.toml", env!("CARGO_MANIFEST_DIR"));
     let port = free_port();
