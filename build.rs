@@ -15,7 +15,7 @@ fn main() {
         Some(c) => format!("commit {c}"),
         None => "unknown commit".to_string(),
     };
-    println!("cargo:rustc-env=KILN_BUILT_FROM={built_from}");
+    println!("cargo:rustc-env=BUILT_FROM={built_from}");
 }
 
 /// The short hash of HEAD when this package is the top of a git work tree (an unpacked tarball

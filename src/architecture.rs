@@ -31,6 +31,7 @@ const LAYERS: &[&[&str]] = &[
         "version",
         "dist",
         "fatbin",
+        "columns",
     ],
 ];
 

@@ -19,7 +19,7 @@ Examples:
 /// Provision a GPU LLM-serving stack from declarative recipes, start the tuned server, and prove
 /// that every tuning is active.
 #[derive(Debug, Parser)]
-#[command(name = "kiln", version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("KILN_BUILT_FROM"), ")"), about, max_term_width = 100, after_help = EXAMPLES)]
+#[command(name = "kiln", version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("BUILT_FROM"), ")"), about, max_term_width = 100, after_help = EXAMPLES)]
 pub struct Cli {
     /// State directory (receipts, logs, caches) [default: $XDG_STATE_HOME/kiln, else
     /// ~/.local/state/kiln]

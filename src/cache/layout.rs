@@ -22,7 +22,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::steps::{Item, StepEntry};
+use super::entry::{Item, StepEntry};
 use crate::error::{Error, Result};
 use crate::hash::sha256_reader;
 

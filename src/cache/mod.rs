@@ -2,6 +2,7 @@
 //! format), their portable archives, and its copy in an OCI registry (through oci's transport).
 
 pub(crate) mod archive;
+pub(crate) mod entry;
 pub(crate) mod gc;
 pub(crate) mod layout;
 pub(crate) mod pack;

@@ -16,7 +16,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use super::steps::{Item, NotStored};
+use super::entry::{Item, NotStored};
 use crate::error::{Error, Result};
 use crate::hash::sha256_reader;
 

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use ring::signature::{Ed25519KeyPair, KeyPair, UnparsedPublicKey, ED25519};
 
-use super::steps::StepEntry;
+use super::entry::StepEntry;
 use crate::error::{Error, Result};
 
 pub(crate) const ENV_SIGNING_KEY: &str = "KILN_CACHE_SIGNING_KEY";

@@ -42,6 +42,17 @@ build and pushed to after one.
 \\fBKILN_REGISTRY_USER\\fR, \\fBKILN_REGISTRY_PASSWORD\\fR
 Credentials for that registry (never logged).
 .TP
+\\fBKILN_CACHE_SIGNING_KEY\\fR
+A key file from \\fBkiln cache key generate\\fR: step-cache entries this kiln stores, exports
+or pushes are signed with it.
+.TP
+\\fBKILN_CACHE_TRUSTED_KEYS\\fR
+Public keys (NAME:BASE64, separated by spaces or commas) whose signatures make a step-cache
+entry another machine stored restorable here.
+.TP
+\\fBKILN_CACHE_REQUIRE_SIGS\\fR
+\\fBfalse\\fR: accept unsigned step-cache entries from elsewhere (a private cache only).
+.TP
 \\fBKILN_NO_PROGRESS\\fR
 Set (to anything but 0/false/no/off): as \\fB\\-\\-no\\-progress\\fR.
 .TP
