@@ -157,7 +157,10 @@ fn a_host_without_gpu_or_torch_gets_a_clean_report() {
         "{text}"
     );
     assert_eq!(out.status.code(), Some(code));
-    let verbose = doctor(&ws, None).arg("-v").output().unwrap();
+    let verbose = doctor(&ws, None)
+        .args(["--set", &format!("port={port}"), "-v"])
+        .output()
+        .unwrap();
     let listed = String::from_utf8_lossy(&verbose.stdout);
     assert!(listed.contains("[-] nvidia.driver"), "{listed}");
     assert_eq!(listed.matches("\n[-] ").count(), skipped, "{listed}");
