@@ -161,14 +161,14 @@ fn the_default_recipe_on_one_h200_stops_before_any_step_with_what_would_run() {
     for alt in [
         "no setting of this recipe fits this host (with `--set tp=1` launch.quantization still fails)",
         // The shipped recipes whose own launch preflight passes on this H200, each tried.
-        "`kiln up llama-cuda`, `kiln up tiny-cpu` (shipped recipes that fit this host)",
+        "`kiln up llama-cuda`, `kiln up sglang-cuda`, `kiln up tiny-cpu` (shipped recipes that fit this host)",
         "`kiln up --no-serve` to provision only",
     ] {
         assert!(hint.contains(alt), "{alt}: {hint}");
     }
     assert!(!hint.contains("`--set tp=1` to fit"), "{hint}");
     assert!(
-        lines[tp + 1].contains("hint: with `--set tp=1` launch.quantization still fails: no setting of this recipe fits this host; shipped recipes that fit it: `kiln up llama-cuda`, `kiln up tiny-cpu`"),
+        lines[tp + 1].contains("hint: with `--set tp=1` launch.quantization still fails: no setting of this recipe fits this host; shipped recipes that fit it: `kiln up llama-cuda`, `kiln up sglang-cuda`, `kiln up tiny-cpu`"),
         "{err}"
     );
     // Before any step: no step started, no log, nothing downloaded.
