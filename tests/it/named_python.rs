@@ -1,6 +1,7 @@
 //! An interpreter named with `kiln doctor --python` that does not answer is a failing check with
 //! what to do, whatever the recipe needs: never "no Python environment … No issues found". Both
-//! ways a real venv hangs at start: a `sitecustomize.py` that sleeps, and a package's METADATA
+//! ways a real venv hangs at start: a `.pth` line that sleeps (as a hanging sitecustomize does),
+//! and a package's METADATA
 //! that is a FIFO (`importlib.metadata` blocks opening it). The default deadline runs (no
 //! `KILN_PYTHON_PROBE_TIMEOUT`).
 
@@ -65,15 +66,13 @@ fn doctor_says_the_interpreter_fails(ws: &Workspace, python: &std::path::Path, c
 }
 
 #[test]
-fn a_named_interpreter_whose_sitecustomize_hangs_fails_its_check() {
+fn a_named_interpreter_that_hangs_at_start_up_fails_its_check() {
+    // A `.pth` line that sleeps runs at every start, as a hanging sitecustomize does; a venv's
+    // own sitecustomize.py would be shadowed by Debian's /usr/lib/python3.*/sitecustomize.py.
     let ws = Workspace::new();
     let (python, site) = venv(&ws);
-    std::fs::write(
-        site.join("sitecustomize.py"),
-        "import time\ntime.sleep(1000)\n",
-    )
-    .unwrap();
-    doctor_says_the_interpreter_fails(&ws, &python, "sitecustomize sleeps");
+    std::fs::write(site.join("hang.pth"), "import time; time.sleep(1000)\n").unwrap();
+    doctor_says_the_interpreter_fails(&ws, &python, "a .pth file sleeps");
 }
 
 #[test]
