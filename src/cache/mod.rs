@@ -73,3 +73,24 @@ pub(crate) fn read_regular(path: &std::path::Path, cap: u64) -> std::io::Result<
     }
     Ok(bytes)
 }
+
+/// Fill `buf` from the kernel's random source with the raw `getrandom` system call (Linux 3.17+),
+/// not glibc's `getrandom(3)` wrapper, which glibc 2.25 added: the wheel's binary links against
+/// glibc 2.17.
+pub(crate) fn random_bytes(buf: &mut [u8]) -> std::io::Result<()> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let rest = &mut buf[filled..];
+        // SAFETY: `rest` is a valid, writable buffer of the length given.
+        let n = unsafe { libc::syscall(libc::SYS_getrandom, rest.as_mut_ptr(), rest.len(), 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        filled += usize::try_from(n).unwrap_or(0);
+    }
+    Ok(())
+}

@@ -42,14 +42,8 @@ impl AsRef<Path> for Staging {
 /// 16 random bytes as hex.
 fn random_hex() -> Result<String> {
     let mut b = [0u8; 16];
-    // SAFETY: `b` is a valid buffer of the length given.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if n != b.len() as isize {
-        return Err(Error::io(
-            "cannot name a staging directory (getrandom)",
-            std::io::Error::last_os_error(),
-        ));
-    }
+    super::random_bytes(&mut b)
+        .map_err(|e| Error::io("cannot name a staging directory (getrandom)", e))?;
     Ok(crate::hash::hex(&b))
 }
 

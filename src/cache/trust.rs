@@ -242,14 +242,7 @@ pub(crate) fn generate(name: &str, out: &Path) -> Result<String> {
         ));
     }
     let mut seed = [0u8; 32];
-    // SAFETY: `seed` is a valid buffer of the length given.
-    let n = unsafe { libc::getrandom(seed.as_mut_ptr().cast(), seed.len(), 0) };
-    if n != 32 {
-        return Err(Error::io(
-            "cannot make a key (getrandom)",
-            std::io::Error::last_os_error(),
-        ));
-    }
+    super::random_bytes(&mut seed).map_err(|e| Error::io("cannot make a key (getrandom)", e))?;
     let pair = Ed25519KeyPair::from_seed_unchecked(&seed).expect("32-byte seeds are keys");
     let secret = format!("{name}:{}\n", B64.encode(seed));
     let ctx = |e| Error::io(format!("cannot write {}", out.display()), e);
