@@ -440,21 +440,35 @@ fn flags_check(ws: &Workspace, host: &str) -> (String, String, Vec<String>) {
     )
 }
 
-#[test]
-fn sglang_flags_come_from_its_server_args_or_the_pinned_list() {
-    let ws = Workspace::new();
-    let site = wheel_site("sglang==0.5.9");
+/// A venv in the workspace whose site-packages is the unpacked real wheel `spec` and whose
+/// python is the host's.
+fn venv_over(ws: &Workspace, spec: &str) -> PathBuf {
+    let site = wheel_site(spec);
     let venv = ws.path().join("venv");
     std::fs::create_dir_all(venv.join("bin")).unwrap();
     std::fs::create_dir_all(venv.join("lib/python3.12")).unwrap();
     std::os::unix::fs::symlink(&site, venv.join("lib/python3.12/site-packages")).unwrap();
     std::os::unix::fs::symlink(which::which("python3").unwrap(), venv.join("bin/python")).unwrap();
+    venv
+}
+
+/// A flag list kiln ships (`src/doctor/launch/FILE`).
+fn shipped_flags(file: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/doctor/launch")
+            .join(file),
+    )
+    .unwrap()
+}
+
+#[test]
+fn sglang_flags_come_from_its_server_args_or_the_pinned_list() {
+    let ws = Workspace::new();
+    let venv = venv_over(&ws, "sglang==0.5.9");
     // Every flag of the shipped list is one the real wheel's server_args.py defines, and there
     // are as many: the list is that file's.
-    let shipped = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/doctor/launch/sglang-0.5.9.flags"),
-    )
-    .unwrap();
+    let shipped = shipped_flags("sglang-0.5.9.flags");
     let listed: Vec<&str> = shipped.lines().filter(|l| l.starts_with("--")).collect();
     sglang_recipe(&ws, &venv, 1, &listed[..], false);
     let (st, summary, evidence) = flags_check(&ws, "h200x2");
@@ -774,16 +788,8 @@ fn sglang_flags_derived_from_its_dataclass_fields_are_read_like_its_own_parser()
     // add_argument calls: kiln's reading of the real wheel's server_args.py must find every flag
     // its own argparse parser holds (the shipped list, generated from that parser), no more.
     let ws = Workspace::new();
-    let site = wheel_site("sglang==0.5.15.post1");
-    let venv = ws.path().join("venv");
-    std::fs::create_dir_all(venv.join("bin")).unwrap();
-    std::fs::create_dir_all(venv.join("lib/python3.12")).unwrap();
-    std::os::unix::fs::symlink(&site, venv.join("lib/python3.12/site-packages")).unwrap();
-    std::os::unix::fs::symlink(which::which("python3").unwrap(), venv.join("bin/python")).unwrap();
-    let shipped = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/doctor/launch/sglang-0.5.15.post1.flags"),
-    )
-    .unwrap();
+    let venv = venv_over(&ws, "sglang==0.5.15.post1");
+    let shipped = shipped_flags("sglang-0.5.15.post1.flags");
     let listed: Vec<&str> = shipped.lines().filter(|l| l.starts_with("--")).collect();
     assert!(listed.len() > 400, "{}", listed.len());
     sglang_recipe(&ws, &venv, 1, &listed[..], false);

@@ -135,14 +135,16 @@ fn arg_call_flags(node: Node<'_>, source: &str, default_name: &str) -> Option<Ve
         };
         match key {
             Some("no_cli") if syntax::text(value, source) == "True" => return Some(Vec::new()),
-            Some("cli_name") if value.kind() == "string" => name = string_value(value, source),
+            Some("cli_name") if value.kind() == "string" => {
+                name = super::flags::unquote(syntax::text(value, source));
+            }
             Some("aliases") => {
                 let mut c = value.walk();
                 aliases.extend(
                     value
                         .named_children(&mut c)
                         .filter(|s| s.kind() == "string")
-                        .map(|s| string_value(s, source)),
+                        .map(|s| super::flags::unquote(syntax::text(s, source))),
                 );
             }
             Some("action") => {
@@ -169,13 +171,6 @@ fn unparenthesized(mut node: Node<'_>) -> Node<'_> {
         }
     }
     node
-}
-
-/// The text of a plain string literal, quotes and prefixes dropped.
-fn string_value(node: Node<'_>, source: &str) -> String {
-    let literal = syntax::text(node, source);
-    let body = literal.trim_start_matches(|c: char| c.is_ascii_alphabetic());
-    body.trim_matches(|c| c == '"' || c == '\'').to_string()
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ pub(crate) fn sglang_flags(server_args: &str) -> Option<Vec<String>> {
 }
 
 /// `"--x"` or `'--x'` → `--x` (prefixes such as `r` dropped).
-fn unquote(literal: &str) -> String {
+pub(super) fn unquote(literal: &str) -> String {
     let body = literal.trim_start_matches(|c: char| c.is_ascii_alphabetic());
     body.trim_matches(|c| c == '"' || c == '\'').to_string()
 }

@@ -134,7 +134,7 @@ pub(crate) fn normalize(method: &str, algo: Option<&str>, format: Option<&str>) 
 
 /// Flag lists of pinned server versions, generated from the real packages (see each file's
 /// header): checked while the server is not installed yet.
-pub(crate) fn pinned_flags(server: &Server, version: &str) -> Option<(&'static str, Vec<String>)> {
+pub(crate) fn pinned_flags(server: &Server, version: &str) -> Option<(String, Vec<String>)> {
     let (text, file) = match (server.name, version) {
         ("SGLang", "0.5.9") => (include_str!("sglang-0.5.9.flags"), "sglang-0.5.9.flags"),
         ("SGLang", "0.5.15.post1") => (
@@ -148,10 +148,8 @@ pub(crate) fn pinned_flags(server: &Server, version: &str) -> Option<(&'static s
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(str::to_string)
         .collect();
-    let from = match file {
-        "sglang-0.5.9.flags" => "the flag list kiln ships for it (src/doctor/launch/sglang-0.5.9.flags, from the real wheel)",
-        _ => "the flag list kiln ships for it (src/doctor/launch/sglang-0.5.15.post1.flags, from the real wheel's parser)",
-    };
+    let from =
+        format!("the flag list kiln ships for it (src/doctor/launch/{file}, from the real wheel)");
     Some((from, flags))
 }
 
