@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 
 import torch
 from safetensors.torch import save_file
@@ -141,7 +142,11 @@ def main():
     }
     with open(os.path.join(tmp, "tokenizer_config.json"), "w") as f:
         json.dump(tok_config, f, indent=2)
-    shutil.rmtree(a.out, ignore_errors=True)
+    if os.path.exists(a.out):
+        # Replace only a model this script wrote; never a directory it did not make.
+        if not os.path.isfile(os.path.join(a.out, "model.safetensors")):
+            sys.exit(f"{a.out} exists and is not a model this script wrote: move it away")
+        shutil.rmtree(a.out)
     os.replace(tmp, a.out)
     params = sum(t.numel() for t in w.values())
     print(f"wrote {a.out}: {params / 1e6:.1f}M parameters, vocab {n_vocab}, seed {a.seed}")
