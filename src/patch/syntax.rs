@@ -59,6 +59,12 @@ pub fn text<'s>(node: Node<'_>, source: &'s str) -> &'s str {
     &source[node.byte_range()]
 }
 
+/// A string literal's body: `"--x"` or `'--x'` → `--x` (prefixes such as `r` dropped).
+pub fn unquote(literal: &str) -> String {
+    let body = literal.trim_start_matches(|c: char| c.is_ascii_alphabetic());
+    body.trim_matches(|c| c == '"' || c == '\'').to_string()
+}
+
 /// The code tokens of a fragment: leaf texts without comments or layout. Two fragments that
 /// differ only in spacing, line breaks or comments have equal tokens.
 pub fn tokens(fragment: &str) -> Vec<String> {

@@ -136,7 +136,7 @@ fn arg_call_flags(node: Node<'_>, source: &str, default_name: &str) -> Option<Ve
         match key {
             Some("no_cli") if syntax::text(value, source) == "True" => return Some(Vec::new()),
             Some("cli_name") if value.kind() == "string" => {
-                name = super::flags::unquote(syntax::text(value, source));
+                name = syntax::unquote(syntax::text(value, source));
             }
             Some("aliases") => {
                 let mut c = value.walk();
@@ -144,7 +144,7 @@ fn arg_call_flags(node: Node<'_>, source: &str, default_name: &str) -> Option<Ve
                     value
                         .named_children(&mut c)
                         .filter(|s| s.kind() == "string")
-                        .map(|s| super::flags::unquote(syntax::text(s, source))),
+                        .map(|s| syntax::unquote(syntax::text(s, source))),
                 );
             }
             Some("action") => {

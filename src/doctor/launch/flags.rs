@@ -25,7 +25,7 @@ pub(crate) fn sglang_flags(server_args: &str) -> Option<Vec<String>> {
             let mut cursor = args.walk();
             args.named_children(&mut cursor)
                 .filter(|a| a.kind() == "string")
-                .map(|a| unquote(syntax::text(a, server_args)))
+                .map(|a| syntax::unquote(syntax::text(a, server_args)))
                 .collect::<Vec<_>>()
         })
         .filter(|s| s.starts_with('-'))
@@ -34,12 +34,6 @@ pub(crate) fn sglang_flags(server_args: &str) -> Option<Vec<String>> {
     flags.sort();
     flags.dedup();
     (!flags.is_empty()).then_some(flags)
-}
-
-/// `"--x"` or `'--x'` → `--x` (prefixes such as `r` dropped).
-pub(super) fn unquote(literal: &str) -> String {
-    let body = literal.trim_start_matches(|c: char| c.is_ascii_alphabetic());
-    body.trim_matches(|c| c == '"' || c == '\'').to_string()
 }
 
 /// `version = "0.5.9"` in `sglang/version.py` or the dist-info METADATA beside the package.
