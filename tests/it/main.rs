@@ -6,8 +6,9 @@
 //! held_output.rs (`patch::site_packages_of` against an interpreter that holds its output),
 //! state_dir.rs (`bench::append_history` and `read_baseline` on a full disk), spoof.rs (the
 //! shipped signature sets and `serve::verdict::judge` on captured logs), report_html.rs (a
-//! report built by hand to render every block), shipped.rs (the shipped recipes' names) and
-//! up_e2e.rs (the A/B's prompts); several hash files with `kiln::hash`.
+//! report built by hand to render every block), shipped.rs (the shipped recipes' names),
+//! readme.rs (`kiln::cli::Cli` parses README's commands) and up_e2e.rs (the A/B's prompts);
+//! several hash files with `kiln::hash`.
 
 // Tests print diagnostics of what they ran; the lint is for the product.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -51,6 +52,7 @@ mod patch_property;
 mod patch_step;
 mod pid_safety;
 mod python_step;
+mod readme;
 mod receipts_index;
 mod recipes;
 mod report_html;
