@@ -73,6 +73,9 @@ pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
         &settings.paths.running(),
         crate::process::watchdog::Leftovers::LeaveAlone,
     )?;
+    // What `kiln up` of this recipe would refuse to start without (probes the watchdog covers:
+    // a tool that hangs, such as a python whose site hangs, ends with a killed doctor).
+    inputs.host_tools = recipe.as_ref().map(doctor::preflight::recipe_tools);
     let facts = doctor::facts::collect(&inputs);
     let mut report = doctor::run(facts, &args.checks);
     let wants_launch =

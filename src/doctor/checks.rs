@@ -87,6 +87,11 @@ pub(super) fn definitions() -> Vec<CheckDef> {
             run: max_jobs,
         },
         CheckDef {
+            id: "host.tools",
+            about: "The host tools the recipe `requires` (what `kiln up` checks before its first step)",
+            run: host_tools,
+        },
+        CheckDef {
             id: "disk.free",
             about: "Free space for toolchains, wheels and builds",
             run: disk,
@@ -605,6 +610,39 @@ fn max_jobs(f: &DoctorFacts) -> Check {
         ),
     }
     .evidence(evidence)
+}
+
+fn host_tools(f: &DoctorFacts) -> Check {
+    let id = "host.tools";
+    let Some(tools) = &f.host_tools else {
+        return Check::skip(
+            id,
+            "no recipe (`--recipe R` checks the host tools it requires)",
+        );
+    };
+    let Some(first) = tools.problems.first() else {
+        if tools.found.is_empty() {
+            return Check::skip(id, "the recipe requires no host tools");
+        }
+        let names: Vec<&str> = tools
+            .found
+            .iter()
+            .filter_map(|l| l.split(": ").next())
+            .collect();
+        let mut c = Check::pass(id, format!("{} found", names.join(", ")));
+        for line in &tools.found {
+            c = c.evidence(line.clone());
+        }
+        return c;
+    };
+    let mut c = Check::fail(id, first.clone());
+    for line in tools.problems.iter().chain(&tools.found) {
+        c = c.evidence(line.clone());
+    }
+    match &tools.fix {
+        Some(fix) => c.fix(fix.clone()),
+        None => c,
+    }
 }
 
 fn disk(f: &DoctorFacts) -> Check {

@@ -80,6 +80,13 @@ pub(crate) struct Needed {
 /// The recipe's `requires` and those of the steps whose status `runs` accepts (the plan's steps
 /// are the recipe's, in order), merged by tool (the highest minimum version wins).
 fn needed(recipe: &Recipe, plan: &Plan, runs: impl Fn(&StepStatus) -> bool) -> Vec<Needed> {
+    needed_by(recipe, |i| {
+        plan.steps.get(i).is_some_and(|p| runs(&p.status))
+    })
+}
+
+/// The recipe's `requires` and those of the steps (by index) that `keep` accepts, merged by tool.
+fn needed_by(recipe: &Recipe, keep: impl Fn(usize) -> bool) -> Vec<Needed> {
     let mut out: Vec<Needed> = Vec::new();
     let sources = recipe
         .requires
@@ -89,9 +96,9 @@ fn needed(recipe: &Recipe, plan: &Plan, runs: impl Fn(&StepStatus) -> bool) -> V
             recipe
                 .steps
                 .iter()
-                .zip(&plan.steps)
-                .filter(|(_, p)| runs(&p.status))
-                .flat_map(|(s, _)| {
+                .enumerate()
+                .filter(|(i, _)| keep(*i))
+                .flat_map(|(_, s)| {
                     s.requires
                         .iter()
                         .map(move |r| (r, format!("step `{}`", s.id)))
@@ -144,7 +151,32 @@ pub(crate) fn check_needed(
     plan: &Plan,
     runs: impl Fn(&StepStatus) -> bool,
 ) -> (Vec<Checked>, Option<String>) {
-    let checked: Vec<Checked> = needed(recipe, plan, runs)
+    checked(needed(recipe, plan, runs))
+}
+
+/// What `kiln doctor` says of a recipe's host tools: those of the recipe and of every step (a
+/// doctor does not plan: a step that is fresh now may run after a change).
+pub(crate) fn recipe_tools(recipe: &Recipe) -> super::facts::HostTools {
+    let (checked, fix) = checked(needed_by(recipe, |_| true));
+    let (ok, problems): (Vec<&Checked>, Vec<&Checked>) = checked.iter().partition(|c| c.ok);
+    super::facts::HostTools {
+        found: ok
+            .iter()
+            .map(|c| format!("{}: {}", c.needed.req, c.what))
+            .collect(),
+        problems: problems
+            .iter()
+            .map(|c| {
+                let n = &c.needed;
+                format!("{}: {} (needed by {})", n.req, c.what, n.by.join(", "))
+            })
+            .collect(),
+        fix,
+    }
+}
+
+fn checked(needed: Vec<Needed>) -> (Vec<Checked>, Option<String>) {
+    let checked: Vec<Checked> = needed
         .into_iter()
         .map(|needed| {
             let (ok, what) = describe(&needed.req.check());

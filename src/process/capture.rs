@@ -144,9 +144,19 @@ fn capture_capped(spec: &CommandSpec, timeout: Duration, cap: usize) -> Result<C
     if let Some(dir) = &spec.cwd {
         cmd.current_dir(dir);
     }
-    own_group(&mut cmd, true);
+    // Under a watchdog (`kiln up`, `kiln doctor`) the group is registered as a step's is, and
+    // the watchdog ends all of it when kiln dies; a death signal would end only the leader, and
+    // first: the watchdog then cannot prove the group is still the one it registered.
+    let registered = super::watchdog::active();
+    own_group(&mut cmd, !registered);
+    let spawning = super::deferred_signals::spawning();
     let mut child = cmd.spawn().map_err(|e| spawn_error(spec, e))?;
     let pid = child.id();
+    if registered {
+        super::deferred_signals::signal_point();
+        super::watchdog::register(pid);
+    }
+    drop(spawning);
     let (done, ended) = mpsc::channel();
     let streams = [
         child
@@ -206,6 +216,9 @@ fn capture_capped(spec: &CommandSpec, timeout: Duration, cap: usize) -> Result<C
     let status = child
         .wait()
         .map_err(|e| Error::io(format!("waiting for `{}` failed", spec.program), e))?;
+    if registered {
+        super::watchdog::unregister(pid);
+    }
     let [out, err] = streams.map(|s| s.map(|s| s.text()).unwrap_or_default());
     let mut stderr = err;
     if let Some(why) = cut.as_ref().filter(|_| over_cap) {

@@ -132,6 +132,8 @@ fn a_host_without_gpu_or_torch_gets_a_clean_report() {
         assert_eq!(status(&report, id), "skip", "{id}");
     }
     assert_eq!(status(&report, "disk.free"), "pass");
+    // The CPU demo's host tools (a compiler, python3 with venv) are what the test host has.
+    assert_eq!(status(&report, "host.tools"), "pass", "{report:#}");
     assert_eq!(report["facts"]["nvidia_smi"]["state"], "missing");
     assert!(report["facts"]["system"]["cores"].as_u64().unwrap() >= 1);
     // The human form says the same, one line per check.
@@ -745,4 +747,73 @@ fn sm120_pcie_box_with_sglang_0_5_15_reads_its_own_gates_and_offers_no_0_5_9_pat
         check(&report, "sglang.allreduce-fusion-gate")["fix"].as_str().unwrap(),
         "drop --enable-flashinfer-allreduce-fusion: it does nothing on this GPU   (kiln's patch set sglang-0.5.9-sm120 fits SGLang 0.5.9 only; this is 0.5.15.post1)"
     );
+}
+
+/// `kiln doctor --recipe R` says what `kiln up R` would refuse to start without: the host tools
+/// the recipe and its steps `require`, each missing one named with who needs it, and the command
+/// that installs them (before: "No issues found", exit 0, and `kiln up` then failed on them).
+#[test]
+fn doctor_with_a_recipe_names_the_host_tools_it_requires_and_lacks() {
+    let ws = Workspace::new();
+    ws.write(
+        "r.toml",
+        r#"[recipe]
+name = "pre"
+requires = ["python3>=99", "cc"]
+
+[[step]]
+id = "build"
+kind = "run"
+cmd = ["true"]
+requires = ["cmake>=3.20"]
+"#,
+    );
+    // A PATH with python3 and cc but no cmake: one tool too old, one missing, one found.
+    let bin = ws.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for tool in ["python3", "cc"] {
+        std::os::unix::fs::symlink(which::which(tool).unwrap(), bin.join(tool)).unwrap();
+    }
+    let (code, report) = json(
+        doctor(&ws, None)
+            .args(["--recipe", "r.toml"])
+            .env("PATH", &bin),
+    );
+    assert_exit_matches(code, &report);
+    assert_eq!(code, 2, "{report:#}");
+    let tools = check(&report, "host.tools");
+    assert_eq!(tools["status"], "fail", "{report:#}");
+    let evidence: Vec<&str> = tools["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert!(
+        evidence[0].starts_with("python3>=99: ")
+            && evidence[0].ends_with(" (needed by the recipe)"),
+        "{evidence:?}"
+    );
+    assert_eq!(
+        evidence[1],
+        "cmake>=3.20: not found on PATH (needed by step `build`)"
+    );
+    assert!(evidence[2].starts_with("cc: "), "{evidence:?}");
+    assert_eq!(evidence.len(), 3, "{evidence:?}");
+    assert!(
+        tools["fix"].as_str().unwrap().contains("cmake"),
+        "{tools:#}"
+    );
+    // A recipe whose tools are all there: the check passes and names them.
+    ws.write(
+        "ok.toml",
+        "[recipe]\nname = \"ok\"\nrequires = [\"cc\", \"python3\"]\n",
+    );
+    let (_, report) = json(
+        doctor(&ws, None)
+            .args(["--recipe", "ok.toml"])
+            .env("PATH", &bin),
+    );
+    assert_eq!(status(&report, "host.tools"), "pass", "{report:#}");
+    assert_eq!(summary(&report, "host.tools"), "cc, python3 found");
 }
