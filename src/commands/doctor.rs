@@ -75,8 +75,13 @@ pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
     )?;
     // What `kiln up` of this recipe would refuse to start without (probes the watchdog covers:
     // a tool that hangs, such as a python whose site hangs, ends with a killed doctor).
-    inputs.host_tools = recipe.as_ref().map(doctor::preflight::recipe_tools);
-    let facts = doctor::facts::collect(&inputs);
+    // Checked beside the facts (a few short probes each: neither waits on the other).
+    let facts = std::thread::scope(|s| {
+        let tools = s.spawn(|| recipe.as_ref().map(doctor::preflight::recipe_tools));
+        let mut facts = doctor::facts::collect(&inputs);
+        facts.host_tools = tools.join().unwrap_or_default();
+        facts
+    });
     let mut report = doctor::run(facts, &args.checks);
     let wants_launch =
         args.checks.is_empty() || args.checks.iter().any(|c| c.starts_with("launch."));

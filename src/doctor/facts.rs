@@ -58,8 +58,6 @@ pub(crate) struct Inputs {
     pub binaries: Vec<PathBuf>,
     /// What `kiln plan` warns about the recipe's toolchain (arch lists its nvcc cannot build).
     pub toolchain_warnings: Option<Vec<String>>,
-    /// The host tools the recipe and its steps `require`, checked (None: no recipe).
-    pub host_tools: Option<HostTools>,
 }
 
 /// The host tools a recipe `requires`, as `kiln up` checks them before its first step.
@@ -129,6 +127,7 @@ pub(crate) struct DoctorFacts {
     pub server_flags: Vec<String>,
     pub needs: Option<super::Needs>,
     pub toolchain_warnings: Option<Vec<String>>,
+    /// The host tools the recipe and its steps `require`, checked (None: no recipe).
     pub host_tools: Option<HostTools>,
     /// What each compiled package carries ([`super::code`]).
     pub compiled: Vec<super::code::PackageCode>,
@@ -277,7 +276,7 @@ pub(crate) fn collect(inputs: &Inputs) -> DoctorFacts {
         server_flags: inputs.server_flags.clone(),
         needs: inputs.needs.clone(),
         toolchain_warnings: inputs.toolchain_warnings.clone(),
-        host_tools: inputs.host_tools.clone(),
+        host_tools: None,
         deep: (inputs.deep && which_smi && gpu_count > 0)
             .then(|| python_for_deep.map(|py| super::deep::collect(&py, gpu_count)))
             .flatten(),
