@@ -20,6 +20,8 @@ enum Misbehave {
     HugeLine,
     /// 64 KiB SSE comment lines, 100 MiB in all.
     HugeBody,
+    /// A status line, then one header of 100 KiB, then silence (the socket stays open).
+    HugeHeader,
 }
 
 /// A server whose GETs other than `/file` get 404 at once (bench asks for server info) and whose
@@ -82,6 +84,11 @@ fn answer(mut stream: TcpStream, how: Misbehave) {
                 .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
                 .and_then(|()| (0..1600).try_for_each(|_| stream.write_all(&line)))
         }
+        Misbehave::HugeHeader => stream
+            .write_all(b"HTTP/1.1 200 OK\r\nX-Padding: ")
+            .and_then(|()| stream.write_all(&vec![b'a'; 100 << 10]))
+            .and_then(|()| stream.write_all(b"\r\n\r\n"))
+            .map(|()| std::thread::sleep(forever)),
     };
 }
 
@@ -201,6 +208,21 @@ fn bench_caps_what_it_reads_from_a_huge_response() {
     assert!(
         err.contains(&format!(
             "{base}/generate sent more than 64 MiB in one response"
+        )),
+        "{err}"
+    );
+}
+
+/// A 100 KiB response header is said to be one, not "no answer within N s" (#47).
+#[test]
+fn bench_says_a_header_too_large_is_one() {
+    let base = serve(Misbehave::HugeHeader);
+    let (code, err) = bench(&base);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(!err.contains("no answer"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{base}/generate answered with a header larger than kiln reads (header field longer than 102400 bytes)"
         )),
         "{err}"
     );
