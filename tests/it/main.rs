@@ -72,3 +72,4 @@ mod tune;
 mod untrusted_text;
 mod up_e2e;
 mod up_outcome;
+mod wheel_listing;
