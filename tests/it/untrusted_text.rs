@@ -77,3 +77,33 @@ fn a_gpu_name_with_escape_sequences_reaches_the_terminal_escaped() {
         }
     }
 }
+
+/// On a terminal a step's output line is the spinner's message: a step that prints a GPU name
+/// (or anything) with a title-changing OSC sequence shows it escaped, never obeyed (#47). A
+/// real pseudo-terminal (util-linux `script`), as in reporter.rs.
+#[test]
+fn a_step_output_line_on_a_terminal_is_escaped() {
+    let ws = Workspace::new();
+    ws.write(
+        "r.toml",
+        "[recipe]\nname = \"r\"\n\n[[step]]\nid = \"say\"\nkind = \"run\"\ncmd = [\"sh\", \"-c\", \"printf 'GPU \\\\033]0;owned\\\\007\\\\n'; sleep 1.5\"]\n",
+    );
+    let kiln = assert_cmd::cargo::cargo_bin("kiln");
+    let out = std::process::Command::new("script")
+        .args([
+            "-qec",
+            &format!("{} up r.toml", kiln.display()),
+            "/dev/null",
+        ])
+        .current_dir(ws.path())
+        .env("KILN_HOME", ws.state())
+        .env_remove("KILN_NO_PROGRESS")
+        .env_remove("NO_COLOR")
+        .env("TERM", "xterm")
+        .output()
+        .expect("script runs (util-linux)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("\u{1b}]0;owned"), "{text:?}");
+    assert!(text.contains("GPU \\u{1b}]0;owned\\u{7}"), "{text:?}");
+}
