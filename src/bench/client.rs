@@ -305,10 +305,13 @@ fn header_too_large(url: &str, why: &str) -> Error {
 
 /// GET `url` with a short timeout: the status code and body, or `None` when nothing answered.
 pub fn get(url: &str, timeout: Duration) -> Option<(u16, String)> {
-    probe(url, timeout)
-        .ok()
-        .flatten()
-        .map(|a| (a.status, a.body))
+    answer(url, timeout).ok().flatten()
+}
+
+/// [`get`], with the answer kiln refuses to read (a header too large) as an error: no later
+/// poll will read it either.
+pub fn answer(url: &str, timeout: Duration) -> Result<Option<(u16, String)>> {
+    Ok(probe(url, timeout)?.map(|a| (a.status, a.body)))
 }
 
 /// What a GET was answered with.

@@ -227,3 +227,42 @@ fn bench_says_a_header_too_large_is_one() {
         "{err}"
     );
 }
+
+/// A server whose health check answers with a 100 KiB header never becomes ready in kiln's
+/// eyes: `kiln serve` says so at once instead of polling until its timeout (#47). A hang
+/// detector, not a speed test: without the fix kiln polls for the 600 s `--timeout` and
+/// assert_cmd kills it at 120 s (no exit code then).
+#[test]
+fn serve_says_a_health_header_too_large_is_one() {
+    let ws = crate::common::Workspace::new();
+    let port = crate::serve::free_port();
+    ws.write(
+        "big.py",
+        "import http.server, sys\n\
+         class H(http.server.BaseHTTPRequestHandler):\n\
+         \x20   def do_GET(self):\n\
+         \x20       self.send_response(200); self.send_header('X-Padding', 'a' * (100 << 10)); self.end_headers(); self.wfile.write(b'{}')\n\
+         http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n",
+    );
+    ws.write(
+        "r.toml",
+        &format!(
+            "[recipe]\nname = \"big\"\n[profile.p]\ncmd = [\"python3\", {:?}, \"{port}\"]\nport = \"{port}\"\napi = \"openai\"\n",
+            ws.path().join("big.py").display().to_string()
+        ),
+    );
+    let out = ws
+        .kiln()
+        .args(["serve", "r.toml", "--timeout", "600"])
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "http://127.0.0.1:{port}/health answered with a header larger than kiln reads (header field longer than 102400 bytes)"
+        )),
+        "{err}"
+    );
+}
