@@ -20,7 +20,8 @@ enum Misbehave {
     HugeLine,
     /// 64 KiB SSE comment lines, 100 MiB in all.
     HugeBody,
-    /// A status line, then one header of 100 KiB, then silence (the socket stays open).
+    /// A status line, then one header of 100 KiB, then silence (the socket stays open); GETs
+    /// too.
     HugeHeader,
 }
 
@@ -53,7 +54,10 @@ fn answer(mut stream: TcpStream, how: Misbehave) {
     }
     let mut body = vec![0u8; length];
     let _ = std::io::Read::read_exact(&mut reader, &mut body);
-    if request.starts_with("GET") && !request.contains("/file") {
+    if request.starts_with("GET")
+        && !request.contains("/file")
+        && !matches!(how, Misbehave::HugeHeader)
+    {
         let _ = stream
             .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
         return;
@@ -223,6 +227,34 @@ fn bench_says_a_header_too_large_is_one() {
     assert!(
         err.contains(&format!(
             "{base}/generate answered with a header larger than kiln reads (header field longer than 102400 bytes)"
+        )),
+        "{err}"
+    );
+}
+
+/// Without `--api`, kiln asks the server which API it speaks: a 100 KiB header there is said
+/// to be one too, not "nothing answered" (#47).
+#[test]
+fn bench_detect_says_a_header_too_large_is_one() {
+    let base = serve(Misbehave::HugeHeader);
+    let (code, err) = kiln(
+        &Workspace::new(),
+        &[
+            "bench",
+            "--url",
+            &base,
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--max-tokens",
+            "8",
+        ],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{base}/get_model_info answered with a header larger than kiln reads (header field longer than 102400 bytes)"
         )),
         "{err}"
     );
