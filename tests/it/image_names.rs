@@ -107,7 +107,10 @@ fn a_path_deeper_than_path_max_is_exported_whole() {
     assert!(o.status.success(), "{o:?}");
     let layer = image.join(format!("blobs/sha256/{}", &digest["sha256:".len()..]));
     let inside = prefix.strip_prefix("/").unwrap();
-    let dirs = (0..25).map(|_| "d".repeat(200)).collect::<Vec<_>>().join("/");
+    let dirs = (0..25)
+        .map(|_| "d".repeat(200))
+        .collect::<Vec<_>>()
+        .join("/");
     let leaf = inside.join(dirs).join("leaf");
     assert!(leaf.as_os_str().len() > 4096);
     for (name, want) in [(inside.join("shallow"), "kept\n"), (leaf, "x\n")] {
