@@ -87,9 +87,12 @@ pub fn verdict_code(verdicts: &[Verdict]) -> u8 {
 /// Text kiln did not write (a server's reason and evidence, an error, a path) as inert Markdown:
 /// control characters escaped (so it is one line), `<`, `>` and `&` as HTML entities (no raw
 /// HTML: `<script>`, `<img onerror>`), and the characters of inline Markdown backslash-escaped
-/// (no link, image, emphasis or code span; `|` stays in its table cell).
+/// (no link, image, emphasis or code span; `|` stays in its table cell). Secrets are redacted
+/// before anything is escaped.
 fn md_text(s: &str) -> String {
-    let text: Vec<char> = escape_controls(s).chars().collect();
+    // Redacted first: once escaped (`p\_ss`), a secret no longer matches the redactor that
+    // report.md passes through as a whole.
+    let text: Vec<char> = escape_controls(&crate::redact::scrub(s)).chars().collect();
     let mut out = String::with_capacity(s.len());
     for (i, &c) in text.iter().enumerate() {
         // `_` inside a word (`n_threads`) makes no emphasis: left as written.
@@ -115,7 +118,7 @@ fn md_text(s: &str) -> String {
 /// `text` as one Markdown code span (`tuned`): shown as written, HTML included; its delimiter is
 /// longer than any run of backticks inside.
 fn code_span(text: &str) -> String {
-    let text = escape_controls(text);
+    let text = escape_controls(&crate::redact::scrub(text));
     let tick = "`".repeat(longest_backticks(&text) + 1);
     let pad = if text.starts_with('`') || text.ends_with('`') {
         " "
@@ -134,7 +137,10 @@ fn longest_backticks(text: &str) -> usize {
 /// whose fence is longer than any run of backticks inside, so no text ends it early; a code
 /// block shows HTML as text.
 fn fenced(text: &str) -> String {
-    let body: String = text.lines().map(|l| escape_controls(l) + "\n").collect();
+    let body: String = crate::redact::scrub(text)
+        .lines()
+        .map(|l| escape_controls(l) + "\n")
+        .collect();
     let fence = "`".repeat(longest_backticks(&body).max(2) + 1);
     format!("{fence}\n{body}{fence}\n")
 }
@@ -419,6 +425,44 @@ mod tests {
             "{fenced}"
         );
         assert_eq!(super::fenced("plain\n"), "```\nplain\n```\n");
+    }
+
+    /// Escaping for Markdown must not hide a secret from the redactor: a password with `_`,
+    /// `*` and `<` in it reaches report.md as `***`, not as `p\_ss\*...` (#47).
+    #[test]
+    fn a_secret_in_server_text_is_redacted_before_it_is_escaped() {
+        let secret = "kiln_test_p_ss*w<rd\"_4f1c";
+        crate::redact::register_pairs([("KILN_TEST_MD_TOKEN", secret)]);
+        let mut r = report(true);
+        r.outcome.warnings = vec![format!("bench: the server echoed {secret}")];
+        r.served = Some(Served {
+            profile: "p".into(),
+            url: None,
+            pid: 1,
+            ready_after_s: 0.0,
+            verdicts: vec![Verdict {
+                feature: "f".into(),
+                status: Status::Unknown,
+                reason: format!("token {secret}"),
+                evidence: Some(format!("L {secret}")),
+            }],
+            baseline: None,
+            ab: None,
+            bench: None,
+            launches: Vec::new(),
+            ceiling: None,
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let paths = crate::paths::StatePaths::new(dir.path().to_path_buf(), None);
+        let files = r.write(&paths).unwrap();
+        let md = std::fs::read_to_string(&files.markdown).unwrap();
+        for leak in ["4f1c", "w<rd", "w&lt;rd", "ss\\*w"] {
+            assert!(!md.contains(leak), "{leak} in report.md:\n{md}");
+        }
+        assert_eq!(md.matches("\\*\\*\\*").count(), 3, "{md}");
+        // report.html escapes `<` and `"`: redacted before that.
+        let html = std::fs::read_to_string(&files.html).unwrap();
+        assert!(!html.contains("4f1c"), "{html}");
     }
 
     #[test]
