@@ -9,7 +9,6 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::client::{self, Api, Request};
-use super::wire::escape_controls;
 use crate::error::Result;
 
 /// Fixed prompts: plain text, code, a list and numbers, so different kernels get exercised.
@@ -133,9 +132,10 @@ pub fn compare(baseline: &[Output], candidate: &[Output], min_prefix: usize) -> 
                 if agree >= v.len() {
                     "<end>".into()
                 } else if unit == "tokens" {
-                    escape_controls(&v[agree])
+                    // Escaped, and short: one streamed piece may be any length.
+                    crate::columns::quoted(&v[agree])
                 } else {
-                    escape_controls(&v[agree..v.len().min(agree + 12)].concat())
+                    crate::columns::quoted(&v[agree..v.len().min(agree + 12)].concat())
                 }
             };
             (agree, at(&x), at(&y))
@@ -274,6 +274,18 @@ mod tests {
         let wrong = compare(&base, &[toks("a x c d e f")], 3);
         assert_eq!((wrong.verdict, wrong.exit_code()), ("wrong output", 2));
         assert!((wrong.agreement - 1.0 / 6.0).abs() < 1e-9);
+    }
+
+    /// A piece the server streamed 741 characters long is quoted short where the outputs part
+    /// (#47, as verdict reasons): the A/B line and report carry at most 40 characters of it.
+    #[test]
+    fn a_huge_divergent_piece_is_quoted_short() {
+        let huge = "9".repeat(741);
+        let c = compare(&[toks("a b c")], &[toks(&format!("a {huge} c"))], 1);
+        let (_, base, cand) = c.prompts[0].first_divergence.clone().unwrap();
+        assert_eq!(base, "b");
+        assert_eq!(cand.chars().count(), crate::columns::QUOTED, "{cand}");
+        assert!(c.render("b", "t").lines().all(|l| l.len() < 200));
     }
 
     #[test]

@@ -51,8 +51,8 @@ pub(super) fn check_median(median: f64, metric: &str, path: &Path) -> Result<()>
 }
 
 /// Read a baseline (see the module). A line that is not whole (torn by a crash or a full disk)
-/// is skipped and told to `warn` with its `file:line`; a file with no result is an error at
-/// `file:line:col`.
+/// is skipped and told to `warn` with its `file:line` (many: one warning with their count, the
+/// first and the last); a file with no result is an error at `file:line:col`.
 pub fn read_baseline(path: &Path, warn: &mut dyn FnMut(&str)) -> Result<Report> {
     let text = crate::bounded::read_text(path, "the baseline", crate::bounded::BASELINE_CAP)?;
     let whole = match serde_json::from_str::<Report>(&text) {
@@ -75,6 +75,7 @@ fn from_stream(text: &str, path: &Path, warn: &mut dyn FnMut(&str)) -> Result<Re
         report: Report,
     }
     let (mut bench, mut failed) = (None, None);
+    let mut skipped = Torn::default();
     for (n, line) in numbered(text) {
         match serde_json::from_str::<Value>(line) {
             Ok(v) => match v.get("event").and_then(Value::as_str) {
@@ -82,9 +83,10 @@ fn from_stream(text: &str, path: &Path, warn: &mut dyn FnMut(&str)) -> Result<Re
                 Some("error") => failed = v["message"].as_str().map(str::to_string),
                 _ => {}
             },
-            Err(e) => warn(&torn(path, n, &e)),
+            Err(e) => skipped.add(n, e),
         }
     }
+    skipped.tell(path, warn);
     let Some((n, line)) = bench else {
         let why = match failed {
             Some(m) => format!(": the run that wrote it failed: {m}"),
@@ -105,18 +107,68 @@ fn from_stream(text: &str, path: &Path, warn: &mut dyn FnMut(&str)) -> Result<Re
 
 /// The last line of a history that is a whole record; the torn ones after it are reported.
 fn last_record(text: &str, path: &Path, warn: &mut dyn FnMut(&str)) -> Result<Report> {
-    let mut last_error = None;
+    let mut skipped = Torn::default();
+    let mut found = None;
     for (n, line) in numbered(text).collect::<Vec<_>>().into_iter().rev() {
         match serde_json::from_str::<Report>(line) {
-            Ok(r) => return Ok(r),
-            Err(e) => {
-                warn(&torn(path, n, &e));
-                last_error.get_or_insert((n, e));
+            Ok(r) => {
+                found = Some(r);
+                break;
             }
+            Err(e) => skipped.add(n, e),
         }
     }
-    let (n, e) = last_error.expect("a history has a line");
+    skipped.tell(path, warn);
+    if let Some(r) = found {
+        return Ok(r);
+    }
+    let (n, e) = skipped.last.expect("a history has a line");
     Err(not_a_result(path, n, &e))
+}
+
+/// The lines skipped as torn: how many, the first and the last, so that two million of them are
+/// one warning.
+#[derive(Default)]
+struct Torn {
+    count: usize,
+    /// The lowest line number skipped, and why.
+    first: Option<(usize, String)>,
+    /// The highest line number skipped, and its error (where a history without a whole record
+    /// is refused).
+    last: Option<(usize, serde_json::Error)>,
+}
+
+impl Torn {
+    /// Line `n` was skipped, for `e` (lines come in either order).
+    fn add(&mut self, n: usize, e: serde_json::Error) {
+        self.count += 1;
+        if self.first.as_ref().is_none_or(|(f, _)| n < *f) {
+            self.first = Some((n, message(&e)));
+        }
+        if self.last.as_ref().is_none_or(|(l, _)| n > *l) {
+            self.last = Some((n, e));
+        }
+    }
+
+    /// One warning for every line skipped (none when none was).
+    fn tell(&self, path: &Path, warn: &mut dyn FnMut(&str)) {
+        let (Some((first, why)), Some((last, _))) = (&self.first, &self.last) else {
+            return;
+        };
+        let what = "(torn by a crash or a full disk?)";
+        if self.count == 1 {
+            warn(&format!(
+                "{}:{first}: skipped a line that is not a whole JSON record {what}: {why}",
+                path.display()
+            ));
+        } else {
+            warn(&format!(
+                "{}: skipped {} lines that are not whole JSON records {what}, the first at line {first}, the last at line {last}: {why}",
+                path.display(),
+                self.count
+            ));
+        }
+    }
 }
 
 /// The non-empty lines of `text`, numbered from 1.
@@ -124,14 +176,6 @@ fn numbered(text: &str) -> impl Iterator<Item = (usize, &str)> {
     (1..)
         .zip(text.lines())
         .filter(|(_, l)| !l.trim().is_empty())
-}
-
-fn torn(path: &Path, n: usize, e: &serde_json::Error) -> String {
-    format!(
-        "{}:{n}: skipped a line that is not a whole JSON record (torn by a crash or a full disk?): {}",
-        path.display(),
-        message(e)
-    )
 }
 
 /// `e` (from a parse of the text at `line`, or of one line) at `file:line:col`.
@@ -211,6 +255,33 @@ mod tests {
             warned[0].starts_with("FILE:3: skipped a line"),
             "{warned:?}"
         );
+    }
+
+    /// Two million torn lines are one warning, not two million (#47): how many, and where the
+    /// first and the last are.
+    #[test]
+    fn many_torn_lines_are_one_warning_with_their_count_and_where() {
+        let torn = "{\"url\": \"http://x\", \"ap\n".repeat(3000);
+        let stream = format!("{{\"schema\":1,\"event\":\"note\",\"text\":\"x\"}}\n{torn}");
+        let history = format!("{{\"url\": 1}}\n\n{torn}");
+        for (text, count, first, last) in [(stream, 3000, 2, 3001), (history, 3001, 1, 3002)] {
+            let (got, warned) = read(&text);
+            assert!(got.is_err());
+            assert_eq!(
+                warned.len(),
+                1,
+                "{} warnings: {:?}",
+                warned.len(),
+                &warned[..2]
+            );
+            assert!(
+                warned[0].starts_with(&format!(
+                    "FILE: skipped {count} lines that are not whole JSON records (torn by a crash or a full disk?), the first at line {first}, the last at line {last}: "
+                )),
+                "{}",
+                warned[0]
+            );
+        }
     }
 
     #[test]

@@ -240,20 +240,78 @@ fn http_error(url: &str, e: ureq::Error, deadline: Duration) -> Error {
                 None,
             )
         }
-        ureq::Error::Transport(t) if t.kind() == ureq::ErrorKind::Io => Error::other(
-            format!("no answer from {url} within {} s: {t}", deadline.as_secs()),
-            Some("the server accepted the connection but did not answer; is it stuck? (`--request-timeout` sets the limit)".into()),
-        ),
-        ureq::Error::Transport(t) => Error::other(
-            format!("cannot reach {url}: {t}"),
-            Some("is the server running? start it with `kiln serve`".into()),
-        ),
+        ureq::Error::Transport(t) => match Unanswered::of(&t) {
+            Unanswered::HeaderTooLarge(why) => header_too_large(url, &why),
+            Unanswered::TimedOut => Error::other(
+                format!("no answer from {url} within {} s: {t}", deadline.as_secs()),
+                Some("the server accepted the connection but did not answer; is it stuck? (`--request-timeout` sets the limit)".into()),
+            ),
+            Unanswered::Broken => Error::other(
+                format!("{url} ended the connection without a whole answer: {t}"),
+                Some("did the server crash? its log says why".into()),
+            ),
+            Unanswered::Unreachable => Error::other(
+                format!("cannot reach {url}: {t}"),
+                Some("is the server running? start it with `kiln serve`".into()),
+            ),
+        },
     }
+}
+
+/// Why a request got no answer kiln can read, from ureq's transport error.
+enum Unanswered {
+    /// A header line over ureq's 100 KiB, or over 100 header fields: refused at once, not a
+    /// wait (why, in ureq's words).
+    HeaderTooLarge(String),
+    /// Nothing (or not all of the header) within the deadline.
+    TimedOut,
+    /// The connection ended or broke before the header was whole.
+    Broken,
+    /// No connection (refused, no such host, a bad URL).
+    Unreachable,
+}
+
+impl Unanswered {
+    fn of(t: &ureq::Transport) -> Unanswered {
+        let io = std::iter::successors(std::error::Error::source(t), |e| e.source())
+            .find_map(|e| e.downcast_ref::<std::io::Error>());
+        let said = io.map(ToString::to_string).unwrap_or_default();
+        if t.kind() == ureq::ErrorKind::BadHeader
+            && t.message().is_some_and(|m| m.contains("header fields"))
+        {
+            return Unanswered::HeaderTooLarge(t.message().unwrap_or_default().to_string());
+        }
+        if said.starts_with("header field longer than") {
+            return Unanswered::HeaderTooLarge(said);
+        }
+        match (t.kind(), io.map(std::io::Error::kind)) {
+            (
+                ureq::ErrorKind::Io,
+                Some(std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock),
+            ) => Unanswered::TimedOut,
+            (ureq::ErrorKind::Io, _) => Unanswered::Broken,
+            _ => Unanswered::Unreachable,
+        }
+    }
+}
+
+/// The error of an answer whose header kiln does not read to its end.
+fn header_too_large(url: &str, why: &str) -> Error {
+    Error::other(
+        format!("{url} answered with a header larger than kiln reads ({why})"),
+        Some("kiln reads header lines of up to 100 KiB and up to 100 of them; is this an LLM server, or a proxy in front of it that pads its answers?".into()),
+    )
 }
 
 /// GET `url` with a short timeout: the status code and body, or `None` when nothing answered.
 pub fn get(url: &str, timeout: Duration) -> Option<(u16, String)> {
-    probe(url, timeout).map(|a| (a.status, a.body))
+    answer(url, timeout).ok().flatten()
+}
+
+/// [`get`], with the answer kiln refuses to read (a header too large) as an error: no later
+/// poll will read it either.
+pub fn answer(url: &str, timeout: Duration) -> Result<Option<(u16, String)>> {
+    Ok(probe(url, timeout)?.map(|a| (a.status, a.body)))
 }
 
 /// What a GET was answered with.
@@ -264,23 +322,36 @@ struct Answer {
     body: String,
 }
 
-fn probe(url: &str, timeout: Duration) -> Option<Answer> {
+/// GET `url`: what answered (`None`: nothing did), or the error of an answer kiln refuses to
+/// read (a header too large is said as one, not as silence).
+fn probe(url: &str, timeout: Duration) -> Result<Option<Answer>> {
     let agent = ureq::AgentBuilder::new()
         .timeout(timeout)
         .redirects(0)
         .build();
+    let refused = std::cell::Cell::new(false);
     let sent = follow(url, |u| {
         agent.get(u).call().or_else(|e| match e {
             ureq::Error::Status(_, r) => Ok(r),
-            ureq::Error::Transport(t) => Err(Error::other(t.to_string(), None)),
+            ureq::Error::Transport(t) => match Unanswered::of(&t) {
+                Unanswered::HeaderTooLarge(why) => {
+                    refused.set(true);
+                    Err(header_too_large(u, &why))
+                }
+                _ => Err(Error::other(t.to_string(), None)),
+            },
         })
     });
-    let (r, _) = sent.ok()?;
-    Some(Answer {
+    let r = match sent {
+        Ok((r, _)) => r,
+        Err(e) if refused.get() => return Err(e),
+        Err(_) => return Ok(None),
+    };
+    Ok(Some(Answer {
         status: r.status(),
         server: r.header("Server").map(str::to_string),
         body: r.into_string().unwrap_or_default(),
-    })
+    }))
 }
 
 /// Which API the server at `base` speaks, and how that was told: SGLang answers
@@ -293,7 +364,7 @@ pub fn detect(base: &str) -> Result<(Api, String)> {
     let json = |a: &Answer| serde_json::from_str::<Value>(&a.body).ok();
     let info_url = format!("{base}/get_model_info");
     let models_url = format!("{base}/v1/models");
-    let info = probe(&info_url, timeout);
+    let info = probe(&info_url, timeout)?;
     if let Some(a) = &info {
         if a.status == 200 && json(a).is_some_and(|v| v.get("model_path").is_some()) {
             return Ok((
@@ -302,7 +373,7 @@ pub fn detect(base: &str) -> Result<(Api, String)> {
             ));
         }
     }
-    let models = probe(&models_url, timeout);
+    let models = probe(&models_url, timeout)?;
     let server = info
         .iter()
         .chain(models.iter())

@@ -267,6 +267,8 @@ fn list(cache: &WheelCache, steps: &StepCache) -> Block {
         id: &'a str,
         entry: &'a Entry,
         path: PathBuf,
+        /// Why the wheel on disk is not the one its entry records (null: it is).
+        problem: Option<String>,
     }
     #[derive(Serialize)]
     struct ListedStep {
@@ -285,11 +287,15 @@ fn list(cache: &WheelCache, steps: &StepCache) -> Block {
         step_entries: Vec<ListedStep>,
     }
     let entries = cache.list();
+    let problems: Vec<Option<String>> = entries
+        .iter()
+        .map(|(id, e)| wheel_problem(&cache.wheel_path(id, e), e))
+        .collect();
     // What the cache holds first: the step entries, then the wheels; "no ..." lines last.
     let mut wheels = String::new();
-    for (id, e) in &entries {
+    for ((id, e), problem) in entries.iter().zip(&problems) {
         let k = &e.key;
-        let _ = writeln!(
+        let _ = write!(
             wheels,
             "{}  {} {}  {}  torch {}  cuda {}  {}  {}",
             printable(id.get(..12).unwrap_or(id)),
@@ -300,6 +306,19 @@ fn list(cache: &WheelCache, steps: &StepCache) -> Block {
             printable(k.cuda.as_deref().unwrap_or("-")),
             printable(k.arch_list.as_deref().unwrap_or("-")),
             format_size(e.size),
+        );
+        match problem {
+            Some(why) => {
+                let _ = writeln!(wheels, "  CORRUPT: {}", printable(why));
+            }
+            None => wheels.push('\n'),
+        }
+    }
+    let corrupt = problems.iter().flatten().count();
+    if corrupt > 0 {
+        let _ = writeln!(
+            wheels,
+            "{corrupt} wheel(s) on disk are not what their entry records: `kiln cache gc` removes them, and the next build or `kiln cache pull` brings them back"
         );
     }
     let step_entries: Vec<ListedStep> = steps
@@ -340,14 +359,38 @@ fn list(cache: &WheelCache, steps: &StepCache) -> Block {
         root: &cache.root,
         entries: entries
             .iter()
-            .map(|(id, entry)| Listed {
+            .zip(problems)
+            .map(|((id, entry), problem)| Listed {
                 id,
                 entry,
                 path: cache.wheel_path(id, entry),
+                problem,
             })
             .collect(),
         steps_root: &steps.root,
         step_entries,
     };
     Block::new("cache", text, &event)
+}
+
+/// Why the wheel at `path` is not the one `entry` records (missing, not a regular file, another
+/// size or sha256), or `None` when it is: a listed wheel is a wheel a build could use. Each
+/// wheel is read whole (sha256).
+fn wheel_problem(path: &Path, entry: &Entry) -> Option<String> {
+    let (file, size) = match crate::cache::open_regular(path) {
+        Ok(opened) => opened,
+        Err(e) => return Some(format!("{}: {e}", path.display())),
+    };
+    if size != entry.size {
+        return Some(format!("{size} bytes, recorded {}", entry.size));
+    }
+    match crate::hash::sha256_reader(file) {
+        Ok((sha, _)) if sha == entry.sha256 => None,
+        Ok((sha, _)) => Some(format!(
+            "sha256 {}…, recorded {}…",
+            short(&sha),
+            short(&entry.sha256)
+        )),
+        Err(e) => Some(format!("{}: {e}", path.display())),
+    }
 }

@@ -14,7 +14,7 @@ use crate::report::Block;
 use crate::tune::estimate::{Budget, Estimate, History};
 use crate::tune::evaluate::{Evaluator, LaunchRecord};
 use crate::tune::results::{Results, Search};
-use crate::tune::{self, knobs, race, render, Method, Rung};
+use crate::tune::{self, knobs, render, Method, Rung};
 
 pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
     crate::process::catch_interrupts();
@@ -28,13 +28,13 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
     let api = crate::serve::profile_api(profile);
     let request = knobs::classify(&recipe, api, &axes)?;
     let method = Method::parse(&args.method);
-    let variants = tune::sample(&axes, budget.and_then(Budget::variants))?;
+    let stop = crate::process::interrupted;
+    let (variants, keys) = tune::plan(&axes, budget.and_then(Budget::variants), &request, &stop)?;
     let full = Rung {
         warmup: args.warmup,
         runs: args.runs,
         max_tokens: args.max_tokens,
     };
-    let keys = race::launch_keys(&variants, &request);
     let dir = settings.paths.tune(&recipe.name);
     let history = History::read(
         &dir,
@@ -50,12 +50,8 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
         show::say(&line);
     }
     if args.dry_run {
-        let names = variants.iter().map(tune::Variant::shown);
-        let text = format!(
-            "{}\n{}",
-            names.collect::<Vec<_>>().join("\n"),
-            estimate.line()
-        );
+        let names = tune::shown_all(&variants, &stop)?;
+        let text = format!("{}\n{}", names.join("\n"), estimate.line());
         let event = PlanEvent {
             recipe: &recipe.name,
             profile: &name,

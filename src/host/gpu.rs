@@ -125,7 +125,13 @@ pub(crate) fn smi(args: &[&str]) -> Result<String, String> {
         )),
         Ok(c) => {
             let text = format!("{}\n{}", c.stdout.trim(), c.stderr.trim());
-            Err(text.trim().to_string())
+            // Its lines stay lines; anything else that steers a terminal is escaped.
+            let lines: Vec<String> = text
+                .trim()
+                .lines()
+                .map(crate::columns::escape_controls)
+                .collect();
+            Err(lines.join("\n"))
         }
         Err(e) => Err(e.to_string()),
     }
@@ -143,7 +149,12 @@ pub(crate) fn parse_csv(text: &str) -> Vec<Gpu> {
         .collect();
     lines
         .filter_map(|line| {
-            let values: Vec<&str> = line.split(',').map(str::trim).collect();
+            // nvidia-smi's text is the driver's: a GPU name with an escape sequence in it must
+            // not reach the terminal (doctor, plan, report) as one.
+            let values: Vec<String> = line
+                .split(',')
+                .map(|v| crate::columns::escape_controls(v.trim()))
+                .collect();
             let get = |name: &str| {
                 let i = columns.iter().position(|c| c == name)?;
                 let v = values.get(i)?.trim();
@@ -153,7 +164,7 @@ pub(crate) fn parse_csv(text: &str) -> Vec<Gpu> {
             let name_at = columns.iter().position(|c| c == "name")?;
             Some(Gpu {
                 index: get("index")?.parse().ok()?,
-                name: values.get(name_at)?.to_string(),
+                name: values.get(name_at)?.clone(),
                 compute_cap: get("compute_cap").unwrap_or_default(),
                 driver: get("driver_version").unwrap_or_default(),
                 memory_mib: get("memory.total")

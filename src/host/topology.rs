@@ -54,7 +54,11 @@ fn strip_ansi(line: &str) -> String {
 
 /// Parse the GPU part of a `topo -m` or `topo -p2p` matrix; NIC rows and columns are dropped.
 pub(crate) fn parse_matrix(text: &str) -> Option<Matrix> {
-    let lines: Vec<String> = text.lines().map(strip_ansi).collect();
+    // Its colours stripped, any other control character escaped: cells reach the terminal.
+    let lines: Vec<String> = text
+        .lines()
+        .map(|l| crate::columns::escape_controls(&strip_ansi(l)))
+        .collect();
     let header_at = lines.iter().position(|l| {
         let mut words = l.split_whitespace();
         words.next() == Some("GPU0")

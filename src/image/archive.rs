@@ -61,9 +61,6 @@ pub(crate) struct Exported {
 /// output is packed when `output` is inside an exported prefix. `note` receives progress lines.
 pub(crate) fn export(opts: &ExportOptions, output: &Path, note: &dyn Fn(&str)) -> Result<Exported> {
     crate::output::check(output, "the image archive", false)?;
-    for prefix in &opts.prefixes {
-        layer::check_path_lengths(prefix)?;
-    }
     let temp = crate::output::temp_beside(output);
     let identity = |m: std::fs::Metadata| {
         use std::os::unix::fs::MetadataExt;

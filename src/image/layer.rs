@@ -1,11 +1,15 @@
 //! One reproducible tar layer from a directory tree: entries sorted by name, one fixed mtime,
 //! owner 0:0 and no user names, permission bits (exec bits included), symlinks and hard links
 //! (tar's link entries) kept, names as bytes (not UTF-8 ones too). File contents stream through;
-//! nothing is held in memory beyond one copy buffer.
+//! nothing is held in memory beyond one copy buffer. The tree is walked through directory
+//! handles ([`Dir`]), never by re-resolving a whole path: a path longer than PATH_MAX packs
+//! too (the tar crate writes its GNU long-name entry for it).
 
+use std::ffi::{OsStr, OsString};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
 use std::path::{Component, Path, PathBuf};
 
 use tar::{Builder, EntryType, Header};
@@ -49,59 +53,78 @@ pub(crate) fn write_layer<W: Write>(
         ancestor.push(component);
         append_dir(&mut builder, &ancestor, 0o755, mtime)?;
     }
-    let mode = fs::metadata(prefix)
+    let top = Dir::open(prefix, prefix, true)?;
+    let mode = top
+        .file
+        .metadata()
         .map_err(|e| io_at("cannot read", prefix, e))?
         .mode();
     append_dir(&mut builder, &relative, mode, mtime)?;
     summary.dirs += 1;
-    walk(
-        &mut builder,
-        prefix,
-        &relative,
-        mtime,
-        exclude,
-        &mut summary,
-    )?;
+    walk(&mut builder, &top, &relative, mtime, exclude, &mut summary)?;
     let out = builder
         .into_inner()
         .map_err(|e| Error::io("cannot finish the layer", e))?;
     Ok((out, summary))
 }
 
-/// The longest path the kernel takes in one call (Linux's PATH_MAX, its NUL included).
-const PATH_MAX: usize = 4096;
+/// A directory of the tree being packed, held open. Its entries are reached as
+/// `/proc/self/fd/N/NAME`: a path of a few dozen bytes however deep the directory is, resolved
+/// from the handle (the kernel's magic link), so a tree holding a path longer than PATH_MAX
+/// (4096 bytes) exports whole. Where /proc is not mounted, through its path.
+struct Dir {
+    file: File,
+    /// Where it is, for messages and the summary (may be longer than PATH_MAX).
+    path: PathBuf,
+}
 
-/// Refuses, before anything is written, a tree holding a path the export could not open: one of
-/// PATH_MAX bytes or more. Only names are read (no file is opened or stat'ed).
-pub(crate) fn check_path_lengths(prefix: &Path) -> Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let mut dirs = vec![prefix.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        let entries = fs::read_dir(&dir).map_err(|e| io_at("cannot list", &dir, e))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| io_at("cannot list", &dir, e))?;
-            let path = entry.path();
-            if path.as_os_str().as_bytes().len() >= PATH_MAX {
-                let shown = path.to_string_lossy();
-                let head: String = shown.chars().take(60).collect();
-                let tail: String = {
-                    let t: Vec<char> = shown.chars().rev().take(60).collect();
-                    t.into_iter().rev().collect()
-                };
-                return Err(Error::usage(
-                    format!(
-                        "{head}…{tail} ({} bytes) is longer than PATH_MAX ({PATH_MAX}): the export cannot open it",
-                        path.as_os_str().len()
-                    ),
-                    Some("move it to a shorter path, or export a prefix that does not hold it; nothing was written".to_string()),
-                ));
-            }
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                dirs.push(path);
-            }
+impl Dir {
+    /// Open the directory `at` names (`path` is what messages call it): following a symlink
+    /// only when `follow` (the prefix itself), never blocking, never anything but a directory.
+    fn open(at: &Path, path: &Path, follow: bool) -> Result<Dir> {
+        let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
+        let file = File::options()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC | nofollow)
+            .open(at)
+            .map_err(|e| io_at("cannot open", path, e))?;
+        Ok(Dir {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// A short path to this directory itself.
+    fn here(&self) -> PathBuf {
+        if by_handle() {
+            PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+        } else {
+            self.path.clone()
         }
     }
-    Ok(())
+
+    /// A short path to `name` inside it (the name not followed when it is a symlink).
+    fn at(&self, name: &OsStr) -> PathBuf {
+        self.here().join(name)
+    }
+
+    /// Its entries' names, sorted.
+    fn names(&self) -> Result<Vec<OsString>> {
+        let mut names = fs::read_dir(self.here())
+            .and_then(|list| {
+                list.map(|e| e.map(|e| e.file_name()))
+                    .collect::<io::Result<Vec<_>>>()
+            })
+            .map_err(|e| io_at("cannot list", &self.path, e))?;
+        names.sort();
+        Ok(names)
+    }
+}
+
+/// Whether directories are reached through their handles (`/proc/self/fd` is there).
+fn by_handle() -> bool {
+    static PROC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PROC.get_or_init(|| Path::new("/proc/self/fd").is_dir())
 }
 
 /// `/opt/kiln/x` → `opt/kiln/x`; rejects relative paths and `..`.
@@ -133,22 +156,17 @@ pub(crate) fn relative_in_image(prefix: &Path) -> Result<PathBuf> {
 
 fn walk<W: Write>(
     builder: &mut Builder<W>,
-    dir: &Path,
+    dir: &Dir,
     rel: &Path,
     mtime: u64,
     exclude: &Exclude,
     summary: &mut LayerSummary,
 ) -> Result<()> {
-    let mut entries = fs::read_dir(dir)
-        .map_err(|e| io_at("cannot list", dir, e))?
-        .map(|e| e.map(|e| e.file_name()))
-        .collect::<io::Result<Vec<_>>>()
-        .map_err(|e| io_at("cannot list", dir, e))?;
-    entries.sort();
-    for name in entries {
-        let path = dir.join(&name);
+    for name in dir.names()? {
+        let path = dir.path.join(&name);
+        let at = dir.at(&name);
         let entry_rel = rel.join(&name);
-        let meta = fs::symlink_metadata(&path).map_err(|e| io_at("cannot read", &path, e))?;
+        let meta = fs::symlink_metadata(&at).map_err(|e| io_at("cannot read", &path, e))?;
         let kind = meta.file_type();
         if exclude.contains(&(meta.dev(), meta.ino())) {
             continue;
@@ -156,10 +174,16 @@ fn walk<W: Write>(
         if kind.is_dir() {
             append_dir(builder, &entry_rel, meta.mode(), mtime)?;
             summary.dirs += 1;
-            walk(builder, &path, &entry_rel, mtime, exclude, summary)?;
+            walk(
+                builder,
+                &Dir::open(&at, &path, false)?,
+                &entry_rel,
+                mtime,
+                exclude,
+                summary,
+            )?;
         } else if kind.is_symlink() {
-            let target =
-                fs::read_link(&path).map_err(|e| io_at("cannot read the link", &path, e))?;
+            let target = fs::read_link(&at).map_err(|e| io_at("cannot read the link", &path, e))?;
             let mut header = header(EntryType::Symlink, 0o777, mtime);
             builder
                 .append_link(&mut header, &entry_rel, &target)
@@ -185,7 +209,12 @@ fn walk<W: Write>(
             if allocated + (1 << 20) < meta.len() {
                 summary.sparse.push((path.clone(), allocated, meta.len()));
             }
-            append_file(builder, &path, &entry_rel, meta.mode(), mtime)?;
+            let file = File::options()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+                .open(&at)
+                .map_err(|e| io_at("cannot open", &path, e))?;
+            append_file(builder, file, &path, &entry_rel, meta.mode(), mtime)?;
             summary.files += 1;
         } else if kind.is_fifo()
             || kind.is_socket()
@@ -218,12 +247,12 @@ fn append_dir<W: Write>(builder: &mut Builder<W>, rel: &Path, mode: u32, mtime: 
 
 fn append_file<W: Write>(
     builder: &mut Builder<W>,
+    mut file: File,
     path: &Path,
     rel: &Path,
     mode: u32,
     mtime: u64,
 ) -> Result<()> {
-    let mut file = File::open(path).map_err(|e| io_at("cannot open", path, e))?;
     let size = file
         .metadata()
         .map_err(|e| io_at("cannot read", path, e))?

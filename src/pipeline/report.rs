@@ -84,9 +84,65 @@ pub fn verdict_code(verdicts: &[Verdict]) -> u8 {
         .unwrap_or(0)
 }
 
-/// A Markdown table cell of wire text: control characters escaped, `|` kept in the cell.
-fn md_cell(s: &str) -> String {
-    escape_controls(s).replace('|', "\\|")
+/// Text kiln did not write (a server's reason and evidence, an error, a path) as inert Markdown:
+/// control characters escaped (so it is one line), `<`, `>` and `&` as HTML entities (no raw
+/// HTML: `<script>`, `<img onerror>`), and the characters of inline Markdown backslash-escaped
+/// (no link, image, emphasis or code span; `|` stays in its table cell). Secrets are redacted
+/// before anything is escaped.
+fn md_text(s: &str) -> String {
+    // Redacted first: once escaped (`p\_ss`), a secret no longer matches the redactor that
+    // report.md passes through as a whole.
+    let text: Vec<char> = escape_controls(&crate::redact::scrub(s)).chars().collect();
+    let mut out = String::with_capacity(s.len());
+    for (i, &c) in text.iter().enumerate() {
+        // `_` inside a word (`n_threads`) makes no emphasis: left as written.
+        let in_word = |j: Option<usize>| {
+            j.and_then(|j| text.get(j))
+                .is_some_and(|c| c.is_alphanumeric())
+        };
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '_' if in_word(i.checked_sub(1)) && in_word(Some(i + 1)) => out.push(c),
+            '\\' | '`' | '*' | '_' | '[' | ']' | '|' | '~' | '!' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `text` as one Markdown code span (`tuned`): shown as written, HTML included; its delimiter is
+/// longer than any run of backticks inside.
+fn code_span(text: &str) -> String {
+    let text = escape_controls(&crate::redact::scrub(text));
+    let tick = "`".repeat(longest_backticks(&text) + 1);
+    let pad = if text.starts_with('`') || text.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{tick}{pad}{text}{pad}{tick}")
+}
+
+/// The longest run of backticks in `text`.
+fn longest_backticks(text: &str) -> usize {
+    text.split(|c| c != '`').map(str::len).max().unwrap_or(0)
+}
+
+/// `text` (lines kiln rendered around server text: the A/B, the bench) in a fenced code block
+/// whose fence is longer than any run of backticks inside, so no text ends it early; a code
+/// block shows HTML as text.
+fn fenced(text: &str) -> String {
+    let body: String = crate::redact::scrub(text)
+        .lines()
+        .map(|l| escape_controls(l) + "\n")
+        .collect();
+    let fence = "`".repeat(longest_backticks(&body).max(2) + 1);
+    format!("{fence}\n{body}{fence}\n")
 }
 
 impl Report {
@@ -155,24 +211,24 @@ impl Report {
         let Some(served) = &self.served else {
             return format!(
                 "# kiln up: {}\n\n## Outcome\n\nfailed ({}): {}\n",
-                self.recipe,
-                self.stage.as_deref().unwrap_or("-"),
-                self.outcome.error.as_deref().unwrap_or("-")
+                md_text(&self.recipe),
+                md_text(self.stage.as_deref().unwrap_or("-")),
+                md_text(self.outcome.error.as_deref().unwrap_or("-"))
             );
         };
         let mut md = format!(
-            "# kiln up: {} (profile `{}`)\n\nready after {:.1} s at {}\n\n## Outcome\n\n{}\n",
-            self.recipe,
-            served.profile,
+            "# kiln up: {} (profile {})\n\nready after {:.1} s at {}\n\n## Outcome\n\n{}\n",
+            md_text(&self.recipe),
+            code_span(&served.profile),
             served.ready_after_s,
-            served.url.as_deref().unwrap_or("-"),
+            md_text(served.url.as_deref().unwrap_or("-")),
             match &self.outcome.error {
-                Some(e) => format!("failed: {e}"),
+                Some(e) => format!("failed: {}", md_text(e)),
                 None => "ok".to_string(),
             }
         );
         for w in &self.outcome.warnings {
-            let _ = write!(md, "\n- warning: {}", escape_controls(w));
+            let _ = write!(md, "\n- warning: {}", md_text(w));
         }
         let from = |figure: &str| {
             served.from_launch(figure).map_or(String::new(), |l| {
@@ -184,25 +240,21 @@ impl Report {
         if let (Some(c), Some(base)) = (&served.ab, &served.baseline) {
             let _ = write!(
                 md,
-                "\n## Greedy A/B{}\n\n```\n{}```\n",
+                "\n## Greedy A/B{}\n\n{}",
                 from("greedy_ab"),
-                c.render(base, &served.profile)
+                fenced(&c.render(base, &served.profile))
             );
         }
         if let Some(b) = &served.bench {
             let _ = write!(
                 md,
-                "\n## Benchmark{}\n\n```\n{}```\n",
+                "\n## Benchmark{}\n\n{}",
                 from("bench"),
-                b.render()
+                fenced(&b.render())
             );
         }
         if let Some(c) = &served.ceiling {
-            let _ = write!(
-                md,
-                "\n## Ceiling\n\n{}\n",
-                escape_controls(&served.ceiling_line(c))
-            );
+            let _ = write!(md, "\n## Ceiling\n\n{}\n", md_text(&served.ceiling_line(c)));
         }
         if let Some(l) = served.launches.iter().find(|l| l.launch == Role::Bench) {
             let _ = write!(md, "\n## Verdicts of the bench launch (pid {})\n\n", l.pid);
@@ -216,9 +268,9 @@ impl Report {
                     "| {} | {} | {} ({}) | {} | {} |",
                     l.launch.label(),
                     l.pid,
-                    md_cell(&l.log.display().to_string()),
+                    md_text(&l.log.display().to_string()),
                     l.log_offset,
-                    md_cell(&args_difference(l)),
+                    md_text(&args_difference(l)),
                     l.figures.join(", ")
                 );
             }
@@ -234,10 +286,10 @@ fn verdict_table(md: &mut String, verdicts: &[Verdict]) {
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} |",
-            v.feature,
+            md_text(&v.feature),
             v.status.label(),
-            md_cell(&v.reason),
-            md_cell(v.evidence.as_deref().unwrap_or(""))
+            md_text(&v.reason),
+            md_text(v.evidence.as_deref().unwrap_or(""))
         );
     }
 }
@@ -307,13 +359,110 @@ mod tests {
         assert!(!md.contains('\u{1b}') && !md.contains('\u{7}'), "{md:?}");
         assert!(
             md.contains(
-                "| threads | fell back | a \\| b\\u{1b}[2J | n_threads = 1 \\u{1b}]0;owned\\u{7} |"
-            ) && md.contains("- warning: bench: \\u{1b}[31mred"),
+                "| threads | fell back | a \\| b\\\\u{1b}\\[2J | n_threads = 1 \\\\u{1b}\\]0;owned\\\\u{7} |"
+            ) && md.contains("- warning: bench: \\\\u{1b}\\[31mred"),
             "{md}"
         );
         // Verdicts escape their evidence when they are made (serve::verdict), so report.json's
         // strings hold the escaped text too; serde escapes whatever else as \u001b.
         assert!(!report.to_json().contains('\u{1b}'));
+    }
+
+    /// Server text quoted into report.md cannot become HTML, a link or a fence's end there, nor
+    /// markup in report.html (#47): a renderer shows it as the text it was.
+    #[test]
+    fn server_text_in_report_md_and_html_is_inert() {
+        let script = "<script>alert(1)</script>";
+        let img = "<img src=x onerror=alert(1)>";
+        let link = "[docs](javascript:alert(1)) & *bold* `code` ~x~ _u_ \\";
+        let mut r = report(true);
+        r.outcome.warnings = vec![format!("bench: {script}")];
+        r.served = Some(Served {
+            profile: "p".into(),
+            url: Some(format!("http://h/{img}")),
+            pid: 1,
+            ready_after_s: 0.0,
+            verdicts: vec![Verdict {
+                feature: "threads".into(),
+                status: Status::FellBack,
+                reason: format!("{script} {link}"),
+                evidence: Some(img.into()),
+            }],
+            baseline: None,
+            ab: None,
+            bench: None,
+            launches: Vec::new(),
+            ceiling: None,
+        });
+        let md = r.to_markdown();
+        for raw in [
+            "<script", "<img", "[docs](", "*bold*", "`code`", "~x~", "_u_",
+        ] {
+            assert!(!md.contains(raw), "{raw} is live in report.md:\n{md}");
+        }
+        assert!(
+            md.contains("&lt;script&gt;alert(1)&lt;/script&gt;")
+                && md.contains("&lt;img src=x onerror=alert(1)&gt;")
+                && md.contains("\\[docs\\](javascript:alert(1)) &amp; \\*bold\\* \\`code\\` \\~x\\~ \\_u\\_ \\\\"),
+            "{md}"
+        );
+        let mut failed = report(false);
+        failed.outcome.error = Some(format!("POST /generate answered HTTP 500: {script}"));
+        assert!(
+            !failed.to_markdown().contains("<script"),
+            "{}",
+            failed.to_markdown()
+        );
+        let html = super::super::html::page(&r);
+        assert!(
+            !html.contains("<script") && !html.contains("<img"),
+            "{html}"
+        );
+        // A fence holds any text: it is longer than every run of backticks inside.
+        let fenced = fenced("a\n```\n<script>x</script>\n````\n");
+        assert!(
+            fenced.starts_with("`````\n") && fenced.ends_with("\n`````\n"),
+            "{fenced}"
+        );
+        assert_eq!(super::fenced("plain\n"), "```\nplain\n```\n");
+    }
+
+    /// Escaping for Markdown must not hide a secret from the redactor: a password with `_`,
+    /// `*` and `<` in it reaches report.md as `***`, not as `p\_ss\*...` (#47).
+    #[test]
+    fn a_secret_in_server_text_is_redacted_before_it_is_escaped() {
+        let secret = "kiln_test_p_ss*w<rd\"_4f1c";
+        crate::redact::register_pairs([("KILN_TEST_MD_TOKEN", secret)]);
+        let mut r = report(true);
+        r.outcome.warnings = vec![format!("bench: the server echoed {secret}")];
+        r.served = Some(Served {
+            profile: "p".into(),
+            url: None,
+            pid: 1,
+            ready_after_s: 0.0,
+            verdicts: vec![Verdict {
+                feature: "f".into(),
+                status: Status::Unknown,
+                reason: format!("token {secret}"),
+                evidence: Some(format!("L {secret}")),
+            }],
+            baseline: None,
+            ab: None,
+            bench: None,
+            launches: Vec::new(),
+            ceiling: None,
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let paths = crate::paths::StatePaths::new(dir.path().to_path_buf(), None);
+        let files = r.write(&paths).unwrap();
+        let md = std::fs::read_to_string(&files.markdown).unwrap();
+        for leak in ["4f1c", "w<rd", "w&lt;rd", "ss\\*w"] {
+            assert!(!md.contains(leak), "{leak} in report.md:\n{md}");
+        }
+        assert_eq!(md.matches("\\*\\*\\*").count(), 3, "{md}");
+        // report.html escapes `<` and `"`: redacted before that.
+        let html = std::fs::read_to_string(&files.html).unwrap();
+        assert!(!html.contains("4f1c"), "{html}");
     }
 
     #[test]

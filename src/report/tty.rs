@@ -120,7 +120,10 @@ impl Reporter for TtyReporter {
             return;
         }
         if let Some(sp) = self.bars.lock().expect("reporter lock").get(id) {
-            sp.set_message(line.chars().take(100).collect::<String>());
+            // A child's line (a compiler's, a script printing a GPU name): its control
+            // characters escaped, so no escape sequence in it steers the terminal.
+            let shown: String = line.chars().take(100).collect();
+            sp.set_message(crate::columns::escape_controls(&shown));
         }
     }
     fn step_bytes(&self, id: &str, done: u64, total: Option<u64>) {

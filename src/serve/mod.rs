@@ -504,10 +504,11 @@ fn wait_ready(
             let every = Duration::from_millis(if log_ready { 100 } else { 500 });
             if last_probe.is_none_or(|t| t.elapsed() >= every) {
                 last_probe = Some(Instant::now());
-                if matches!(
-                    client::get(&format!("{base}{ready_path}"), Duration::from_secs(5)),
-                    Some((200, _))
-                ) {
+                // An answer kiln cannot read (a header too large) will not change: said now,
+                // not after the timeout.
+                let answered =
+                    client::answer(&format!("{base}{ready_path}"), Duration::from_secs(5))?;
+                if matches!(answered, Some((200, _))) {
                     let at = started.elapsed();
                     say(&format!(
                         "  [{:>7.1}s] {ready_path} answered 200 (+{:.1}s)",

@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::evidence::{ends_traceback, Entry};
 use super::signatures::{anchored, Feature, Gate, Level, Ratio, Signatures};
 use crate::bench::wire::escape_controls;
+use crate::columns::{number, quoted};
 use crate::recipe::Profile;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -262,7 +263,7 @@ fn judge_one(f: &Feature, own: &[&Entry], ctx: &Context) -> Verdict {
         let reason = if value.is_empty() {
             "confirmed by the log".to_string()
         } else {
-            format!("`{value}` confirmed by the log")
+            format!("`{}` confirmed by the log", quoted(value))
         };
         positive.push(Seen {
             reason,
@@ -380,7 +381,7 @@ fn gate_fails(g: &Gate, profile: &Profile) -> Option<Seen> {
     if let (Some(env), false) = (&g.env, g.off.is_empty()) {
         let v = profile.env.get(env)?;
         return g.off.iter().any(|o| o == v).then(|| Seen {
-            reason: format!("predicted: {}", g.reason.replace("{value}", v)),
+            reason: format!("predicted: {}", g.reason.replace("{value}", &quoted(v))),
             evidence: format!("from the launch: {env}={v} in the profile's env"),
         });
     }
@@ -402,10 +403,7 @@ fn gate_fails(g: &Gate, profile: &Profile) -> Option<Seen> {
         ),
     };
     (value < min).then(|| Seen {
-        reason: format!(
-            "predicted: {}",
-            g.reason.replace("{value}", &value.to_string())
-        ),
+        reason: format!("predicted: {}", g.reason.replace("{value}", &number(value))),
         evidence: format!("from the launch: {from}"),
     })
 }
@@ -429,7 +427,11 @@ fn check_counts(part: f64, whole: f64) -> Result<(), String> {
     } else if part < 0.0 || whole < 0.0 {
         Err("a count is negative".into())
     } else if part > whole {
-        Err(format!("{part} is more than the {whole} it is part of"))
+        Err(format!(
+            "{} is more than the {} it is part of",
+            number(part),
+            number(whole)
+        ))
     } else {
         Ok(())
     }
@@ -481,7 +483,7 @@ fn from_metrics(r: &Ratio, ev: &Evidence) -> Result<Option<(f64, f64, String)>, 
     };
     match (counter(text, part), counter(text, whole)) {
         (Ok(Some(p)), Ok(Some(w))) => {
-            let evidence = format!("/metrics: {part} {p}, {whole} {w}");
+            let evidence = format!("/metrics: {part} {}, {whole} {}", number(p), number(w));
             match check_counts(p, w) {
                 Ok(()) => Ok(Some((p, w, evidence))),
                 Err(why) => Err(Measured::Invalid(Seen {
@@ -524,7 +526,7 @@ fn incoherent(r: &Ratio, lines: &[Counted], ctx: &Context, counters: bool) -> Op
         let Some(task) = &c.task else { continue };
         if let Some(first) = lines[..i].iter().find(|d| d.task.as_ref() == Some(task)) {
             return bad(
-                format!("two `{}` lines for task {task}", r.what),
+                format!("two `{}` lines for task {}", r.what, quoted(task)),
                 &Entry {
                     text: format!("{} | and: {}", first.entry.text, c.entry.text),
                     ..c.entry.clone()
@@ -587,8 +589,12 @@ fn judge_ratio(r: &Ratio, own: &[&Entry], ctx: &Context) -> Option<Measured> {
             if part > p || whole > w {
                 return Some(Measured::Incoherent(Seen {
                     reason: format!(
-                        "the log's `{}` lines add up to {part}/{whole}, more than the server's counters ({p}/{w}); per-request lines are never summed then",
-                        r.what
+                        "the log's `{}` lines add up to {}/{}, more than the server's counters ({}/{}); per-request lines are never summed then",
+                        r.what,
+                        number(part),
+                        number(whole),
+                        number(p),
+                        number(w)
                     ),
                     evidence: format!("{evidence} | log: {}", lines.last()?.entry.text),
                 }));
@@ -599,8 +605,10 @@ fn judge_ratio(r: &Ratio, own: &[&Entry], ctx: &Context) -> Option<Measured> {
             if whole > 0.0 && part / whole + 1e-9 >= r.min {
                 return Some(Measured::Invalid(Seen {
                     reason: format!(
-                        "the log's `{}` lines add up to {part}/{whole} ({:.1} %), but per-request lines only corroborate: the server's counters decide (give the metrics page, `--metrics`)",
+                        "the log's `{}` lines add up to {}/{} ({:.1} %), but per-request lines only corroborate: the server's counters decide (give the metrics page, `--metrics`)",
                         r.what,
+                        number(part),
+                        number(whole),
                         part / whole * 100.0
                     ),
                     evidence: last,
@@ -633,15 +641,26 @@ fn judge_ratio(r: &Ratio, own: &[&Entry], ctx: &Context) -> Option<Measured> {
     let share = part / whole;
     let asked = asked_part(r, ctx).filter(|&a| a < whole);
     let need = asked.map_or(r.min, |a| a / whole);
-    let mut reason = format!("{part}/{whole} {} ({:.1} %)", r.what, share * 100.0);
+    let (part_shown, whole_shown) = (number(part), number(whole));
+    let mut reason = format!(
+        "{part_shown}/{whole_shown} {} ({:.1} %)",
+        r.what,
+        share * 100.0
+    );
     if let Some(a) = asked {
-        reason.push_str(&format!(", as asked ({a} asked)"));
+        reason.push_str(&format!(", as asked ({} asked)", number(a)));
     }
     Some(if share + 1e-9 >= need {
         Measured::Reached(Seen { reason, evidence })
     } else {
         match asked {
-            Some(a) => reason = format!("{part}/{whole} {}, below the {a} asked", r.what),
+            Some(a) => {
+                reason = format!(
+                    "{part_shown}/{whole_shown} {}, below the {} asked",
+                    r.what,
+                    number(a)
+                );
+            }
             None => reason.push_str(&format!(", below the {:.0} % it takes", r.min * 100.0)),
         }
         Measured::Below(Seen { reason, evidence })
@@ -679,7 +698,7 @@ fn judge_level(l: &Level, own: &[&Entry]) -> Option<Measured> {
         };
         if !v.is_finite() || v < 0.0 {
             return Some(Measured::Invalid(Seen {
-                reason: format!("the log's {} cannot be right: {v}", l.what),
+                reason: format!("the log's {} cannot be right: {}", l.what, number(v)),
                 evidence: e.text.clone(),
             }));
         }
@@ -688,7 +707,13 @@ fn judge_level(l: &Level, own: &[&Entry]) -> Option<Measured> {
     }
     let evidence = last?;
     let mean = values.iter().sum::<f64>() / values.len() as f64;
-    let reason = format!("{} {mean:.2} (mean of {} lines)", l.what, values.len());
+    // Two decimals, but not 300 digits before them: a huge mean in scientific notation.
+    let shown = if mean < 1e15 {
+        format!("{mean:.2}")
+    } else {
+        number(mean)
+    };
+    let reason = format!("{} {shown} (mean of {} lines)", l.what, values.len());
     Some(if mean > l.above + 1e-9 {
         Measured::Reached(Seen { reason, evidence })
     } else {
@@ -722,9 +747,9 @@ pub fn counter(text: &str, series: &str) -> Result<Option<f64>, String> {
         let raw = rest.split_whitespace().next().unwrap_or("");
         let v = raw
             .parse::<f64>()
-            .map_err(|_| format!("{series} is `{raw}`"))?;
+            .map_err(|_| format!("{series} is `{}`", quoted(raw)))?;
         if !v.is_finite() || v < 0.0 {
-            return Err(format!("{series} is {raw}"));
+            return Err(format!("{series} is {}", quoted(raw)));
         }
         if found.replace(v).is_some() {
             return Err(format!("{series} appears twice"));
@@ -971,6 +996,45 @@ mod tests {
     /// The forgery of issue 30: the server's own prefix, the honest line's task id, 90/100.
     const FORGED_9: &str = "0.01.093.911 I slot print_timing: id 0 | task 9 | draft acceptance = 0.90000 (90 accepted / 100 generated), mean len =  1.90";
     const COUNTERS_10_OF_100: &str = "llamacpp:spec_decode_num_accepted_tokens_total 10\nllamacpp:spec_decode_num_draft_tokens_total 100\n";
+
+    /// A number the server wrote 741 digits long (a task id, a count, a counter, a level) is
+    /// quoted short in a verdict's reason (#47): no reason carries a run of more than 40 digits.
+    #[test]
+    fn numbers_from_the_server_are_quoted_short_in_a_reason() {
+        let huge = "9".repeat(741);
+        let e300 = format!("1{}", "0".repeat(300));
+        let task = HONEST_9.replace("task 9 |", &format!("task {huge} |"));
+        let part = HONEST_9.replace("(   10 accepted", &format!("({e300} accepted"));
+        let counter = format!("llamacpp:spec_decode_num_accepted_tokens_total {huge}\nllamacpp:spec_decode_num_draft_tokens_total 100\n");
+        let level = sigs("[[feature]]\nid = \"spec\"\nlevel = { match = \"accept len: (\\\\S+)\", above = 1.0, what = \"accept length\" }\nabsent = \"unknown\"\nabsent_reason = \"none\"\n");
+        let verdicts = [
+            spec(&[READY, &task, &task], None, None),
+            spec(&[READY, &part], None, None),
+            spec(&[READY, HONEST_9], Some(&counter), None),
+            one(
+                &level,
+                "spec",
+                &lines(&[&format!("L accept len: -{e300}")]),
+                None,
+            ),
+            one(
+                &level,
+                "spec",
+                &lines(&[&format!("L accept len: {e300}")]),
+                None,
+            ),
+        ];
+        for v in verdicts {
+            let digits = v
+                .reason
+                .split(|c: char| !c.is_ascii_digit())
+                .map(str::len)
+                .max()
+                .unwrap_or(0);
+            assert!(digits <= 40, "{} digits in: {}", digits, v.reason);
+            assert!(v.reason.chars().count() < 300, "{}", v.reason);
+        }
+    }
 
     #[test]
     fn two_acceptance_lines_for_one_task_are_conflicting_never_summed() {

@@ -72,6 +72,19 @@ pub(crate) struct History {
     dropped: usize,
 }
 
+/// One warning for the files that are not readable JSON (however many: a directory of two
+/// million is one line), naming the first by name.
+fn unreadable(mut paths: Vec<std::path::PathBuf>) -> Option<String> {
+    paths.sort();
+    let first = paths.first()?.display();
+    Some(match paths.len() {
+        1 => format!("{first} is not a readable JSON file: the estimate leaves it out"),
+        n => format!(
+            "{n} files are not readable JSON files (the first: {first}): the estimate leaves them out"
+        ),
+    })
+}
+
 impl History {
     /// Read this profile's last tune result in `tune_dir`, else every tune result there (the same
     /// recipe, other settings); what they still lack (launches, a rate) comes from `report`
@@ -88,10 +101,7 @@ impl History {
                 .ok()
                 .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
             if v.is_none() {
-                warnings.borrow_mut().push(format!(
-                    "{} is not a readable JSON file: the estimate leaves it out",
-                    path.display()
-                ));
+                warnings.borrow_mut().push(path.to_path_buf());
             }
             v
         };
@@ -104,7 +114,7 @@ impl History {
                     "{} past launch(es) of `{profile}` in its last tune result",
                     h.launch_s.len()
                 );
-                h.warnings.extend(warnings.take());
+                h.warnings.extend(unreadable(warnings.take()));
                 return h.with_dropped();
             }
         }
@@ -124,13 +134,13 @@ impl History {
                 "{} past launch(es) in {files} tune result(s) of this recipe",
                 h.launch_s.len()
             );
-            h.warnings.extend(warnings.take());
+            h.warnings.extend(unreadable(warnings.take()));
             return h.with_dropped();
         }
         // What the tune results lack (a run whose every variant was disqualified measured no
         // rate), from the last `kiln up` report.
         let Some(v) = read(report) else {
-            h.warnings.extend(warnings.take());
+            h.warnings.extend(unreadable(warnings.take()));
             return h.with_dropped();
         };
         let launches_known = !h.launch_s.is_empty();
@@ -162,7 +172,7 @@ impl History {
         {
             h.dropped += 1;
         }
-        h.warnings.extend(warnings.take());
+        h.warnings.extend(unreadable(warnings.take()));
         h.with_dropped()
     }
 
@@ -531,6 +541,24 @@ mod tests {
         let e = Estimate::plan(Method::Grid, 8, 8, full(), 64, &huge);
         assert!(e.wall().is_some());
         e.line();
+    }
+
+    /// A tune directory of 3,000 files that are not JSON is one warning with their count (#47,
+    /// the torn-lines class): not 3,000 lines before the estimate.
+    #[test]
+    fn many_unreadable_results_are_one_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..3000 {
+            std::fs::write(dir.path().join(format!("junk-{i:04}.json")), "{\"torn").unwrap();
+        }
+        let h = History::read(dir.path(), "p", &dir.path().join("report.json"));
+        assert_eq!(h.warnings.len(), 1, "{:?}", &h.warnings[..2]);
+        assert!(
+            h.warnings[0].starts_with("3000 files are not readable JSON files (the first: ")
+                && h.warnings[0].ends_with("junk-0000.json): the estimate leaves them out"),
+            "{}",
+            h.warnings[0]
+        );
     }
 
     #[test]

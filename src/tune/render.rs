@@ -22,7 +22,11 @@ const REASON: usize = 300;
 /// The ranked table: the winner first, then everyone else (the race's losers say why they are
 /// out), disqualified last with the reason. Each row names the launch its figure came from.
 pub(crate) fn table(entries: &[Entry]) -> String {
-    let names: Vec<String> = entries.iter().map(|e| e.variant.shown()).collect();
+    let redactor = crate::redact::Redactor::from_env([]);
+    let names: Vec<String> = entries
+        .iter()
+        .map(|e| e.variant.shown_by(&redactor))
+        .collect();
     let width = columns::width(names.iter().map(String::as_str), 7);
     let mut s = format!(
         "{:<4} {:<width$} {:>10} {:>6} {:>9} {:>6}  {}\n",

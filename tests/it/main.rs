@@ -71,5 +71,7 @@ mod step_cache_remote;
 mod step_cache_stores;
 mod step_cache_trust;
 mod tune;
+mod untrusted_text;
 mod up_e2e;
 mod up_outcome;
+mod wheel_listing;

@@ -20,6 +20,9 @@ enum Misbehave {
     HugeLine,
     /// 64 KiB SSE comment lines, 100 MiB in all.
     HugeBody,
+    /// A status line, then one header of 100 KiB, then silence (the socket stays open); GETs
+    /// too.
+    HugeHeader,
 }
 
 /// A server whose GETs other than `/file` get 404 at once (bench asks for server info) and whose
@@ -51,7 +54,10 @@ fn answer(mut stream: TcpStream, how: Misbehave) {
     }
     let mut body = vec![0u8; length];
     let _ = std::io::Read::read_exact(&mut reader, &mut body);
-    if request.starts_with("GET") && !request.contains("/file") {
+    if request.starts_with("GET")
+        && !request.contains("/file")
+        && !matches!(how, Misbehave::HugeHeader)
+    {
         let _ = stream
             .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
         return;
@@ -82,6 +88,11 @@ fn answer(mut stream: TcpStream, how: Misbehave) {
                 .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
                 .and_then(|()| (0..1600).try_for_each(|_| stream.write_all(&line)))
         }
+        Misbehave::HugeHeader => stream
+            .write_all(b"HTTP/1.1 200 OK\r\nX-Padding: ")
+            .and_then(|()| stream.write_all(&vec![b'a'; 100 << 10]))
+            .and_then(|()| stream.write_all(b"\r\n\r\n"))
+            .map(|()| std::thread::sleep(forever)),
     };
 }
 
@@ -201,6 +212,88 @@ fn bench_caps_what_it_reads_from_a_huge_response() {
     assert!(
         err.contains(&format!(
             "{base}/generate sent more than 64 MiB in one response"
+        )),
+        "{err}"
+    );
+}
+
+/// A 100 KiB response header is said to be one, not "no answer within N s" (#47).
+#[test]
+fn bench_says_a_header_too_large_is_one() {
+    let base = serve(Misbehave::HugeHeader);
+    let (code, err) = bench(&base);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(!err.contains("no answer"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{base}/generate answered with a header larger than kiln reads (header field longer than 102400 bytes)"
+        )),
+        "{err}"
+    );
+}
+
+/// Without `--api`, kiln asks the server which API it speaks: a 100 KiB header there is said
+/// to be one too, not "nothing answered" (#47).
+#[test]
+fn bench_detect_says_a_header_too_large_is_one() {
+    let base = serve(Misbehave::HugeHeader);
+    let (code, err) = kiln(
+        &Workspace::new(),
+        &[
+            "bench",
+            "--url",
+            &base,
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--max-tokens",
+            "8",
+        ],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{base}/get_model_info answered with a header larger than kiln reads (header field longer than 102400 bytes)"
+        )),
+        "{err}"
+    );
+}
+
+/// A server whose health check answers with a 100 KiB header never becomes ready in kiln's
+/// eyes: `kiln serve` says so at once instead of polling until its timeout (#47). A hang
+/// detector, not a speed test: without the fix kiln polls for the 600 s `--timeout` and
+/// assert_cmd kills it at 120 s (no exit code then).
+#[test]
+fn serve_says_a_health_header_too_large_is_one() {
+    let ws = crate::common::Workspace::new();
+    let port = crate::serve::free_port();
+    ws.write(
+        "big.py",
+        "import http.server, sys\n\
+         class H(http.server.BaseHTTPRequestHandler):\n\
+         \x20   def do_GET(self):\n\
+         \x20       self.send_response(200); self.send_header('X-Padding', 'a' * (100 << 10)); self.end_headers(); self.wfile.write(b'{}')\n\
+         http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n",
+    );
+    ws.write(
+        "r.toml",
+        &format!(
+            "[recipe]\nname = \"big\"\n[profile.p]\ncmd = [\"python3\", {:?}, \"{port}\"]\nport = \"{port}\"\napi = \"openai\"\n",
+            ws.path().join("big.py").display().to_string()
+        ),
+    );
+    let out = ws
+        .kiln()
+        .args(["serve", "r.toml", "--timeout", "600"])
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "http://127.0.0.1:{port}/health answered with a header larger than kiln reads (header field longer than 102400 bytes)"
         )),
         "{err}"
     );
