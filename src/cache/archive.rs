@@ -34,6 +34,8 @@ pub(crate) struct Counts {
 /// replaced atomically, or a stream such as `/dev/stdout`; see src/output.rs).
 pub(crate) fn export(cache: &WheelCache, steps: &StepCache, out: &Path) -> Result<Counts> {
     let target = crate::output::check(out, "the cache archive", true)?;
+    super::perms::check_tree(&cache.root)?;
+    super::perms::check_tree(&steps.root)?;
     let entries = cache.list();
     let mut all: Vec<(String, std::path::PathBuf)> = Vec::new();
     for (id, entry) in &entries {
@@ -184,15 +186,11 @@ pub(crate) fn import(cache: &WheelCache, steps: &StepCache, archive: &Path) -> R
                 return Err(bad(format!("`{name}` is not in the manifest")));
             };
             let target = staging.join(&path);
-            crate::fs::create_dir(target.parent().expect("archive paths have a parent"))?;
+            super::perms::create_dir(target.parent().expect("archive paths have a parent"))?;
             if std::fs::symlink_metadata(&target).is_ok() {
                 return Err(bad(format!("`{name}` appears twice")));
             }
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&target)
-                .map_err(|e| bad(e.to_string()))?;
+            let mut file = super::perms::create_file(&target).map_err(|e| bad(e.to_string()))?;
             std::io::copy(&mut entry, &mut file).map_err(|e| bad(e.to_string()))?;
             drop(file);
             let (sha, _) = sha256_reader(File::open(&target).map_err(|e| bad(e.to_string()))?)

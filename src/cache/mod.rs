@@ -6,6 +6,7 @@ pub(crate) mod entry;
 pub(crate) mod gc;
 pub(crate) mod layout;
 pub(crate) mod pack;
+pub(crate) mod perms;
 pub(crate) mod remote;
 pub(crate) mod remote_steps;
 pub(crate) mod staging;
@@ -36,9 +37,13 @@ pub(crate) fn printable(text: &str) -> String {
 
 /// Open `path` for reading only when it is a regular file: never through a symlink
 /// (`O_NOFOLLOW`), never blocking on a FIFO (`O_NONBLOCK`, then refused), never a device such as
-/// `/dev/zero`. The file and its size.
+/// `/dev/zero`; and only when neither it nor its directory could be changed by another user
+/// ([`perms`]). The file and its size.
 pub(crate) fn open_regular(path: &std::path::Path) -> std::io::Result<(std::fs::File, u64)> {
     use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        perms::check_dir(dir).map_err(std::io::Error::other)?;
+    }
     let f = std::fs::File::options()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
@@ -49,6 +54,9 @@ pub(crate) fn open_regular(path: &std::path::Path) -> std::io::Result<(std::fs::
             "{} is not a regular file",
             path.display()
         )));
+    }
+    if let Some(why) = perms::unsafe_because(path, &meta) {
+        return Err(std::io::Error::other(why));
     }
     Ok((f, meta.len()))
 }

@@ -8,7 +8,7 @@
 //! size before anything is cached.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
+use std::fs;
 use std::io::{BufReader, Read, Write};
 use std::path::Path;
 
@@ -57,6 +57,7 @@ pub struct PullSummary {
 impl WheelCache {
     /// Upload every entry of this cache to `reference` ([`push_entries`]).
     pub fn push(&self, reference: &Reference, note: &dyn Fn(&str)) -> Result<PushSummary> {
+        super::perms::check_tree(&self.root)?;
         push_entries(&self.stored()?, None, reference, note).map(|p| p.wheels)
     }
 
@@ -112,6 +113,8 @@ pub(crate) fn push_all(
     reference: &Reference,
     note: &dyn Fn(&str),
 ) -> Result<Pushed> {
+    super::perms::check_tree(&wheels.root)?;
+    super::perms::check_tree(&steps.root)?;
     push_entries(&wheels.stored()?, Some(steps), reference, note)
 }
 
@@ -229,7 +232,7 @@ fn push_entries(
     pushed.steps.total = step_layers.len();
     let mut summary = PushSummary::default();
     for e in entries {
-        let (sha256, size) = hash_file(&e.path)?;
+        let (sha256, size) = hash_file(&e.path, e.entry.size)?;
         if sha256 != e.entry.sha256 || size != e.entry.size {
             return Err(Error::other(
                 format!(
@@ -246,7 +249,7 @@ fn push_entries(
         if registry.has_blob(&digest)? {
             summary.already_there += 1;
         } else {
-            let file = File::open(&e.path)
+            let (file, _) = super::open_regular(&e.path)
                 .map_err(|err| Error::io(format!("cannot open {}", e.path.display()), err))?;
             let body = BufReader::with_capacity(1 << 20, file);
             let body = crate::report::Counted::new(&e.entry.wheel, Some(size), body);
@@ -331,7 +334,7 @@ fn pull_into(
         return Err(no_cache(reference));
     };
     let mut summary = PullSummary::default();
-    crate::fs::create_dir(wheels_dir)?;
+    super::perms::create_dir(wheels_dir)?;
     let remotes = layers
         .iter()
         .filter(|l| !is_step_layer(l))
@@ -376,7 +379,7 @@ fn fetch_into(
     reference: &Reference,
 ) -> Result<()> {
     let wheel_path = temp.join(&remote.entry.wheel);
-    let file = File::create(&wheel_path)
+    let file = super::perms::create_file(&wheel_path)
         .map_err(|e| Error::io(format!("cannot create {}", wheel_path.display()), e))?;
     let mut writer = HashingWriter::new(std::io::BufWriter::with_capacity(1 << 20, file));
     let digest = format!("sha256:{}", remote.sha256);
@@ -574,10 +577,9 @@ fn check_room(remote: &RemoteWheel, wheels_dir: &Path, reference: &Reference) ->
     Ok(())
 }
 
-fn hash_file(path: &Path) -> Result<(String, u64)> {
-    let file =
-        File::open(path).map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
-    crate::hash::sha256_reader(BufReader::with_capacity(1 << 20, file))
+/// The sha256 and size of cached wheel `path`, read as [`super::wheels::read_wheel`] does.
+fn hash_file(path: &Path, size: u64) -> Result<(String, u64)> {
+    super::wheels::read_wheel(path, size)
         .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))
 }
 

@@ -133,10 +133,11 @@ impl Trust {
 
     /// Record entry `id` as stored by this state directory.
     pub(crate) fn record_own(&self, id: &str, entry: &StepEntry) -> Result<()> {
-        crate::fs::create_dir(&self.own)?;
-        crate::fs::write_atomic(
+        super::perms::create_dir_with(&self.own, 0o700)?;
+        super::perms::write_file(
             &self.own.join(id),
             sha256_hex(&message(id, entry)).as_bytes(),
+            0o600,
         )
     }
 
@@ -144,8 +145,10 @@ impl Trust {
     /// key, or signatures are not required. The reason on refusal.
     pub(crate) fn check(&self, id: &str, entry: &StepEntry) -> std::result::Result<(), String> {
         let msg = message(id, entry);
-        let own = std::fs::read_to_string(self.own.join(id)).ok();
-        if own.is_some_and(|d| d.trim() == sha256_hex(&msg)) {
+        // A record another user could have written is no record (read as a regular file of a
+        // digest's size, in a directory only this user can change).
+        let own = super::read_regular(&self.own.join(id), 128).ok();
+        if own.is_some_and(|d| String::from_utf8_lossy(&d).trim() == sha256_hex(&msg)) {
             return Ok(());
         }
         for sig in &entry.signatures {
@@ -217,10 +220,7 @@ fn message(id: &str, entry: &StepEntry) -> Vec<u8> {
 }
 
 fn read_secret(path: &Path) -> Result<(String, Ed25519KeyPair)> {
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|f| std::io::Read::read_to_string(&mut std::io::Read::take(f, 4096), &mut text))
-        .map_err(|e| Error::io(format!("cannot read the signing key {}", path.display()), e))?;
+    let text = read_key_file(path)?;
     let (name, seed) = parse_named(&text, ENV_SIGNING_KEY, Some(32))?;
     let pair = Ed25519KeyPair::from_seed_unchecked(&seed).map_err(|e| {
         Error::other(
@@ -229,6 +229,40 @@ fn read_secret(path: &Path) -> Result<(String, Ed25519KeyPair)> {
         )
     })?;
     Ok((name, pair))
+}
+
+/// The signing key file `path` (a link to it is followed: secrets are often mounted so): a
+/// regular file of at most 4 KiB (a FIFO is refused, never waited on), owned by this user or
+/// root and writable by no one else ([`super::perms`]).
+fn read_key_file(path: &Path) -> Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let ctx = |e| Error::io(format!("cannot read the signing key {}", path.display()), e);
+    let f = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(ctx)?;
+    let meta = f.metadata().map_err(ctx)?;
+    let refuse = |why: String| {
+        let (message, hint) = match why.split_once(" (hint: ") {
+            Some((m, h)) => (m.to_string(), h.trim_end_matches(')').to_string()),
+            None => (
+                why,
+                "make one with `kiln cache key generate NAME --out FILE`".into(),
+            ),
+        };
+        Error::usage(format!("refusing the signing key: {message}"), Some(hint))
+    };
+    if !meta.is_file() {
+        return Err(refuse(format!("{} is not a regular file", path.display())));
+    }
+    if let Some(why) = super::perms::unsafe_because(path, &meta) {
+        return Err(refuse(why));
+    }
+    let mut text = String::new();
+    f.take(4096).read_to_string(&mut text).map_err(ctx)?;
+    Ok(text)
 }
 
 /// A new key `name`: the secret written to `out` (created exclusively, mode 0600), its public

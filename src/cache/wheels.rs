@@ -18,7 +18,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::fs::write_atomic;
 use crate::hash::{sha256_bytes, sha256_reader};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,14 +129,28 @@ impl WheelCache {
     /// The cached wheel for `key`, verified against its recorded sha256.
     pub(crate) fn lookup(&self, key: &WheelKey) -> Result<Option<(Entry, PathBuf)>> {
         let dir = self.entry_dir(&key.id());
-        let Some(entry) = read_entry(&dir) else {
+        if std::fs::symlink_metadata(&dir).is_err() {
             return Ok(None);
+        }
+        let refused = |why: String| {
+            let (message, hint) = match why.split_once(" (hint: ") {
+                Some((m, h)) => (m.to_string(), h.trim_end_matches(')').to_string()),
+                None => (
+                    why,
+                    format!(
+                        "remove {} (or run `kiln cache gc`), then run again",
+                        dir.display()
+                    ),
+                ),
+            };
+            Error::other(
+                format!("the cached wheel {} is refused: {message}", &key.id()[..12]),
+                Some(hint),
+            )
         };
+        let entry = read_entry_checked(&dir).map_err(refused)?;
         let wheel = dir.join(&entry.wheel);
-        let f = std::fs::File::open(&wheel)
-            .map_err(|e| Error::io(format!("cannot read {}", wheel.display()), e))?;
-        let (sha, _) = sha256_reader(f)
-            .map_err(|e| Error::io(format!("cannot read {}", wheel.display()), e))?;
+        let (sha, _) = read_wheel(&wheel, entry.size).map_err(|e| refused(e.to_string()))?;
         if sha != entry.sha256 || entry.key != *key {
             return Err(Error::other(
                 format!(
@@ -246,7 +259,12 @@ impl WheelCache {
         let staging = self.staging_dir(&id)?;
         let result = (|| {
             let target = staging.join(&entry.wheel);
-            std::fs::copy(wheel, &target)
+            std::fs::File::open(wheel)
+                .and_then(|mut from| {
+                    let mut to = super::perms::create_file(&target)?;
+                    std::io::copy(&mut from, &mut to)?;
+                    crate::fs::sync_file(&to)
+                })
                 .map_err(|e| Error::io(format!("cannot copy {}", wheel.display()), e))?;
             let f = std::fs::File::open(&target)
                 .map_err(|e| Error::io("cannot read the copied wheel", e))?;
@@ -300,11 +318,11 @@ impl WheelCache {
     /// Remove staging leftovers, unreadable or corrupt entries, and entries older than `max_age_secs`.
     /// Returns the removed directories with the reason.
     pub(crate) fn gc(&self, max_age_secs: Option<u64>) -> Result<Vec<(String, String)>> {
+        super::perms::check_tree(&self.root)?;
         super::gc::gc(&self.root, max_age_secs, |path, name| {
-            let entry = read_entry(path).ok_or("no readable entry.json".to_string())?;
-            let sha = std::fs::File::open(path.join(&entry.wheel))
+            let entry = read_entry_checked(path)?;
+            let sha = read_wheel(&path.join(&entry.wheel), entry.size)
                 .ok()
-                .and_then(|f| sha256_reader(f).ok())
                 .map(|(s, _)| s);
             if sha.as_deref() != Some(entry.sha256.as_str()) || entry.key.id() != name {
                 return Err("wheel missing or corrupt".into());
@@ -328,10 +346,10 @@ impl WheelCache {
                 continue; // staging directories, locks
             }
             let json_path = item.path().join("entry.json");
-            let Ok(text) = std::fs::read_to_string(&json_path) else {
+            let Ok(text) = super::read_regular(&json_path, ENTRY_JSON_CAP) else {
                 continue;
             };
-            let entry: Entry<Value> = serde_json::from_str(&text).map_err(|e| {
+            let entry: Entry<Value> = serde_json::from_slice(&text).map_err(|e| {
                 Error::other(
                     format!("cache entry {} is unreadable: {e}", json_path.display()),
                     Some(format!(
@@ -349,16 +367,51 @@ impl WheelCache {
     }
 }
 
+/// The largest wheel entry.json read.
+const ENTRY_JSON_CAP: u64 = 1 << 20;
+
 fn read_entry(dir: &Path) -> Option<Entry> {
-    let bytes = super::read_regular(&dir.join("entry.json"), 1 << 20).ok()?;
-    serde_json::from_slice(&bytes).ok()
+    read_entry_checked(dir).ok()
+}
+
+/// The entry.json of `dir`: a regular file of at most [`ENTRY_JSON_CAP`] bytes naming a plain
+/// `.whl` file, in a directory that, as the one above it, no other user can change
+/// ([`super::perms`]). Why not.
+fn read_entry_checked(dir: &Path) -> std::result::Result<Entry, String> {
+    if let Some(above) = dir.parent() {
+        super::perms::check_dir(above)?;
+    }
+    super::perms::check_dir(dir)?;
+    let bytes =
+        super::read_regular(&dir.join("entry.json"), ENTRY_JSON_CAP).map_err(|e| {
+            match e.kind() {
+                std::io::ErrorKind::NotFound => "its entry.json is missing".to_string(),
+                _ => format!("its entry.json is refused: {e}"),
+            }
+        })?;
+    let entry: Entry =
+        serde_json::from_slice(&bytes).map_err(|e| format!("its entry.json does not read: {e}"))?;
+    check_wheel_name(&entry.wheel, &dir.display().to_string()).map_err(|e| e.to_string())?;
+    Ok(entry)
+}
+
+/// The sha256 and size of wheel file `path`: a regular file ([`super::open_regular`]: never a
+/// FIFO, a device or a link) read no further than one byte past the `size` its entry states.
+pub(crate) fn read_wheel(path: &Path, size: u64) -> std::io::Result<(String, u64)> {
+    use std::io::Read;
+    let (f, _) = super::open_regular(path)?;
+    sha256_reader(std::io::BufReader::with_capacity(
+        1 << 20,
+        f.take(size.saturating_add(1)),
+    ))
 }
 
 /// Write an entry's entry.json into its directory (or its staging directory).
 pub(crate) fn write_entry<K: Serialize>(dir: &Path, entry: &Entry<K>) -> Result<()> {
-    write_atomic(
+    super::perms::write_file(
         &dir.join("entry.json"),
         &serde_json::to_vec_pretty(entry).expect("entries serialize"),
+        super::perms::FILE_MODE,
     )
 }
 

@@ -52,7 +52,11 @@ pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
                 &serde_json::json!({"secret_key_file": out, "public_key": public}),
             )
         }
-        CacheCommand::Ls => list(&cache, &steps),
+        CacheCommand::Ls => {
+            crate::cache::perms::check_tree(&cache.root)?;
+            crate::cache::perms::check_tree(&steps.root)?;
+            list(&cache, &steps)
+        }
         CacheCommand::Gc { older_than } => gc(&cache, &steps, older_than.as_deref())?,
         CacheCommand::Export { file } => {
             // A stream on stdout carries the archive: nothing else may be said there.

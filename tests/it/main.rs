@@ -19,6 +19,7 @@ mod baseline_launches;
 mod bench;
 mod bench_cli;
 mod bounded_reads;
+mod cache_perms;
 mod coarse_clock;
 mod common;
 mod compile_progress;
