@@ -342,8 +342,9 @@ fn pull_into(
         .collect::<Result<Vec<_>>>()?;
     for remote in &remotes {
         let final_dir = cache.entry_dir(&remote.id);
-        let local = cache.stored()?.into_iter().find(|e| e.id == remote.id);
-        if local.is_some_and(|e| e.entry.sha256 == remote.sha256 && e.path.is_file()) {
+        // An entry of this key is here (this build's, or a different build of the same key:
+        // wheels are not byte-reproducible): kept as it is, never deleted or replaced.
+        if std::fs::symlink_metadata(&final_dir).is_ok() {
             summary.already_cached += 1;
             continue;
         }
@@ -354,13 +355,22 @@ fn pull_into(
             let _ = fs::remove_dir_all(&temp);
             return Err(e);
         }
-        let _ = fs::remove_dir_all(&final_dir);
-        fs::rename(&temp, &final_dir).map_err(|e| {
-            Error::io(
-                format!("cannot move {} into the cache", remote.entry.wheel),
-                e,
-            )
-        })?;
+        // A rename onto a directory another kiln put there meanwhile fails: that one stays.
+        match fs::rename(&temp, &final_dir) {
+            Ok(()) => {}
+            Err(_) if std::fs::symlink_metadata(&final_dir).is_ok() => {
+                let _ = fs::remove_dir_all(&temp);
+                summary.already_cached += 1;
+                continue;
+            }
+            Err(e) => {
+                let _ = fs::remove_dir_all(&temp);
+                return Err(Error::io(
+                    format!("cannot move {} into the cache", remote.entry.wheel),
+                    e,
+                ));
+            }
+        }
         summary.fetched += 1;
         summary.bytes += remote.entry.size;
         note(&format!(

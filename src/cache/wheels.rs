@@ -469,4 +469,50 @@ mod tests {
             "the same index (its credentials aside) finds the entry"
         );
     }
+
+    fn demo_key() -> WheelKey {
+        WheelKey {
+            package: "demo".into(),
+            version: "1.0".into(),
+            source_sha256: "0".repeat(64),
+            python_tag: "cp311".into(),
+            torch: None,
+            cuda: None,
+            arch_list: None,
+            env: BTreeMap::new(),
+        }
+    }
+
+    /// An entry.json whose wheel name is a path (`../`, absolute): a lookup read (and would
+    /// install) a file outside the entry, and one naming `/dev/zero` never finished.
+    #[test]
+    fn a_lookup_never_reads_a_wheel_outside_its_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = WheelCache::new(&dir.path().join("wheels"));
+        let key = demo_key();
+        let outside = dir.path().join("wheels").join("planted.whl");
+        std::fs::create_dir_all(outside.parent().unwrap()).unwrap();
+        std::fs::write(&outside, b"not the cached wheel").unwrap();
+        let entry_dir = cache.entry_dir(&key.id());
+        std::fs::create_dir_all(&entry_dir).unwrap();
+        let entry = Entry {
+            key: key.clone(),
+            wheel: "../planted.whl".into(),
+            sha256: sha256_bytes(b"not the cached wheel"),
+            size: 20,
+            created_unix: None,
+            index: None,
+            extra: BTreeMap::new(),
+        };
+        std::fs::write(
+            entry_dir.join("entry.json"),
+            serde_json::to_vec(&entry).unwrap(),
+        )
+        .unwrap();
+        let found = cache.lookup(&key);
+        assert!(
+            !matches!(found, Ok(Some(_))),
+            "a wheel outside its entry was used: {found:?}"
+        );
+    }
 }

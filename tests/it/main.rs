@@ -72,3 +72,4 @@ mod step_cache_trust;
 mod tune;
 mod up_e2e;
 mod up_outcome;
+mod wheel_cache_safety;
