@@ -169,7 +169,7 @@ fn swapped(path: &Path, why: &str) -> Error {
     Error::other(
         format!(
             "{} changed while the layer was written ({why}): nothing was packed from it",
-            path.display()
+            shown(path)
         ),
         Some(
             "export again while nothing writes into the prefix (a link, FIFO or file put in \
@@ -362,7 +362,13 @@ impl<R: Read> Read for Exact<R> {
 }
 
 fn io_at(what: &str, path: &Path, e: io::Error) -> Error {
-    Error::io(format!("{what} {}", path.display()), e)
+    Error::io(format!("{what} {}", shown(path)), e)
+}
+
+/// A path of the prefix as kiln prints it: whoever can write the prefix names its files, so
+/// control characters (escape sequences) are written as `\u{..}` escapes.
+pub(crate) fn shown(path: &Path) -> String {
+    crate::cache::printable(&path.to_string_lossy())
 }
 
 #[cfg(test)]

@@ -36,6 +36,7 @@ mod gpu_replay;
 mod held_output;
 mod image;
 mod image_names;
+mod image_reader;
 mod input_limits;
 mod json_schema;
 mod launch_preflight;
