@@ -422,17 +422,22 @@ pub(crate) fn is_hex64(text: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-/// A wheel file name is a plain `*.whl` name: never a path.
+/// A wheel file name is a plain `*.whl` name: never a path, no control characters (it is
+/// printed).
 pub(crate) fn check_wheel_name(name: &str, origin: &str) -> Result<()> {
     let plain = !name.is_empty()
         && !name.starts_with('.')
         && !name.contains(['/', '\\', '\0'])
+        && !name.chars().any(char::is_control)
         && name.ends_with(".whl");
     if plain {
         Ok(())
     } else {
         Err(Error::other(
-            format!("refusing wheel name `{name}` from {origin}: not a plain .whl file name"),
+            format!(
+                "refusing wheel name `{}` from {origin}: not a plain .whl file name",
+                super::printable(name)
+            ),
             Some("the cache entry is corrupt or hostile; nothing was written".to_string()),
         ))
     }
@@ -514,5 +519,14 @@ mod tests {
             !matches!(found, Ok(Some(_))),
             "a wheel outside its entry was used: {found:?}"
         );
+    }
+
+    /// A wheel name is printed (`pulled NAME`, refusals): one with control characters set the
+    /// terminal's title from a registry's annotation.
+    #[test]
+    fn a_wheel_name_with_control_characters_is_refused() {
+        assert!(check_wheel_name("demo-1.0-py3-none-any.whl", "test").is_ok());
+        let hostile = check_wheel_name("demo\u{1b}]0;pwned\u{7}-1.0-py3-none-any.whl", "test");
+        assert!(hostile.is_err());
     }
 }
