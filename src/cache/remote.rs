@@ -58,6 +58,9 @@ impl WheelCache {
     /// Upload every entry of this cache to `reference` ([`push_entries`]).
     pub fn push(&self, reference: &Reference, note: &dyn Fn(&str)) -> Result<PushSummary> {
         super::perms::check_tree(&self.root)?;
+        for (id, _) in self.list() {
+            self.sign_trusted(&id)?;
+        }
         push_entries(&self.stored()?, None, reference, note).map(|p| p.wheels)
     }
 
@@ -95,7 +98,7 @@ impl WheelCache {
                 );
             }
         }
-        self.lookup(key)
+        self.lookup(key, log)
     }
 }
 
@@ -115,6 +118,9 @@ pub(crate) fn push_all(
 ) -> Result<Pushed> {
     super::perms::check_tree(&wheels.root)?;
     super::perms::check_tree(&steps.root)?;
+    for (id, _) in wheels.list() {
+        wheels.sign_trusted(&id)?;
+    }
     push_entries(&wheels.stored()?, Some(steps), reference, note)
 }
 
@@ -348,6 +354,12 @@ fn pull_into(
             summary.already_cached += 1;
             continue;
         }
+        cache.trusted(&remote.id, &remote.entry).map_err(|why| {
+            Error::other(
+                format!("the wheel cache at {reference}: {why}"),
+                Some("nothing of it was added to the cache".to_string()),
+            )
+        })?;
         check_room(remote, wheels_dir, reference)?;
         let temp = cache.staging_dir(&remote.id)?;
         let result = fetch_into(&registry, remote, &temp, reference);
@@ -651,6 +663,7 @@ mod tests {
             size: 11,
             created_unix: Some(1_700_000_000),
             index: Some("default".into()),
+            signatures: vec!["fleet:c2ln".into()],
             extra: [("future".to_string(), json!(["kept"]))].into(),
         };
         let all = serde_json::to_value(&entry).unwrap();
@@ -663,7 +676,7 @@ mod tests {
         let rest: serde_json::Map<String, Value> = rest_of(&entry).into_iter().collect();
         assert_eq!(
             rest.keys().collect::<Vec<_>>(),
-            ["created_unix", "future", "index"]
+            ["created_unix", "future", "index", "signatures"]
         );
         let back = entry_of(
             rest,

@@ -75,9 +75,38 @@ pub struct Entry<K = WheelKey> {
     /// Where the sdist came from (`pinned` builds): the index arguments, or `default`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index: Option<String>,
+    /// `NAME:BASE64` ed25519 signatures of the entry ([`super::trust`]), as step entries'.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signatures: Vec<String>,
     /// Fields this kiln does not interpret: carried through unchanged.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
+}
+
+impl<K> super::trust::Signed for Entry<K> {
+    fn own_name(id: &str) -> String {
+        format!("wheel-{id}")
+    }
+
+    /// The key id, the wheel's file name, sha256 and size, and the index its source came from.
+    fn message(&self, id: &str) -> Vec<u8> {
+        format!(
+            "kiln-wheel-entry-v1\nkey {id}\nwheel {}\nsha256 {} {}\nindex {}\n",
+            self.wheel,
+            self.sha256,
+            self.size,
+            self.index.as_deref().unwrap_or("-")
+        )
+        .into_bytes()
+    }
+
+    fn signatures(&self) -> &[String] {
+        &self.signatures
+    }
+
+    fn signatures_mut(&mut self) -> &mut Vec<String> {
+        &mut self.signatures
+    }
 }
 
 /// One cached wheel on disk as it is carried: its id (the directory name), its entry.json with
@@ -106,6 +135,9 @@ pub(crate) const PARALLELISM_VARS: &[&str] = &[
 /// The compiled-wheel cache under one directory (`StatePaths::wheels`).
 pub struct WheelCache {
     pub(crate) root: PathBuf,
+    /// Whom it trusts ([`super::trust`], as the step cache): checked on lookup, import and
+    /// pull; signing on insert, export and push. `None`: listing and gc, which trust nothing.
+    trust: Option<super::trust::Trust>,
 }
 
 impl WheelCache {
@@ -113,7 +145,48 @@ impl WheelCache {
     pub fn new(root: &Path) -> Self {
         WheelCache {
             root: root.to_path_buf(),
+            trust: None,
         }
+    }
+
+    /// The cache rooted at `root`, with `trust`.
+    pub(crate) fn with_trust(root: &Path, trust: super::trust::Trust) -> Self {
+        WheelCache {
+            root: root.to_path_buf(),
+            trust: Some(trust),
+        }
+    }
+
+    /// Whether entry `id` may be used here ([`super::trust::Trust::check`]), with the way to
+    /// trust it on refusal; always without a trust.
+    pub(crate) fn trusted<K>(&self, id: &str, entry: &Entry<K>) -> std::result::Result<(), String> {
+        self.trust.as_ref().map_or(Ok(()), |t| {
+            t.check(id, entry).map_err(|why| {
+                format!(
+                    "the cached wheel {} ({}) is refused: {why} (hint: {})",
+                    &id[..12.min(id.len())],
+                    super::printable(&entry.wheel),
+                    super::trust::hint()
+                )
+            })
+        })
+    }
+
+    /// Sign entry `id` with the signing key, if one is set and this kiln trusts the entry (one
+    /// it does not trust is carried unsigned, never laundered by a signature): what export and
+    /// push do before an entry leaves.
+    pub(crate) fn sign_trusted(&self, id: &str) -> Result<()> {
+        let Some(trust) = &self.trust else {
+            return Ok(());
+        };
+        let dir = self.entry_dir(id);
+        let Some(mut entry) = read_entry(&dir) else {
+            return Ok(());
+        };
+        if trust.vouches(id, &entry) && trust.sign(id, &mut entry) {
+            write_entry(&dir, &entry)?;
+        }
+        Ok(())
     }
 
     pub(crate) fn entry_dir(&self, id: &str) -> PathBuf {
@@ -126,8 +199,14 @@ impl WheelCache {
         super::staging::create(&self.root, id)
     }
 
-    /// The cached wheel for `key`, verified against its recorded sha256.
-    pub(crate) fn lookup(&self, key: &WheelKey) -> Result<Option<(Entry, PathBuf)>> {
+    /// The cached wheel for `key`, verified against its recorded sha256, when this kiln trusts
+    /// it (stored by this state, or signed by a trusted key); one it does not trust is a miss,
+    /// said in `log` (the wheel is built, and its entry replaced).
+    pub(crate) fn lookup(
+        &self,
+        key: &WheelKey,
+        log: &mut dyn std::io::Write,
+    ) -> Result<Option<(Entry, PathBuf)>> {
         let dir = self.entry_dir(&key.id());
         if std::fs::symlink_metadata(&dir).is_err() {
             return Ok(None);
@@ -161,6 +240,10 @@ impl WheelCache {
                 Some("run `kiln cache gc` to drop corrupt entries, then run again".into()),
             ));
         }
+        if let Err(why) = self.trusted(&key.id(), &entry) {
+            let _ = writeln!(log, "{why}; building it instead");
+            return Ok(None);
+        }
         Ok(Some((entry, wheel)))
     }
 
@@ -170,6 +253,7 @@ impl WheelCache {
         &self,
         key: &WheelKey,
         index: &str,
+        log: &mut dyn std::io::Write,
     ) -> Result<Option<(Entry, PathBuf)>> {
         let found = self.list().into_iter().map(|(_, e)| e).find(|e| {
             e.index.as_deref() == Some(index)
@@ -179,7 +263,7 @@ impl WheelCache {
                 } == *key
         });
         match found {
-            Some(e) => self.lookup(&e.key),
+            Some(e) => self.lookup(&e.key, log),
             None => Ok(None),
         }
     }
@@ -202,13 +286,24 @@ impl WheelCache {
             .map(|e| e.key.source_sha256)
     }
 
-    /// Note on an entry (made before indexes were recorded) which index its source came from.
+    /// Note on an entry (made before indexes were recorded) which index its source came from:
+    /// only on one this kiln trusts, signed again (the index is signed) and recorded as its own.
     pub(crate) fn record_index(&self, key: &WheelKey, index: &str) -> Result<()> {
-        let dir = self.entry_dir(&key.id());
+        let id = key.id();
+        let dir = self.entry_dir(&id);
         match read_entry(&dir) {
-            Some(mut e) if e.index.is_none() => {
+            Some(mut e)
+                if e.index.is_none() && self.trust.as_ref().is_none_or(|t| t.vouches(&id, &e)) =>
+            {
                 e.index = Some(stored_index(index));
-                write_entry(&dir, &e)
+                if let Some(trust) = &self.trust {
+                    trust.sign(&id, &mut e);
+                }
+                write_entry(&dir, &e)?;
+                match &self.trust {
+                    Some(trust) => trust.record_own(&id, &e),
+                    None => Ok(()),
+                }
             }
             _ => Ok(()),
         }
@@ -243,18 +338,34 @@ impl WheelCache {
                     .map_or(0, |d| d.as_secs()),
             ),
             index: index.map(stored_index),
+            signatures: Vec::new(),
             extra: BTreeMap::new(),
         };
-        self.insert_entry(&entry, wheel)
+        let mut entry = entry;
+        if let Some(trust) = &self.trust {
+            trust.sign(&key.id(), &mut entry);
+        }
+        let stored = self.insert_entry(&entry, wheel)?;
+        if let Some(trust) = &self.trust {
+            trust.record_own(&key.id(), &entry)?;
+        }
+        Ok(stored)
     }
 
-    /// Store a wheel whose entry is already known (import, remote pull); the sha256 must match.
+    /// Store a wheel whose entry is already known (an import, or this kiln's own build through
+    /// [`Self::insert`]); the sha256 must match. An entry of the key that this kiln trusts is
+    /// kept; one it does not trust (a lookup refused it) is replaced by this one, in one rename
+    /// after the old one is moved aside.
     pub(crate) fn insert_entry(&self, entry: &Entry, wheel: &Path) -> Result<PathBuf> {
         let id = entry.key.id();
         let dir = self.entry_dir(&id);
-        if read_entry(&dir).is_some() {
-            return Ok(dir.join(&entry.wheel));
-        }
+        let replace = match read_entry(&dir) {
+            Some(there) if self.trusted(&id, &there).is_ok() => {
+                return Ok(dir.join(&there.wheel));
+            }
+            Some(_) => true,
+            None => false,
+        };
         check_wheel_name(&entry.wheel, &wheel.display().to_string())?;
         let staging = self.staging_dir(&id)?;
         let result = (|| {
@@ -278,8 +389,22 @@ impl WheelCache {
                 });
             }
             write_entry(&staging, entry)?;
-            std::fs::rename(&staging, &dir)
-                .map_err(|e| Error::io(format!("cannot store {}", dir.display()), e))
+            // The refused entry goes aside under a staging name (swept by the next insert
+            // or gc once no process holds it), then this one is renamed in.
+            let aside = if replace {
+                let aside = self.staging_dir(&format!("{id}-replaced"))?;
+                crate::fs::rename(&dir, &aside)
+                    .map_err(|e| Error::io(format!("cannot replace {}", dir.display()), e))?;
+                Some(aside)
+            } else {
+                None
+            };
+            let renamed = std::fs::rename(&staging, &dir)
+                .map_err(|e| Error::io(format!("cannot store {}", dir.display()), e));
+            if let Some(aside) = aside {
+                let _ = std::fs::remove_dir_all(&aside);
+            }
+            renamed
         })();
         if result.is_err() {
             let _ = std::fs::remove_dir_all(&staging);
@@ -507,6 +632,7 @@ mod tests {
             size: 20,
             created_unix: None,
             index: None,
+            signatures: Vec::new(),
             extra: BTreeMap::new(),
         };
         std::fs::write(
@@ -514,7 +640,7 @@ mod tests {
             serde_json::to_vec(&entry).unwrap(),
         )
         .unwrap();
-        let found = cache.lookup(&key);
+        let found = cache.lookup(&key, &mut std::io::sink());
         assert!(
             !matches!(found, Ok(Some(_))),
             "a wheel outside its entry was used: {found:?}"
@@ -528,5 +654,32 @@ mod tests {
         assert!(check_wheel_name("demo-1.0-py3-none-any.whl", "test").is_ok());
         let hostile = check_wheel_name("demo\u{1b}]0;pwned\u{7}-1.0-py3-none-any.whl", "test");
         assert!(hostile.is_err());
+    }
+
+    /// Another state's unsigned wheel on a shared `KILN_CACHE_DIR` is a miss, said in the log;
+    /// this state's own build then replaces it and is found.
+    #[test]
+    fn an_untrusted_wheel_is_a_miss_and_this_states_build_replaces_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("wheels");
+        let key = demo_key();
+        let theirs = dir.path().join("theirs.whl");
+        std::fs::write(&theirs, b"their build").unwrap();
+        WheelCache::new(&root).insert(&key, &theirs, None).unwrap();
+        let cache = WheelCache::with_trust(
+            &root,
+            super::super::trust::Trust::strict(&dir.path().join("state")),
+        );
+        let mut log = Vec::new();
+        assert!(cache.lookup(&key, &mut log).unwrap().is_none());
+        let log = String::from_utf8(log).unwrap();
+        assert!(log.contains("is refused: it is not signed"), "{log}");
+        let ours = dir.path().join("build").join("demo-1.0-py3-none-any.whl");
+        std::fs::create_dir_all(ours.parent().unwrap()).unwrap();
+        std::fs::write(&ours, b"our build").unwrap();
+        let stored = cache.insert(&key, &ours, None).unwrap();
+        assert_eq!(std::fs::read(&stored).unwrap(), b"our build");
+        let (_, found) = cache.lookup(&key, &mut std::io::sink()).unwrap().unwrap();
+        assert_eq!(std::fs::read(found).unwrap(), b"our build");
     }
 }

@@ -74,3 +74,4 @@ mod tune;
 mod up_e2e;
 mod up_outcome;
 mod wheel_cache_safety;
+mod wheel_cache_trust;

@@ -80,7 +80,7 @@ impl WheelBuild<'_> {
         let mut key = self.key(b);
         // A pinned build whose wheel is cached needs no download: the index is not contacted.
         if let Some(index) = &b.index {
-            if let Some((entry, wheel)) = self.cache.lookup_pinned(&key, index)? {
+            if let Some((entry, wheel)) = self.cache.lookup_pinned(&key, index, log)? {
                 let sha = &entry.key.source_sha256;
                 let _ = writeln!(
                     log,
@@ -109,7 +109,7 @@ impl WheelBuild<'_> {
         }
         key.source_sha256 = source_sha256;
         let id = key.id();
-        if let Some((_, wheel)) = self.cache.lookup(&key)? {
+        if let Some((_, wheel)) = self.cache.lookup(&key, log)? {
             if let Some(index) = &b.index {
                 self.cache.record_index(&key, index)?;
             }
