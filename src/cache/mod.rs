@@ -21,6 +21,15 @@ pub use wheels::{Entry, StoredWheel, WheelCache, WheelKey};
 pub(crate) const ANNOTATION_TITLE: &str = "org.opencontainers.image.title";
 pub(crate) const ANNOTATION_ID: &str = "dev.kiln.cache.id";
 
+/// Whether `text` is an entry id (64 lowercase hex digits): the only names in `steps/` and
+/// `wheels/` that are entries.
+pub(crate) fn is_hex64(text: &str) -> bool {
+    text.len() == 64
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 /// `text` (a name an entry carries, from anywhere) safe to print on a terminal: control
 /// characters (escape sequences, newlines) written as `\u{..}` escapes.
 pub(crate) fn printable(text: &str) -> String {

@@ -540,12 +540,7 @@ pub(crate) fn write_entry<K: Serialize>(dir: &Path, entry: &Entry<K>) -> Result<
     )
 }
 
-pub(crate) fn is_hex64(text: &str) -> bool {
-    text.len() == 64
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
+pub(crate) use super::is_hex64;
 
 /// A wheel file name is a plain `*.whl` name: never a path, no control characters (it is
 /// printed).

@@ -77,3 +77,23 @@ fn a_pull_never_deletes_a_local_wheel_entry_or_a_file_in_it() {
         "{text}"
     );
 }
+
+#[test]
+fn gc_never_removes_what_is_not_a_cache_entry() {
+    let s = Setup::new();
+    s.up("A");
+    for dir in ["wheels/my-notes", "steps/my-notes"] {
+        let path = s.cache().join(dir);
+        std::fs::create_dir_all(&path).unwrap();
+        std::fs::write(path.join("todo.txt"), "mine").unwrap();
+    }
+    let (ok, text) = bounded(&s, &["cache", "gc"]);
+    assert!(ok, "{text}");
+    for dir in ["wheels/my-notes", "steps/my-notes"] {
+        assert!(
+            s.cache().join(dir).join("todo.txt").is_file(),
+            "gc removed {dir}:\n{text}"
+        );
+    }
+    assert_eq!(s.entries().len(), 1, "the real entry stays: {text}");
+}
