@@ -247,7 +247,7 @@ impl StatePaths {
 /// Why a directory is not private to kiln's user, if it is not: owned by another user, or
 /// writable by its group or by everyone (ssh's rule for `~/.ssh`). The superuser's directories
 /// are trusted as owners, as ssh trusts them.
-fn not_private(meta: &std::fs::Metadata) -> Option<String> {
+pub(crate) fn not_private(meta: &std::fs::Metadata) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };

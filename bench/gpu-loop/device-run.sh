@@ -167,7 +167,11 @@ if [[ $modes == *" flashinfer "* ]]; then
 fi
 
 if [[ $modes == *" cache "* ]]; then
-  say "step cache: state A up from empty, export; fresh state B import, up"
+  say "step cache: state A up from empty, export; fresh state B import, up (signatures on, issue 46)"
+  # A signs with a fleet key; B holds no key and trusts only its public half.
+  rm -f /root/kiln-fleet.key
+  public=$("$kiln" cache key generate fleet --out /root/kiln-fleet.key | sed -n 's/^public key: //p')
+  export KILN_CACHE_SIGNING_KEY=/root/kiln-fleet.key
   timed "cache: state A up (cold, 383 s before)" "$kiln" up llama-cuda "${src[@]}" >"$res/cache-a.out" 2>"$res/cache-a.err"
   tail -4 "$res/cache-a.err" | tee -a "$summary"
   stop_server
@@ -178,8 +182,9 @@ if [[ $modes == *" cache "* ]]; then
   sb=/root/kiln-state-b
   rm -rf "$sb"
   mkdir -p "$sb"
-  timed "cache: import" env KILN_HOME=$sb "$kiln" cache import "$archive" 2>&1 | tee -a "$summary"
-  timed "cache: state B up (target <= 60 s, cold 383 s)" env KILN_HOME=$sb "$kiln" up llama-cuda "${src[@]}" \
+  unset KILN_CACHE_SIGNING_KEY
+  timed "cache: import" env KILN_HOME=$sb KILN_CACHE_TRUSTED_KEYS="$public" "$kiln" cache import "$archive" 2>&1 | tee -a "$summary"
+  timed "cache: state B up (target <= 60 s, cold 383 s)" env KILN_HOME=$sb KILN_CACHE_TRUSTED_KEYS="$public" "$kiln" up llama-cuda "${src[@]}" \
     >"$res/cache-b.out" 2>"$res/cache-b.err"
   grep -E "restored from cache|ran |not cached|refused|tok/s|error" "$res/cache-b.err" "$res/cache-b.out" | tee -a "$summary"
   env KILN_HOME=$sb "$kiln" serve llama-cuda --stop >/dev/null 2>&1 || true
@@ -195,6 +200,10 @@ if [[ $modes == *" fleet "* ]]; then
   say "fleet: glm5-nvfp4-sm120's flashinfer steps on host A, then host B from A's exported cache (venv $venv, CUDA $cuda, JIT, sm_90a)"
   # One cache path on both hosts (the default's role); B's starts empty, as a new machine's.
   export KILN_CACHE_DIR=/root/kiln-cache-fleet
+  # Both hosts are the fleet's builders: they sign with, and so trust, one key (issue 46).
+  rm -f /root/kiln-fleet-builders.key
+  "$kiln" cache key generate fleet --out /root/kiln-fleet-builders.key >/dev/null
+  export KILN_CACHE_SIGNING_KEY=/root/kiln-fleet-builders.key
   fi_up() { # host
     env KILN_HOME=/root/fleet-$1 PIP_NO_DEPS=1 timeout 280 \
       "$kiln" up glm5-nvfp4-sm120 --set stack=system --set "venv=$venv" --set "cuda_link=$cuda" \

@@ -34,6 +34,11 @@ pub(crate) struct Counts {
 /// replaced atomically, or a stream such as `/dev/stdout`; see src/output.rs).
 pub(crate) fn export(cache: &WheelCache, steps: &StepCache, out: &Path) -> Result<Counts> {
     let target = crate::output::check(out, "the cache archive", true)?;
+    super::perms::check_tree(&cache.root)?;
+    super::perms::check_tree(&steps.root)?;
+    for (id, _) in cache.list() {
+        cache.sign_trusted(&id)?;
+    }
     let entries = cache.list();
     let mut all: Vec<(String, std::path::PathBuf)> = Vec::new();
     for (id, entry) in &entries {
@@ -184,15 +189,11 @@ pub(crate) fn import(cache: &WheelCache, steps: &StepCache, archive: &Path) -> R
                 return Err(bad(format!("`{name}` is not in the manifest")));
             };
             let target = staging.join(&path);
-            crate::fs::create_dir(target.parent().expect("archive paths have a parent"))?;
+            super::perms::create_dir(target.parent().expect("archive paths have a parent"))?;
             if std::fs::symlink_metadata(&target).is_ok() {
                 return Err(bad(format!("`{name}` appears twice")));
             }
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&target)
-                .map_err(|e| bad(e.to_string()))?;
+            let mut file = super::perms::create_file(&target).map_err(|e| bad(e.to_string()))?;
             std::io::copy(&mut entry, &mut file).map_err(|e| bad(e.to_string()))?;
             drop(file);
             let (sha, _) = sha256_reader(File::open(&target).map_err(|e| bad(e.to_string()))?)
@@ -213,7 +214,9 @@ pub(crate) fn import(cache: &WheelCache, steps: &StepCache, archive: &Path) -> R
                 "`{missing}` is listed in the manifest but missing"
             )));
         }
-        let mut count = 0;
+        // Every wheel and step entry is checked (its key, whom it is signed by) before the
+        // first moves in.
+        let mut wheels = Vec::new();
         for dir in std::fs::read_dir(staging.join("wheels"))
             .into_iter()
             .flatten()
@@ -223,15 +226,21 @@ pub(crate) fn import(cache: &WheelCache, steps: &StepCache, archive: &Path) -> R
                 &std::fs::read(dir.path().join("entry.json")).map_err(|e| bad(e.to_string()))?,
             )
             .map_err(|e| bad(format!("bad entry.json: {e}")))?;
-            if entry.key.id() != dir.file_name().to_string_lossy() {
+            let id = entry.key.id();
+            if id != dir.file_name().to_string_lossy() {
                 return Err(bad(format!(
                     "entry {} does not match its key",
                     dir.file_name().to_string_lossy()
                 )));
             }
-            cache.insert_entry(&entry, &dir.path().join(&entry.wheel))?;
-            count += 1;
+            cache.trusted(&id, &entry).map_err(&bad)?;
+            wheels.push((entry, dir.path()));
         }
+        check_steps(steps, &staging.join("steps")).map_err(&bad)?;
+        for (entry, dir) in &wheels {
+            cache.insert_entry(entry, &dir.join(&entry.wheel))?;
+        }
+        let count = wheels.len();
         let step_count = import_steps(steps, &staging.join("steps")).map_err(&bad)?;
         Ok(Counts {
             wheels: count,
@@ -242,17 +251,27 @@ pub(crate) fn import(cache: &WheelCache, steps: &StepCache, archive: &Path) -> R
     result
 }
 
-/// Move the step entries staged under `staged` in, every one checked before the first moves.
-fn import_steps(steps: &StepCache, staged: &Path) -> std::result::Result<usize, String> {
-    let dirs: Vec<std::path::PathBuf> = std::fs::read_dir(staged)
+fn staged_dirs(staged: &Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(staged)
         .into_iter()
         .flatten()
         .flatten()
         .map(|d| d.path())
-        .collect();
-    for dir in &dirs {
-        steps.check_staged(dir)?;
+        .collect()
+}
+
+/// Check every step entry staged under `staged` ([`StepCache::check_staged`]).
+fn check_steps(steps: &StepCache, staged: &Path) -> std::result::Result<(), String> {
+    for dir in staged_dirs(staged) {
+        steps.check_staged(&dir)?;
     }
+    Ok(())
+}
+
+/// Move the step entries staged under `staged` in, every one checked before the first moves.
+fn import_steps(steps: &StepCache, staged: &Path) -> std::result::Result<usize, String> {
+    let dirs = staged_dirs(staged);
+    check_steps(steps, staged)?;
     let mut count = 0;
     for dir in &dirs {
         if steps.insert_staged(dir)? {

@@ -1,7 +1,7 @@
 //! What one step-cache entry is: the [`StepKey`] it answers, the [`Item`]s of its manifest and
 //! its `entry.json` ([`StepEntry`]). Plain data, shared by the store ([`super::steps`]), the
 //! restore ([`super::layout`]), the packer ([`super::pack`]) and the signatures
-//! ([`super::trust`]); it imports none of them.
+//! ([`super::trust`]); it imports none of them but the signatures' [`super::trust::Signed`].
 
 use std::collections::BTreeMap;
 
@@ -88,6 +88,32 @@ pub(crate) struct StepEntry {
     /// `NAME:BASE64` ed25519 signatures of the entry ([`super::trust`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) signatures: Vec<String>,
+}
+
+impl super::trust::Signed for StepEntry {
+    fn own_name(id: &str) -> String {
+        id.to_string()
+    }
+
+    /// The key id, the manifest and outputs, the archive's digest.
+    fn message(&self, id: &str) -> Vec<u8> {
+        let described = serde_json::to_vec(&(&self.manifest, &self.outputs)).expect("serializes");
+        format!(
+            "kiln-step-entry-v1\nkey {id}\nmanifest {}\narchive {} {}\n",
+            super::trust::sha256_hex(&described),
+            self.archive_sha256,
+            self.size
+        )
+        .into_bytes()
+    }
+
+    fn signatures(&self) -> &[String] {
+        &self.signatures
+    }
+
+    fn signatures_mut(&mut self) -> &mut Vec<String> {
+        &mut self.signatures
+    }
 }
 
 /// Why a step's outputs were not stored (a warning, never a failed step).

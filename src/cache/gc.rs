@@ -5,7 +5,7 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
-/// Remove from `root` what `check` refuses (it says why) or what is older than
+/// Remove from `root` the entries (directories named by an id) that `check` refuses (it says why) or what is older than
 /// `max_age_secs` (`check` gives an entry's creation time), and staging directories no live
 /// process holds ([`super::staging::sweep`]; one a store holds is left alone).
 pub(crate) fn gc(
@@ -25,6 +25,9 @@ pub(crate) fn gc(
         let path = e.path();
         if name.starts_with('.') {
             continue; // staging: swept above, or held by a live store
+        }
+        if !super::is_hex64(&name) {
+            continue; // not an entry: nothing kiln laid out, never removed
         }
         let reason = match check(&path, &name) {
             Err(why) => Some(why),

@@ -6,6 +6,7 @@ pub(crate) mod entry;
 pub(crate) mod gc;
 pub(crate) mod layout;
 pub(crate) mod pack;
+pub(crate) mod perms;
 pub(crate) mod remote;
 pub(crate) mod remote_steps;
 pub(crate) mod staging;
@@ -19,6 +20,15 @@ pub use wheels::{Entry, StoredWheel, WheelCache, WheelKey};
 /// The OCI annotations both kinds of remote entry carry: a file name, the entry's cache id.
 pub(crate) const ANNOTATION_TITLE: &str = "org.opencontainers.image.title";
 pub(crate) const ANNOTATION_ID: &str = "dev.kiln.cache.id";
+
+/// Whether `text` is an entry id (64 lowercase hex digits): the only names in `steps/` and
+/// `wheels/` that are entries.
+pub(crate) fn is_hex64(text: &str) -> bool {
+    text.len() == 64
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
 
 /// `text` (a name an entry carries, from anywhere) safe to print on a terminal: control
 /// characters (escape sequences, newlines) written as `\u{..}` escapes.
@@ -36,9 +46,13 @@ pub(crate) fn printable(text: &str) -> String {
 
 /// Open `path` for reading only when it is a regular file: never through a symlink
 /// (`O_NOFOLLOW`), never blocking on a FIFO (`O_NONBLOCK`, then refused), never a device such as
-/// `/dev/zero`. The file and its size.
+/// `/dev/zero`; and only when neither it nor its directory could be changed by another user
+/// ([`perms`]). The file and its size.
 pub(crate) fn open_regular(path: &std::path::Path) -> std::io::Result<(std::fs::File, u64)> {
     use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        perms::check_dir(dir).map_err(std::io::Error::other)?;
+    }
     let f = std::fs::File::options()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
@@ -49,6 +63,9 @@ pub(crate) fn open_regular(path: &std::path::Path) -> std::io::Result<(std::fs::
             "{} is not a regular file",
             path.display()
         )));
+    }
+    if let Some(why) = perms::unsafe_because(path, &meta) {
+        return Err(std::io::Error::other(why));
     }
     Ok((f, meta.len()))
 }

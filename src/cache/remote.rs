@@ -8,7 +8,7 @@
 //! size before anything is cached.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
+use std::fs;
 use std::io::{BufReader, Read, Write};
 use std::path::Path;
 
@@ -57,6 +57,10 @@ pub struct PullSummary {
 impl WheelCache {
     /// Upload every entry of this cache to `reference` ([`push_entries`]).
     pub fn push(&self, reference: &Reference, note: &dyn Fn(&str)) -> Result<PushSummary> {
+        super::perms::check_tree(&self.root)?;
+        for (id, _) in self.list() {
+            self.sign_trusted(&id)?;
+        }
         push_entries(&self.stored()?, None, reference, note).map(|p| p.wheels)
     }
 
@@ -94,7 +98,7 @@ impl WheelCache {
                 );
             }
         }
-        self.lookup(key)
+        self.lookup(key, log)
     }
 }
 
@@ -112,6 +116,11 @@ pub(crate) fn push_all(
     reference: &Reference,
     note: &dyn Fn(&str),
 ) -> Result<Pushed> {
+    super::perms::check_tree(&wheels.root)?;
+    super::perms::check_tree(&steps.root)?;
+    for (id, _) in wheels.list() {
+        wheels.sign_trusted(&id)?;
+    }
     push_entries(&wheels.stored()?, Some(steps), reference, note)
 }
 
@@ -229,7 +238,7 @@ fn push_entries(
     pushed.steps.total = step_layers.len();
     let mut summary = PushSummary::default();
     for e in entries {
-        let (sha256, size) = hash_file(&e.path)?;
+        let (sha256, size) = hash_file(&e.path, e.entry.size)?;
         if sha256 != e.entry.sha256 || size != e.entry.size {
             return Err(Error::other(
                 format!(
@@ -246,7 +255,7 @@ fn push_entries(
         if registry.has_blob(&digest)? {
             summary.already_there += 1;
         } else {
-            let file = File::open(&e.path)
+            let (file, _) = super::open_regular(&e.path)
                 .map_err(|err| Error::io(format!("cannot open {}", e.path.display()), err))?;
             let body = BufReader::with_capacity(1 << 20, file);
             let body = crate::report::Counted::new(&e.entry.wheel, Some(size), body);
@@ -331,7 +340,7 @@ fn pull_into(
         return Err(no_cache(reference));
     };
     let mut summary = PullSummary::default();
-    crate::fs::create_dir(wheels_dir)?;
+    super::perms::create_dir(wheels_dir)?;
     let remotes = layers
         .iter()
         .filter(|l| !is_step_layer(l))
@@ -339,11 +348,18 @@ fn pull_into(
         .collect::<Result<Vec<_>>>()?;
     for remote in &remotes {
         let final_dir = cache.entry_dir(&remote.id);
-        let local = cache.stored()?.into_iter().find(|e| e.id == remote.id);
-        if local.is_some_and(|e| e.entry.sha256 == remote.sha256 && e.path.is_file()) {
+        // An entry of this key is here (this build's, or a different build of the same key:
+        // wheels are not byte-reproducible): kept as it is, never deleted or replaced.
+        if std::fs::symlink_metadata(&final_dir).is_ok() {
             summary.already_cached += 1;
             continue;
         }
+        cache.trusted(&remote.id, &remote.entry).map_err(|why| {
+            Error::other(
+                format!("the wheel cache at {reference}: {why}"),
+                Some("nothing of it was added to the cache".to_string()),
+            )
+        })?;
         check_room(remote, wheels_dir, reference)?;
         let temp = cache.staging_dir(&remote.id)?;
         let result = fetch_into(&registry, remote, &temp, reference);
@@ -351,13 +367,22 @@ fn pull_into(
             let _ = fs::remove_dir_all(&temp);
             return Err(e);
         }
-        let _ = fs::remove_dir_all(&final_dir);
-        fs::rename(&temp, &final_dir).map_err(|e| {
-            Error::io(
-                format!("cannot move {} into the cache", remote.entry.wheel),
-                e,
-            )
-        })?;
+        // A rename onto a directory another kiln put there meanwhile fails: that one stays.
+        match fs::rename(&temp, &final_dir) {
+            Ok(()) => {}
+            Err(_) if std::fs::symlink_metadata(&final_dir).is_ok() => {
+                let _ = fs::remove_dir_all(&temp);
+                summary.already_cached += 1;
+                continue;
+            }
+            Err(e) => {
+                let _ = fs::remove_dir_all(&temp);
+                return Err(Error::io(
+                    format!("cannot move {} into the cache", remote.entry.wheel),
+                    e,
+                ));
+            }
+        }
         summary.fetched += 1;
         summary.bytes += remote.entry.size;
         note(&format!(
@@ -376,7 +401,7 @@ fn fetch_into(
     reference: &Reference,
 ) -> Result<()> {
     let wheel_path = temp.join(&remote.entry.wheel);
-    let file = File::create(&wheel_path)
+    let file = super::perms::create_file(&wheel_path)
         .map_err(|e| Error::io(format!("cannot create {}", wheel_path.display()), e))?;
     let mut writer = HashingWriter::new(std::io::BufWriter::with_capacity(1 << 20, file));
     let digest = format!("sha256:{}", remote.sha256);
@@ -574,10 +599,9 @@ fn check_room(remote: &RemoteWheel, wheels_dir: &Path, reference: &Reference) ->
     Ok(())
 }
 
-fn hash_file(path: &Path) -> Result<(String, u64)> {
-    let file =
-        File::open(path).map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
-    crate::hash::sha256_reader(BufReader::with_capacity(1 << 20, file))
+/// The sha256 and size of cached wheel `path`, read as [`super::wheels::read_wheel`] does.
+fn hash_file(path: &Path, size: u64) -> Result<(String, u64)> {
+    super::wheels::read_wheel(path, size)
         .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))
 }
 
@@ -639,6 +663,7 @@ mod tests {
             size: 11,
             created_unix: Some(1_700_000_000),
             index: Some("default".into()),
+            signatures: vec!["fleet:c2ln".into()],
             extra: [("future".to_string(), json!(["kept"]))].into(),
         };
         let all = serde_json::to_value(&entry).unwrap();
@@ -651,7 +676,7 @@ mod tests {
         let rest: serde_json::Map<String, Value> = rest_of(&entry).into_iter().collect();
         assert_eq!(
             rest.keys().collect::<Vec<_>>(),
-            ["created_unix", "future", "index"]
+            ["created_unix", "future", "index", "signatures"]
         );
         let back = entry_of(
             rest,

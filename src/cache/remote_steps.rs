@@ -8,7 +8,6 @@
 //! ([`StepCache::insert_staged`]) runs before the entry is renamed into place.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::Path;
 
@@ -164,7 +163,7 @@ pub(crate) fn upload(
         let (sha256, size) = hash_file(&path)?;
         let digest = format!("sha256:{sha256}");
         if !registry.has_blob(&digest)? {
-            let file = File::open(&path)
+            let (file, _) = super::open_regular(&path)
                 .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
             let what = format!("step {} {name}", short(id));
             let body = crate::report::Counted::new(
@@ -231,7 +230,7 @@ pub(crate) fn fetch(
             crate::units::format_size(MAX_ENTRY_BYTES)
         )));
     }
-    crate::fs::create_dir(&cache.root)?;
+    super::perms::create_dir(&cache.root)?;
     if let Some(free) = crate::host::system::free_disk_bytes(&cache.root) {
         if step.outputs_size + step.entry_size > free {
             return Err(Error::other(
@@ -250,7 +249,7 @@ pub(crate) fn fetch(
     let staging = cache.staging_dir(&step.id)?;
     let named = staging.join(&step.id);
     let result = (|| {
-        crate::fs::create_dir(&named)?;
+        super::perms::create_dir(&named)?;
         let [(entry_name, _), (outputs_name, _)] = cache.entry_files(&step.id);
         let what = |name: &str| format!("step {} {name}", short(&step.id));
         download(
@@ -294,7 +293,7 @@ pub(crate) fn fetch(
 /// Stream blob `sha256` into `path`, hashing it; refused unless it is exactly `size` bytes
 /// with that sha256.
 fn download(registry: &Registry, sha256: &str, size: u64, path: &Path, what: &str) -> Result<()> {
-    let file = File::create(path)
+    let file = super::perms::create_file(path)
         .map_err(|e| Error::io(format!("cannot create {}", path.display()), e))?;
     let mut writer = HashingWriter::new(std::io::BufWriter::with_capacity(1 << 20, file));
     let digest = format!("sha256:{sha256}");
@@ -316,9 +315,10 @@ fn download(registry: &Registry, sha256: &str, size: u64, path: &Path, what: &st
     Ok(())
 }
 
+/// The sha256 and size of entry file `path`: a regular file ([`super::open_regular`]).
 fn hash_file(path: &Path) -> Result<(String, u64)> {
-    let file =
-        File::open(path).map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
+    let (file, _) = super::open_regular(path)
+        .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
     crate::hash::sha256_reader(BufReader::with_capacity(1 << 20, file))
         .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))
 }

@@ -75,12 +75,18 @@ pub(crate) fn is_held(dir: &Path) -> bool {
 /// A new staging directory `<root>/.staging-<what>-<random>`, locked; what killed writers left
 /// in `root` is swept first.
 pub(crate) fn create(root: &Path, what: &str) -> Result<Staging> {
-    crate::fs::create_dir(root)?;
+    super::perms::create_dir(root)?;
     sweep(root);
     let ctx = |p: &Path, e| Error::io(format!("cannot create {}", p.display()), e);
     let random = random_hex()?;
     let claim = root.join(format!("{CLAIM}{random}"));
-    std::fs::create_dir(&claim).map_err(|e| ctx(&claim, e))?;
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(super::perms::DIR_MODE)
+            .create(&claim)
+            .map_err(|e| ctx(&claim, e))?;
+    }
     let lock = match try_lock(&claim) {
         Ok(Some(f)) => f,
         Ok(None) => {

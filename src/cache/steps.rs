@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use super::entry::FORMAT;
 pub(crate) use super::entry::{NotStored, StepEntry, StepKey};
 use crate::error::{Error, Result};
-use crate::fs::{create_dir, write_atomic};
+use crate::fs::create_dir;
 use crate::hash::sha256_reader;
 
 /// The largest archive one step may store (bytes): a bigger output is not cached.
@@ -74,7 +74,7 @@ impl StepCache {
         let Some(mut entry) = read_entry(&dir) else {
             return Ok(());
         };
-        if trust.check(id, &entry).is_ok() && trust.sign(id, &mut entry) {
+        if trust.vouches(id, &entry) && trust.sign(id, &mut entry) {
             write_entry(&dir, &entry)?;
         }
         Ok(())
@@ -90,9 +90,10 @@ impl StepCache {
         super::staging::create(&self.root, id)
     }
 
-    /// Whether a complete entry for `id` is here (its files are verified on restore).
+    /// Whether an entry for `id` is here: a directory of its name, readable or not (its files
+    /// and permissions are checked on restore, which says why it refuses one).
     pub(crate) fn has(&self, id: &str) -> bool {
-        read_entry(&self.entry_dir(id)).is_some()
+        std::fs::symlink_metadata(self.entry_dir(id)).is_ok()
     }
 
     /// Archive `outputs` under `key`. An entry already there is kept. Outputs that cannot be
@@ -114,7 +115,7 @@ impl StepCache {
         let staging = self.staging_dir(&id)?;
         let result = (|| {
             let tar_path = staging.join(ARCHIVE);
-            let file = File::create(&tar_path)
+            let file = super::perms::create_file(&tar_path)
                 .map_err(|e| Error::io(format!("cannot create {}", tar_path.display()), e))?;
             let mut tar = tar::Builder::new(file);
             let mut manifest = BTreeMap::new();
@@ -187,8 +188,7 @@ impl StepCache {
                 )),
             )
         };
-        let entry = read_entry(&dir)
-            .ok_or_else(|| corrupt("its entry.json is missing or unreadable".into()))?;
+        let entry = read_entry_checked(&dir).map_err(corrupt)?;
         if entry.key.id() != id {
             return Err(corrupt("its entry.json does not match its key".into()));
         }
@@ -316,7 +316,7 @@ impl StepCache {
         if self.has(&name) {
             return Ok(false);
         }
-        create_dir(&self.root).map_err(|e| e.with_causes())?;
+        super::perms::create_dir(&self.root).map_err(|e| e.with_causes())?;
         match std::fs::rename(staged, self.entry_dir(&name)) {
             Ok(()) => Ok(true),
             Err(_) if self.has(&name) => Ok(false),
@@ -327,6 +327,7 @@ impl StepCache {
     /// Remove staging leftovers, unreadable or corrupt entries, and entries older than
     /// `max_age_secs` ([`super::gc::gc`]). Returns the removed directories with the reason.
     pub(crate) fn gc(&self, max_age_secs: Option<u64>) -> Result<Vec<(String, String)>> {
+        super::perms::check_tree(&self.root)?;
         super::gc::gc(&self.root, max_age_secs, |path, name| {
             let entry = read_entry(path).ok_or("no readable entry.json")?;
             if entry.key.id() != name {
@@ -364,17 +365,39 @@ fn now_unix() -> u64 {
 /// The largest entry.json read (its manifest lists every output file).
 pub(crate) const ENTRY_JSON_CAP: u64 = 64 << 20;
 
-/// The entry.json of `dir`: a regular file of at most [`ENTRY_JSON_CAP`] bytes that parses.
+/// The entry.json of `dir` ([`read_entry_checked`]), `None` when it is refused.
 pub(crate) fn read_entry(dir: &Path) -> Option<StepEntry> {
-    let bytes = super::read_regular(&dir.join("entry.json"), ENTRY_JSON_CAP).ok()?;
-    let entry: StepEntry = serde_json::from_slice(&bytes).ok()?;
-    (entry.key.format == FORMAT).then_some(entry)
+    read_entry_checked(dir).ok()
+}
+
+/// The entry.json of `dir`: a regular file of at most [`ENTRY_JSON_CAP`] bytes that parses, in
+/// a directory that, as the one above it, no other user can change ([`super::perms`]). Why not.
+pub(crate) fn read_entry_checked(dir: &Path) -> std::result::Result<StepEntry, String> {
+    if let Some(above) = dir.parent() {
+        super::perms::check_dir(above)?;
+    }
+    super::perms::check_dir(dir)?;
+    let path = dir.join("entry.json");
+    let bytes = super::read_regular(&path, ENTRY_JSON_CAP).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => "its entry.json is missing".to_string(),
+        _ => format!("its entry.json is refused: {e}"),
+    })?;
+    let entry: StepEntry =
+        serde_json::from_slice(&bytes).map_err(|e| format!("its entry.json does not read: {e}"))?;
+    if entry.key.format != FORMAT {
+        return Err(format!(
+            "its format is `{}`, not {FORMAT}",
+            super::printable(&entry.key.format)
+        ));
+    }
+    Ok(entry)
 }
 
 fn write_entry(dir: &Path, entry: &StepEntry) -> Result<()> {
-    write_atomic(
+    super::perms::write_file(
         &dir.join("entry.json"),
         &serde_json::to_vec_pretty(entry).expect("entries serialize"),
+        super::perms::FILE_MODE,
     )
 }
 

@@ -18,13 +18,16 @@
 //!
 //! The signed message covers the entry's key id, the sha256 of its manifest and outputs list
 //! (as JSON, keys sorted) and its archive's sha256 and size.
+//!
+//! Compiled wheels are trusted the same way, with the same keys and variables ([`Signed`] says
+//! what each kind's signature covers: a wheel's key id, file name, sha256, size and the index it
+//! was built from); a wheel's own-store record is `<state>/cache-own/wheel-<id>`.
 
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use ring::signature::{Ed25519KeyPair, KeyPair, UnparsedPublicKey, ED25519};
 
-use super::entry::StepEntry;
 use crate::error::{Error, Result};
 
 pub(crate) const ENV_SIGNING_KEY: &str = "KILN_CACHE_SIGNING_KEY";
@@ -111,62 +114,54 @@ impl Trust {
         })
     }
 
+    /// A trust that requires signatures and trusts no key: only what state `state` stored.
+    #[cfg(test)]
+    pub(crate) fn strict(state: &Path) -> Trust {
+        Trust {
+            signer: None,
+            trusted: Vec::new(),
+            require: true,
+            own: state.join("cache-own"),
+        }
+    }
+
     /// Add this kiln's signature to `entry` (when a signing key is set and it is not there).
     /// Whether the entry changed.
-    pub(crate) fn sign(&self, id: &str, entry: &mut StepEntry) -> bool {
+    pub(crate) fn sign(&self, id: &str, entry: &mut impl Signed) -> bool {
         let Some((name, pair)) = &self.signer else {
             return false;
         };
         let sig = format!(
             "{name}:{}",
-            B64.encode(pair.sign(&message(id, entry)).as_ref())
+            B64.encode(pair.sign(&entry.message(id)).as_ref())
         );
-        if entry.signatures.contains(&sig) {
+        let signatures = entry.signatures_mut();
+        if signatures.contains(&sig) {
             return false;
         }
-        entry
-            .signatures
-            .retain(|s| !s.starts_with(&format!("{name}:")));
-        entry.signatures.push(sig);
+        signatures.retain(|s| !s.starts_with(&format!("{name}:")));
+        signatures.push(sig);
         true
     }
 
     /// Record entry `id` as stored by this state directory.
-    pub(crate) fn record_own(&self, id: &str, entry: &StepEntry) -> Result<()> {
-        crate::fs::create_dir(&self.own)?;
-        crate::fs::write_atomic(
-            &self.own.join(id),
-            sha256_hex(&message(id, entry)).as_bytes(),
+    pub(crate) fn record_own<E: Signed>(&self, id: &str, entry: &E) -> Result<()> {
+        super::perms::create_dir_with(&self.own, 0o700)?;
+        super::perms::write_file(
+            &self.own.join(E::own_name(id)),
+            sha256_hex(&entry.message(id)).as_bytes(),
+            0o600,
         )
     }
 
     /// Whether entry `id` may be used here: stored by this state directory, signed by a trusted
-    /// key, or signatures are not required. The reason on refusal.
-    pub(crate) fn check(&self, id: &str, entry: &StepEntry) -> std::result::Result<(), String> {
-        let msg = message(id, entry);
-        let own = std::fs::read_to_string(self.own.join(id)).ok();
-        if own.is_some_and(|d| d.trim() == sha256_hex(&msg)) {
-            return Ok(());
-        }
-        for sig in &entry.signatures {
-            let Some((name, b64)) = sig.split_once(':') else {
-                continue;
-            };
-            let Ok(bytes) = B64.decode(b64) else { continue };
-            for k in self.trusted.iter().filter(|k| k.name == name) {
-                if UnparsedPublicKey::new(&ED25519, &k.key)
-                    .verify(&msg, &bytes)
-                    .is_ok()
-                {
-                    return Ok(());
-                }
-            }
-        }
-        if !self.require {
+    /// key ([`Self::vouches`]), or signatures are not required. The reason on refusal.
+    pub(crate) fn check<E: Signed>(&self, id: &str, entry: &E) -> std::result::Result<(), String> {
+        if self.vouches(id, entry) || !self.require {
             return Ok(());
         }
         let names: Vec<String> = entry
-            .signatures
+            .signatures()
             .iter()
             .filter_map(|s| s.split_once(':').map(|(n, _)| super::printable(n)))
             .collect();
@@ -179,6 +174,34 @@ impl Trust {
                 self.trusted_names()
             )
         })
+    }
+
+    /// Whether this kiln can vouch for entry `id`: this state directory stored it, or a key it
+    /// trusts signed it. What signing asks (an entry merely accepted because signatures are not
+    /// required, `KILN_CACHE_REQUIRE_SIGS=false`, is never signed: no laundering).
+    pub(crate) fn vouches<E: Signed>(&self, id: &str, entry: &E) -> bool {
+        let msg = entry.message(id);
+        // A record another user could have written is no record (read as a regular file of a
+        // digest's size, in a directory only this user can change).
+        let own = super::read_regular(&self.own.join(E::own_name(id)), 128).ok();
+        if own.is_some_and(|d| String::from_utf8_lossy(&d).trim() == sha256_hex(&msg)) {
+            return true;
+        }
+        for sig in entry.signatures() {
+            let Some((name, b64)) = sig.split_once(':') else {
+                continue;
+            };
+            let Ok(bytes) = B64.decode(b64) else { continue };
+            for k in self.trusted.iter().filter(|k| k.name == name) {
+                if UnparsedPublicKey::new(&ED25519, &k.key)
+                    .verify(&msg, &bytes)
+                    .is_ok()
+                {
+                    return true;
+                }
+            }
+        }
+        false
     }
 
     fn trusted_names(&self) -> String {
@@ -199,28 +222,25 @@ pub(crate) fn hint() -> String {
     )
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     crate::hash::hex(&sha2::Sha256::digest(bytes))
 }
 
-/// What a signature covers: the key id, the manifest and outputs, the archive's digest.
-fn message(id: &str, entry: &StepEntry) -> Vec<u8> {
-    let described = serde_json::to_vec(&(&entry.manifest, &entry.outputs)).expect("serializes");
-    format!(
-        "kiln-step-entry-v1\nkey {id}\nmanifest {}\narchive {} {}\n",
-        sha256_hex(&described),
-        entry.archive_sha256,
-        entry.size
-    )
-    .into_bytes()
+/// An entry kind that is signed: what its signature covers, where its signatures are, and the
+/// name of its own-store record. Implemented beside each kind's entry format (step entries in
+/// `entry.rs`, wheels in `wheels.rs`), so this module imports neither.
+pub(crate) trait Signed {
+    /// The file name, under `<state>/cache-own/`, that records entry `id` as this state's.
+    fn own_name(id: &str) -> String;
+    /// The bytes a signature of entry `id` signs.
+    fn message(&self, id: &str) -> Vec<u8>;
+    fn signatures(&self) -> &[String];
+    fn signatures_mut(&mut self) -> &mut Vec<String>;
 }
 
 fn read_secret(path: &Path) -> Result<(String, Ed25519KeyPair)> {
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|f| std::io::Read::read_to_string(&mut std::io::Read::take(f, 4096), &mut text))
-        .map_err(|e| Error::io(format!("cannot read the signing key {}", path.display()), e))?;
+    let text = read_key_file(path)?;
     let (name, seed) = parse_named(&text, ENV_SIGNING_KEY, Some(32))?;
     let pair = Ed25519KeyPair::from_seed_unchecked(&seed).map_err(|e| {
         Error::other(
@@ -229,6 +249,40 @@ fn read_secret(path: &Path) -> Result<(String, Ed25519KeyPair)> {
         )
     })?;
     Ok((name, pair))
+}
+
+/// The signing key file `path` (a link to it is followed: secrets are often mounted so): a
+/// regular file of at most 4 KiB (a FIFO is refused, never waited on), owned by this user or
+/// root and writable by no one else ([`super::perms`]).
+fn read_key_file(path: &Path) -> Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let ctx = |e| Error::io(format!("cannot read the signing key {}", path.display()), e);
+    let f = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(ctx)?;
+    let meta = f.metadata().map_err(ctx)?;
+    let refuse = |why: String| {
+        let (message, hint) = match why.split_once(" (hint: ") {
+            Some((m, h)) => (m.to_string(), h.trim_end_matches(')').to_string()),
+            None => (
+                why,
+                "make one with `kiln cache key generate NAME --out FILE`".into(),
+            ),
+        };
+        Error::usage(format!("refusing the signing key: {message}"), Some(hint))
+    };
+    if !meta.is_file() {
+        return Err(refuse(format!("{} is not a regular file", path.display())));
+    }
+    if let Some(why) = super::perms::unsafe_because(path, &meta) {
+        return Err(refuse(why));
+    }
+    let mut text = String::new();
+    f.take(4096).read_to_string(&mut text).map_err(ctx)?;
+    Ok(text)
 }
 
 /// A new key `name`: the secret written to `out` (created exclusively, mode 0600), its public

@@ -23,15 +23,18 @@ use crate::units::{format_size, parse_duration};
 
 pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
     crate::report::json_lines(args.json);
-    let cache = WheelCache::new(&settings.paths.wheels());
-    let steps = match &args.command {
-        CacheCommand::Ls | CacheCommand::Gc { .. } | CacheCommand::Key { .. } => {
-            StepCache::new(&settings.paths.steps())
-        }
-        _ => StepCache::with_trust(
-            &settings.paths.steps(),
-            crate::cache::trust::Trust::from_env(settings.paths.root())?,
+    let (cache, steps) = match &args.command {
+        CacheCommand::Ls | CacheCommand::Gc { .. } | CacheCommand::Key { .. } => (
+            WheelCache::new(&settings.paths.wheels()),
+            StepCache::new(&settings.paths.steps()),
         ),
+        _ => {
+            let trust = || crate::cache::trust::Trust::from_env(settings.paths.root());
+            (
+                WheelCache::with_trust(&settings.paths.wheels(), trust()?),
+                StepCache::with_trust(&settings.paths.steps(), trust()?),
+            )
+        }
     };
     let block = match &args.command {
         CacheCommand::Key {
@@ -52,7 +55,11 @@ pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
                 &serde_json::json!({"secret_key_file": out, "public_key": public}),
             )
         }
-        CacheCommand::Ls => list(&cache, &steps),
+        CacheCommand::Ls => {
+            crate::cache::perms::check_tree(&cache.root)?;
+            crate::cache::perms::check_tree(&steps.root)?;
+            list(&cache, &steps)
+        }
         CacheCommand::Gc { older_than } => gc(&cache, &steps, older_than.as_deref())?,
         CacheCommand::Export { file } => {
             // A stream on stdout carries the archive: nothing else may be said there.

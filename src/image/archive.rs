@@ -146,7 +146,7 @@ fn write_archive(
         for (path, allocated, size) in &summary.sparse {
             note(&format!(
                 "{} is sparse ({} allocated of {}): packed in full, its holes as zeros (an OCI layer is a plain tar, and Docker, containerd and registries do not all read sparse tar entries)",
-                path.display(),
+                layer::shown(path),
                 human_bytes(*allocated as f64),
                 human_bytes(*size as f64)
             ));
@@ -154,7 +154,7 @@ fn write_archive(
         for skipped in &summary.skipped {
             note(&format!(
                 "left out {} (not a file, directory or symlink)",
-                skipped.display()
+                layer::shown(skipped)
             ));
         }
         layers.push(LayerInfo {

@@ -154,6 +154,38 @@ pub(crate) fn relative_in_image(prefix: &Path) -> Result<PathBuf> {
     Ok(rel)
 }
 
+/// Open `at` (the entry `path` that the walk listed as `listed`) without following a link,
+/// without waiting on a FIFO, and only when it is still that file or directory (same device
+/// and inode, same kind): what was swapped for a link, a FIFO or another file since is refused.
+fn open_listed(at: &Path, path: &Path, listed: &fs::Metadata, flags: i32) -> Result<File> {
+    let file = File::options()
+        .read(true)
+        .custom_flags(flags | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(at)
+        .map_err(|e| swapped(path, &e.to_string()))?;
+    let now = file.metadata().map_err(|e| io_at("cannot read", path, e))?;
+    let same = (now.dev(), now.ino()) == (listed.dev(), listed.ino())
+        && now.file_type() == listed.file_type();
+    if !same {
+        return Err(swapped(path, "it is another file now"));
+    }
+    Ok(file)
+}
+
+fn swapped(path: &Path, why: &str) -> Error {
+    Error::other(
+        format!(
+            "{} changed while the layer was written ({why}): nothing was packed from it",
+            shown(path)
+        ),
+        Some(
+            "export again while nothing writes into the prefix (a link, FIFO or file put in \
+             place of what was listed is never followed or read)"
+                .to_string(),
+        ),
+    )
+}
+
 fn walk<W: Write>(
     builder: &mut Builder<W>,
     dir: &Dir,
@@ -172,16 +204,13 @@ fn walk<W: Write>(
             continue;
         }
         if kind.is_dir() {
+            let sub = Dir {
+                file: open_listed(&at, &path, &meta, libc::O_DIRECTORY)?,
+                path: path.clone(),
+            };
             append_dir(builder, &entry_rel, meta.mode(), mtime)?;
             summary.dirs += 1;
-            walk(
-                builder,
-                &Dir::open(&at, &path, false)?,
-                &entry_rel,
-                mtime,
-                exclude,
-                summary,
-            )?;
+            walk(builder, &sub, &entry_rel, mtime, exclude, summary)?;
         } else if kind.is_symlink() {
             let target = fs::read_link(&at).map_err(|e| io_at("cannot read the link", &path, e))?;
             let mut header = header(EntryType::Symlink, 0o777, mtime);
@@ -209,12 +238,7 @@ fn walk<W: Write>(
             if allocated + (1 << 20) < meta.len() {
                 summary.sparse.push((path.clone(), allocated, meta.len()));
             }
-            let file = File::options()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-                .open(&at)
-                .map_err(|e| io_at("cannot open", &path, e))?;
-            append_file(builder, file, &path, &entry_rel, meta.mode(), mtime)?;
+            append_file(builder, &at, &path, &entry_rel, &meta, mtime)?;
             summary.files += 1;
         } else if kind.is_fifo()
             || kind.is_socket()
@@ -245,19 +269,22 @@ fn append_dir<W: Write>(builder: &mut Builder<W>, rel: &Path, mode: u32, mtime: 
         .map_err(|e| io_at("cannot pack the directory", rel, e))
 }
 
+/// Pack the regular file listed as `listed` at `at` (shown as `path`), as `rel`: opened only
+/// while it is still that file ([`open_listed`]); its size from the open file.
 fn append_file<W: Write>(
     builder: &mut Builder<W>,
-    mut file: File,
+    at: &Path,
     path: &Path,
     rel: &Path,
-    mode: u32,
+    listed: &fs::Metadata,
     mtime: u64,
 ) -> Result<()> {
+    let mut file = open_listed(at, path, listed, 0)?;
     let size = file
         .metadata()
         .map_err(|e| io_at("cannot read", path, e))?
         .len();
-    let mut header = header(EntryType::Regular, mode, mtime);
+    let mut header = header(EntryType::Regular, listed.mode(), mtime);
     header.set_size(size);
     if header.set_path(rel).is_err() {
         // A name too long for the header: the tar crate writes its GNU long-name entry.
@@ -337,5 +364,96 @@ impl<R: Read> Read for Exact<R> {
 }
 
 fn io_at(what: &str, path: &Path, e: io::Error) -> Error {
-    Error::io(format!("{what} {}", path.display()), e)
+    Error::io(format!("{what} {}", shown(path)), e)
+}
+
+/// A path of the prefix as kiln prints it: whoever can write the prefix names its files, so
+/// control characters (escape sequences) are written as `\u{..}` escapes.
+pub(crate) fn shown(path: &Path) -> String {
+    crate::cache::printable(&path.to_string_lossy())
+}
+
+#[cfg(test)]
+mod swapped_tests {
+    use super::*;
+
+    /// The names of a layer's entries and the contents of its files.
+    fn members(layer: &[u8]) -> Vec<(String, Vec<u8>)> {
+        let mut tar = tar::Archive::new(layer);
+        tar.entries()
+            .unwrap()
+            .map(|e| {
+                let mut e = e.unwrap();
+                let name = e.path().unwrap().to_string_lossy().into_owned();
+                let mut data = Vec::new();
+                e.read_to_end(&mut data).unwrap();
+                (name, data)
+            })
+            .collect()
+    }
+
+    /// A file listed as a regular file, swapped for a link to a secret outside the prefix
+    /// before it is opened: the layer held the secret (the link was followed on open).
+    #[test]
+    fn a_file_swapped_for_a_link_after_it_was_listed_never_packs_what_the_link_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, b"root's secret").unwrap();
+        let prefix = dir.path().join("prefix");
+        std::fs::create_dir(&prefix).unwrap();
+        let file = prefix.join("f");
+        std::fs::write(&file, b"ok").unwrap();
+        let listed = fs::symlink_metadata(&file).unwrap();
+        std::fs::remove_file(&file).unwrap();
+        std::os::unix::fs::symlink(&secret, &file).unwrap();
+        let mut builder = Builder::new(Vec::new());
+        let packed = append_file(&mut builder, &file, &file, Path::new("f"), &listed, 0);
+        let layer = builder.into_inner().unwrap();
+        assert!(packed.is_err(), "packed through the link");
+        assert!(
+            members(&layer).iter().all(|(_, d)| d != b"root's secret"),
+            "the secret is in the layer"
+        );
+    }
+
+    /// A file swapped for a FIFO (a writer holding it open): packed as an empty regular file
+    /// before; with no writer, the open waited forever.
+    #[test]
+    fn a_file_swapped_for_a_fifo_after_it_was_listed_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("f");
+        std::fs::write(&fifo, b"ok").unwrap();
+        let listed = fs::symlink_metadata(&fifo).unwrap();
+        std::fs::remove_file(&fifo).unwrap();
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo on a valid C string path the test owns.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        // A writer (O_RDWR never blocks on Linux), so the pre-fix open returned.
+        let _writer = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open(&fifo)
+            .unwrap();
+        let mut builder = Builder::new(Vec::new());
+        let packed = append_file(&mut builder, &fifo, &fifo, Path::new("f"), &listed, 0);
+        assert!(packed.is_err(), "a FIFO packed as a file");
+    }
+
+    /// A directory listed as one, swapped for a link to a directory outside the prefix before
+    /// it is walked: its files went into the layer.
+    #[test]
+    fn a_directory_swapped_for_a_link_after_it_was_listed_never_packs_what_the_link_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("etc");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("shadow"), b"root's secret").unwrap();
+        let sub = dir.path().join("prefix").join("d");
+        std::fs::create_dir_all(&sub).unwrap();
+        let listed = fs::symlink_metadata(&sub).unwrap();
+        std::fs::remove_dir(&sub).unwrap();
+        std::os::unix::fs::symlink(&outside, &sub).unwrap();
+        // What the walk does with a directory it listed, before it walks into it.
+        let opened = open_listed(&sub, &sub, &listed, libc::O_DIRECTORY);
+        assert!(opened.is_err(), "opened through the link");
+    }
 }

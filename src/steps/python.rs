@@ -65,7 +65,10 @@ pub(crate) fn run(
             log,
         )?;
     }
-    let cache = WheelCache::new(&ctx.paths.wheels());
+    let cache = WheelCache::with_trust(
+        &ctx.paths.wheels(),
+        crate::cache::trust::Trust::from_env(ctx.paths.root())?,
+    );
     let builds = wheel::WheelBuild {
         p,
         vpy: &vpy,

@@ -157,6 +157,15 @@ fn the_fleet_playbook_compiles_once_and_the_second_host_pulls_the_wheel() {
             registry.port
         ),
     );
+    // The fleet's builders sign what they build with one key (issue 46): the second host uses
+    // the first's wheel only because it is signed by it.
+    let key = ws.path().join("fleet.key");
+    run_ok(
+        Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(["cache", "key", "generate", "fleet", "--out"])
+            .arg(&key)
+            .env("KILN_HOME", ws.path().join("keys")),
+    );
     let playbook = Path::new(env!("CARGO_MANIFEST_DIR")).join("ci/ansible/kiln-fleet.yml");
     let out = Command::new(&playbook_bin)
         .arg("-i")
@@ -169,6 +178,8 @@ fn the_fleet_playbook_compiles_once_and_the_second_host_pulls_the_wheel() {
             "kiln_recipe={}",
             ws.path().join("recipe.toml").display()
         ))
+        .arg("-e")
+        .arg(format!("kiln_signing_key={}", key.display()))
         .current_dir(ws.path())
         .env("ANSIBLE_HOME", ws.path().join("ansible-home"))
         .env("ANSIBLE_LOCAL_TEMP", ws.path().join("ansible-tmp"))

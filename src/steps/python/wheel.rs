@@ -7,6 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use crate::cache::staging::Staging;
 use crate::cache::wheels::{WheelCache, WheelKey, PARALLELISM_VARS};
 use crate::error::{Error, Result};
 use crate::hash::sha256_reader;
@@ -57,15 +58,8 @@ impl WheelBuild<'_> {
             ),
             None => pinned(req)?,
         };
-        let work = self
-            .cache
-            .root
-            .parent()
-            .unwrap_or(Path::new("."))
-            .join("build")
-            .join(format!("{package}-{version}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&work);
-        crate::fs::create_dir(&work)?;
+        let staging = work_dir(self.cache, &package, &version)?;
+        let work = staging.to_path_buf();
         let b = Build {
             req,
             index: local
@@ -86,7 +80,7 @@ impl WheelBuild<'_> {
         let mut key = self.key(b);
         // A pinned build whose wheel is cached needs no download: the index is not contacted.
         if let Some(index) = &b.index {
-            if let Some((entry, wheel)) = self.cache.lookup_pinned(&key, index)? {
+            if let Some((entry, wheel)) = self.cache.lookup_pinned(&key, index, log)? {
                 let sha = &entry.key.source_sha256;
                 let _ = writeln!(
                     log,
@@ -115,7 +109,7 @@ impl WheelBuild<'_> {
         }
         key.source_sha256 = source_sha256;
         let id = key.id();
-        if let Some((_, wheel)) = self.cache.lookup(&key)? {
+        if let Some((_, wheel)) = self.cache.lookup(&key, log)? {
             if let Some(index) = &b.index {
                 self.cache.record_index(&key, index)?;
             }
@@ -426,5 +420,41 @@ mod index_tests {
             index_identity(&[], &env),
             "PIP_INDEX_URL=http://127.0.0.1:1/simple"
         );
+    }
+}
+
+/// The scratch directory of one build (its sdist, its `pip wheel` output), under the cache's
+/// `build/`: a locked directory with a random name ([`crate::cache::staging`]), never one a
+/// build in another container (with the same pid) holds; what killed builds left is swept.
+fn work_dir(cache: &WheelCache, package: &str, version: &str) -> Result<Staging> {
+    let build = cache.root.parent().unwrap_or(Path::new(".")).join("build");
+    crate::cache::staging::create(&build, &format!("{package}-{version}"))
+}
+
+#[cfg(test)]
+mod work_dir_tests {
+    use super::*;
+
+    /// Two containers sharing `KILN_CACHE_DIR` have the same pids: a build's scratch directory
+    /// named by the pid was another container's live build, removed under it.
+    #[test]
+    fn a_build_never_removes_or_shares_the_scratch_directory_of_another_containers_build() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = WheelCache::new(&dir.path().join("wheels"));
+        let theirs = dir
+            .path()
+            .join("build")
+            .join(format!("demo-1.0-{}", std::process::id()));
+        std::fs::create_dir_all(&theirs).unwrap();
+        std::fs::write(theirs.join("demo-1.0.tar.gz"), b"their sdist").unwrap();
+        let ours = work_dir(&cache, "demo", "1.0").unwrap();
+        let ours: &Path = ours.as_ref();
+        assert_ne!(ours, theirs.as_path());
+        assert_eq!(
+            std::fs::read(theirs.join("demo-1.0.tar.gz")).unwrap(),
+            b"their sdist"
+        );
+        let again = work_dir(&cache, "demo", "1.0").unwrap();
+        assert_ne!(AsRef::<Path>::as_ref(&again), ours);
     }
 }
