@@ -31,17 +31,10 @@ pub(crate) fn is_hex64(text: &str) -> bool {
 }
 
 /// `text` (a name an entry carries, from anywhere) safe to print on a terminal: control
-/// characters (escape sequences, newlines) written as `\u{..}` escapes.
+/// characters (escape sequences, newlines) and bidi controls written as `\u{..}` escapes, as
+/// every other untrusted text kiln prints ([`crate::columns::escape_controls`]).
 pub(crate) fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_unicode().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+    crate::columns::escape_controls(text)
 }
 
 /// Open `path` for reading only when it is a regular file: never through a symlink
