@@ -26,3 +26,14 @@ fn an_indented_block_without_a_file_frame_is_no_traceback() {
     ]);
     assert!(ends_traceback(&log, 2));
 }
+
+#[test]
+fn the_public_escape_escapes_controls_and_keeps_tabs_and_text() {
+    // `kiln::serve::evidence::escape_controls` is the library's name for the one escape
+    // (bench::wire's); nothing inside kiln calls it by this path.
+    assert_eq!(
+        escape_controls("a\u{1b}[2Jb\tc\u{202e}"),
+        "a\\u{1b}[2Jb\tc\\u{202e}"
+    );
+    assert_eq!(escape_controls("plain"), "plain");
+}
