@@ -83,7 +83,9 @@ row() { # the table row of one finished output dir
 keep_unviable() { # every unviable mutant any run of this dir found, for row after --iterate
     local d=$1
     [ -f "$d/mutants.out/unviable.txt" ] || return 0
-    cat "$d/mutants.out/unviable.txt" "$d/unviable-all.txt" 2>/dev/null | sort -u >"$d/unviable-all.tmp"
+    local files=("$d/mutants.out/unviable.txt")
+    [ ! -f "$d/unviable-all.txt" ] || files+=("$d/unviable-all.txt")
+    sort -u "${files[@]}" >"$d/unviable-all.tmp"
     mv "$d/unviable-all.tmp" "$d/unviable-all.txt"
 }
 
