@@ -39,7 +39,7 @@ src/doctor/launch/mod.rs|doctor::launch::|launch_preflight::
 src/pipeline/judge.rs|pipeline::judge::|
 src/tune/evaluate.rs|tune::evaluate::|
 src/process/identity.rs|process::|pid_safety::
-src/process/watchdog.rs|process::watchdog::|pid_safety::
+src/process/watchdog.rs|process::watchdog::|pid_safety:: own_runs:: engine::sigkill_leaves_no_grandchildren_behind
 src/patch/journal.rs|patch::journal::|patch_journal::
 src/cache/steps.rs|cache::steps::|step_cache::
 src/oci/auth.rs|oci::auth::|oci_auth::
@@ -62,12 +62,31 @@ row() { # the table row of one finished output dir
         echo "${n:-0}"
     }
     c=$(count caught) m=$(count missed) u=$(count unviable) t=$(count timeout)
+    # A run continued with --iterate tests only what earlier runs did not catch; cargo-mutants
+    # lists those it skipped (caught and unviable alike) in previously_caught.txt, and the
+    # unviable ones among them are the ones every run of this dir found (unviable-all.txt).
+    if [ -s "$dir/previously_caught.txt" ]; then
+        local all=$1/unviable-all.txt pc pu
+        [ -f "$all" ] || all=/dev/null
+        pc=$(grep -cvxF -f "$all" "$dir/previously_caught.txt" || true)
+        pu=$(grep -cxF -f "$all" "$dir/previously_caught.txt" || true)
+        c=$((c + ${pc:-0})) u=$((u + ${pu:-0}))
+    fi
     if [ $((c + m + t)) -eq 0 ]; then
         printf '| %s | %s | %s | %s | %s | - |\n' "$name" "$c" "$m" "$u" "$t"
     else
         printf '| %s | %s | %s | %s | %s | %s %% |\n' "$name" "$c" "$m" "$u" "$t" \
             "$(( (100 * (c + t)) / (c + m + t) ))"
     fi
+}
+
+keep_unviable() { # every unviable mutant any run of this dir found, for row after --iterate
+    local d=$1
+    [ -f "$d/mutants.out/unviable.txt" ] || return 0
+    local files=("$d/mutants.out/unviable.txt")
+    [ ! -f "$d/unviable-all.txt" ] || files+=("$d/unviable-all.txt")
+    sort -u "${files[@]}" >"$d/unviable-all.tmp"
+    mv "$d/unviable-all.tmp" "$d/unviable-all.txt"
 }
 
 table() {
@@ -103,8 +122,10 @@ run_one() { # FILE [cargo-mutants args...]
     mkdir -p "$out_root/$name"
     echo "== $file: cargo test ${targets[*]} -- ${filters[*]}" >&2
     local rc=0
+    keep_unviable "$out_root/$name"
     nice -n 10 cargo mutants -f "$file" -j 1 -o "$out_root/$name" "$@" \
         -- "${targets[@]}" -- "${filters[@]}" || rc=$?
+    keep_unviable "$out_root/$name"
     # 0: all caught; 2: some missed; 3: some timed out; anything else is a failed run.
     case $rc in 0 | 2 | 3) ;; *) echo "error: cargo mutants exited $rc on $file" >&2; return "$rc" ;; esac
     row "$out_root/$name" "$file$shard"

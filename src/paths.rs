@@ -347,6 +347,9 @@ fn default_root() -> Result<PathBuf> {
 }
 
 #[cfg(test)]
+mod pins;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -223,6 +223,9 @@ fn userinfo_spans(text: &str) -> Vec<(usize, usize)> {
 }
 
 #[cfg(test)]
+mod pins;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -161,3 +161,7 @@ impl Stream {
         Ok((streamed, warnings))
     }
 }
+
+#[cfg(test)]
+#[path = "generation_pins.rs"]
+mod pins;

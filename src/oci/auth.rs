@@ -140,6 +140,10 @@ pub(crate) fn parse_challenge(header: &str) -> Option<Challenge> {
 }
 
 #[cfg(test)]
+#[path = "auth_pins.rs"]
+mod pins;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

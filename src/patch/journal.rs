@@ -149,3 +149,7 @@ pub(super) fn describe(journal: &Journal) -> String {
         journal.files.len()
     )
 }
+
+#[cfg(test)]
+#[path = "journal_pins.rs"]
+mod pins;

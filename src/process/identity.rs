@@ -211,6 +211,10 @@ pub(crate) fn signallable_group(pgid: u32) -> bool {
 }
 
 #[cfg(test)]
+#[path = "identity_pins.rs"]
+mod pins;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

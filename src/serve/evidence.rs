@@ -98,6 +98,10 @@ pub fn escape_controls(s: &str) -> String {
 }
 
 #[cfg(test)]
+#[path = "evidence_pins.rs"]
+mod pins;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -640,3 +640,7 @@ mod tests {
         assert_eq!(Room::between(&before, &unknown), None);
     }
 }
+
+#[cfg(test)]
+#[path = "evaluate_pins.rs"]
+mod pins;
