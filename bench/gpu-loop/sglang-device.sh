@@ -91,12 +91,22 @@ if [[ $modes == *" profiles "* ]]; then
   for p in symm-mem spec spec-mismatch; do
     say "kiln serve sglang-cuda --profile $p"
     start=$SECONDS
-    "$kiln" serve sglang-cuda --profile "$p" 2>&1 | tee "$res/serve-$p.log" | tail -30
-    say "serve $p exit ${PIPESTATUS[0]} in $((SECONDS - start)) s"
+    # `kiln serve` stays in the foreground while the server runs: wait for its verdicts (or its
+    # error), then end it with Ctrl-C's signal once what follows has used the server.
+    "$kiln" serve sglang-cuda --profile "$p" >"$res/serve-$p.log" 2>&1 &
+    serving=$!
+    for _ in $(seq 1 150); do
+      grep -q "Ctrl-C stops it\|^error" "$res/serve-$p.log" && break
+      kill -0 "$serving" 2>/dev/null || break
+      sleep 2
+    done
+    grep -v '^kiln:   \[' "$res/serve-$p.log" | tail -30
+    say "serve $p: $(grep -c 'Ctrl-C stops it' "$res/serve-$p.log") ready line(s) after $((SECONDS - start)) s"
     if [[ $p == spec* ]]; then
       "$kiln" bench --url http://127.0.0.1:30100 --runs 3 --warmup 1 --max-tokens 256 2>&1 |
         tee "$res/bench-$p.log" | tail -15
     fi
+    kill -INT "$serving" 2>/dev/null; wait "$serving"
     "$kiln" serve sglang-cuda --stop >/dev/null 2>&1
   done
 fi

@@ -135,3 +135,53 @@ fn a_log_that_cannot_be_read_is_an_error_naming_it() {
     assert_ne!(out.status.code(), Some(0));
     assert!(err.contains("cannot read the server log nope.log"), "{err}");
 }
+
+/// The first real SGLang run of `recipes/sglang-cuda.toml` (session 17, SGLang 0.5.15.post1 on an
+/// H100, tests/fixtures/gpu-h100-sglang/): `tuned`'s CUDA graphs are proven by SGLang's own
+/// capture line; its Triton attention is only named in the resolved configuration (configured,
+/// a warning that fails a judged launch); `--enable-torch-symm-mem` at TP=1 fell back.
+#[test]
+fn the_first_real_sglang_run_reads_graphs_active_attention_configured_and_symm_mem_fell_back() {
+    let log = |p: &str| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/gpu-h100-sglang")
+            .join(format!("sglang-cuda-{p}.log"))
+    };
+    let verdict = |out: &str, tuning: &str| {
+        out.lines()
+            .find(|l| l.split_whitespace().next() == Some(tuning))
+            .map(|l| l[tuning.len()..].trim().to_string())
+            .unwrap_or_else(|| panic!("no verdict for {tuning}:\n{out}"))
+    };
+    let ws = Workspace::new();
+    for profile in ["tuned", "symm-mem"] {
+        let out = ws
+            .kiln()
+            .args(["serve", "sglang-cuda", "--profile", profile, "--log"])
+            .arg(log(profile))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{profile}: {stdout}");
+        assert_eq!(
+            verdict(&stdout, "cuda-graphs"),
+            "active: confirmed by the log",
+            "{profile}"
+        );
+        assert!(
+            verdict(&stdout, "attention-backend").starts_with("configured: "),
+            "{profile}: {stdout}"
+        );
+    }
+    let out = ws
+        .kiln()
+        .args(["serve", "sglang-cuda", "--profile", "symm-mem", "--log"])
+        .arg(log("symm-mem"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        verdict(&stdout, "torch-symm-mem").starts_with("fell back: predicted: TP=1"),
+        "{stdout}"
+    );
+}

@@ -408,8 +408,12 @@ fn push_and_pull_through_a_token_registry_keep_the_push_scope() {
     );
     assert_credentials_stayed_home(&seen, front.port);
 
+    // The wheel was put in the cache by hand, so nobody signed it: the pulling state accepts
+    // unsigned wheels (this test is about the token's scope, wheel_cache_trust.rs about trust).
     let fresh = Workspace::new();
-    let (ok, text) = run(kiln_with_credentials(&fresh).args(["cache", "pull", &reference]));
+    let (ok, text) = run(kiln_with_credentials(&fresh)
+        .env("KILN_CACHE_REQUIRE_SIGS", "false")
+        .args(["cache", "pull", &reference]));
     assert!(ok && text.contains("pulled 1 wheel(s)"), "{text}");
     assert_credentials_stayed_home(&front.seen(), front.port);
 }
@@ -534,9 +538,15 @@ fn wheel_layer(id: &str, key: &serde_json::Value, sha256: &str, size: u64) -> se
     })
 }
 
+/// `kiln cache pull REFERENCE` into a fresh state that accepts unsigned wheels: these tests hand
+/// the registry entries no fleet key signed, to reach the protocol checks under test (an unsigned
+/// wheel is refused before them otherwise: wheel_cache_trust.rs).
 fn pull(reference: &str) -> (bool, String, Workspace) {
     let ws = Workspace::new();
-    let (ok, text) = run(ws.kiln().args(["cache", "pull", reference]));
+    let (ok, text) = run(ws
+        .kiln()
+        .env("KILN_CACHE_REQUIRE_SIGS", "false")
+        .args(["cache", "pull", reference]));
     (ok, text, ws)
 }
 

@@ -186,7 +186,7 @@ const CLAIMS: &[(&str, &[&str])] = &[
         ],
     ),
     (
-        "Unsigned or wrongly signed entries are refused (the step runs); `KILN_CACHE_REQUIRE_SIGS=false` opts a private cache out",
+        "Unsigned or wrongly signed entries are refused (the step runs, the wheel is built); `KILN_CACHE_REQUIRE_SIGS=false` opts a private cache out",
         &[
             "it:step_cache_trust::an_unsigned_entry_another_state_stored_is_refused_and_the_state_that_stored_it_restores_it",
             "it:step_cache_trust::an_entry_signed_by_a_key_this_machine_does_not_trust_is_refused_until_it_is_trusted",

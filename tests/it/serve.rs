@@ -114,6 +114,20 @@ fn triage_a_real_sglang_0_5_15_start_without_a_gpu() {
     );
 }
 
+/// A real SGLang 0.5.15 crash on an H100 (kiln's `spec` profile of sglang-cuda, STANDALONE
+/// speculative decoding): the traceback runs through `init_cuda_graphs`, but its last line is a
+/// missing module. Read as "CUDA graph capture failed" before, with a hint to disable graphs.
+#[test]
+fn triage_a_real_sglang_0_5_15_missing_module_is_not_a_graph_capture_failure() {
+    serve_of_fails_with(
+        "sglang-0.5.15-h100-standalone-missing-cutlass.log",
+        "sglang-0.5.15",
+        1,
+        "missing-module",
+        "ModuleNotFoundError: No module named 'cutlass'",
+    );
+}
+
 #[test]
 fn triage_cuda_oom() {
     serve_fails_with(
