@@ -150,8 +150,10 @@ fn the_first_real_sglang_run_reads_graphs_active_attention_configured_and_symm_m
     let verdict = |out: &str, tuning: &str| {
         out.lines()
             .find(|l| l.split_whitespace().next() == Some(tuning))
-            .map(|l| l[tuning.len()..].trim().to_string())
-            .unwrap_or_else(|| panic!("no verdict for {tuning}:\n{out}"))
+            .map_or_else(
+                || panic!("no verdict for {tuning}:\n{out}"),
+                |l| l[tuning.len()..].trim().to_string(),
+            )
     };
     let ws = Workspace::new();
     for profile in ["tuned", "symm-mem"] {
