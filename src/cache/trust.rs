@@ -144,6 +144,12 @@ impl Trust {
         true
     }
 
+    /// [`Self::sign`] entry `id` only when this kiln vouches for it ([`Self::vouches`]): one it
+    /// merely accepted is carried unsigned, never laundered by a signature. Whether it changed.
+    pub(crate) fn sign_vouched<E: Signed>(&self, id: &str, entry: &mut E) -> bool {
+        self.vouches(id, entry) && self.sign(id, entry)
+    }
+
     /// Record entry `id` as stored by this state directory.
     pub(crate) fn record_own<E: Signed>(&self, id: &str, entry: &E) -> Result<()> {
         super::perms::create_dir_with(&self.own, 0o700)?;

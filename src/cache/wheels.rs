@@ -183,7 +183,7 @@ impl WheelCache {
         let Some(mut entry) = read_entry(&dir) else {
             return Ok(());
         };
-        if trust.vouches(id, &entry) && trust.sign(id, &mut entry) {
+        if trust.sign_vouched(id, &mut entry) {
             write_entry(&dir, &entry)?;
         }
         Ok(())
