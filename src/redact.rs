@@ -95,6 +95,10 @@ impl Redactor {
                 .cloned(),
         );
         secrets.retain(|s| s.len() >= MIN_SECRET_LEN);
+        // A JSON sink (report.json, `--json` events, the doctor bundle) holds a secret with its
+        // `"`, `\` and control characters escaped: that form is the secret too.
+        let escaped: Vec<String> = secrets.iter().filter_map(|s| json_form(s)).collect();
+        secrets.extend(escaped);
         secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
         secrets.dedup();
         Redactor { secrets }
@@ -119,6 +123,13 @@ impl Redactor {
         }
         out
     }
+}
+
+/// `secret` as it stands inside a JSON string, where that differs from the secret itself.
+fn json_form(secret: &str) -> Option<String> {
+    let quoted = serde_json::to_string(secret).ok()?;
+    let inner = &quoted[1..quoted.len() - 1];
+    (inner != secret).then(|| inner.to_string())
 }
 
 /// A writer that redacts each line before it reaches `inner` (a step log): whatever writes to
@@ -287,6 +298,18 @@ mod tests {
         // A child's environment entry, likewise.
         let r = Redactor::from_env([("PIP_INDEX_URL", "https://u:canary-env-pw-51d@h/")]);
         assert_eq!(r.redact("auth canary-env-pw-51d failed"), "auth *** failed");
+    }
+
+    /// report.json and `--json` events write a secret's `"`, `\` and controls escaped.
+    #[test]
+    fn a_secret_is_redacted_in_its_json_escaped_form() {
+        let secret = "canary\"q\\b\tj-3e8";
+        let r = Redactor::from_env([("API_TOKEN", secret)]);
+        let json = serde_json::to_string(&format!("said {secret} twice {secret}")).unwrap();
+        assert_eq!(r.redact(&json), "\"said *** twice ***\"");
+        assert_eq!(r.redact(&format!("raw {secret}")), "raw ***");
+        // A secret JSON writes as it is has no second form to match.
+        assert_eq!(json_form("plain-secret-9"), None);
     }
 
     #[test]

@@ -463,6 +463,10 @@ mod tests {
         // report.html escapes `<` and `"`: redacted before that.
         let html = std::fs::read_to_string(&files.html).unwrap();
         assert!(!html.contains("4f1c"), "{html}");
+        // report.json writes the `"` as `\"`: that form is redacted too.
+        let json = std::fs::read_to_string(&files.json).unwrap();
+        assert!(!json.contains("4f1c"), "{json}");
+        assert_eq!(json.matches("***").count(), 3, "{json}");
     }
 
     #[test]
