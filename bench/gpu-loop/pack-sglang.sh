@@ -10,7 +10,8 @@
 #   the Triton and FlashInfer attention backends, the STANDALONE and EAGLE workers, torch symmetric
 #   memory, the sampler, the xgrammar backend) in a venv of the whole resolved install and mapping
 #   each imported module to its distribution; subtracting the machine's `pip list`
-#   (tests/fixtures/gpu/h200x2/pip-list.txt) leaves the `listed` ones;
+#   (tests/fixtures/gpu/h200x2/pip-list.txt) leaves the `listed` ones; plus what that CPU trace
+#   cannot see, SGLang's `if is_cuda():` imports (gpu_imports.py: nvidia-cutlass-dsl, sgl-deep-gemm);
 # - sglang-kernel trimmed (trim_wheel.py) from 615 MB to ~17 MB: dropped `flash_ops.abi3.so`
 #   (1.7 GB unpacked, FA3: only `--attention-backend fa3` loads it, and sgl_kernel's __init__ does
 #   not import it), `flashmla_ops.abi3.so` (FlashMLA, DeepSeek-style MLA models only) and
@@ -49,6 +50,17 @@ cp "$kiln" "$carry/sgl-1/kiln"
 cp bench/gpu-loop/sglang-device.sh "$carry/sgl-1/gpu-loop/"
 limit=$((54 * 1024 * 1024))
 size() { du -sb "$1" | cut -f1; }
+# The sums of what arrives whole: kiln and every wheel (a split one once its parts are joined).
+(cd "$work" && sha256sum wheels/*.whl && cp "$kiln" kiln && sha256sum kiln) >"$work/sglang-pack.sha256"
+# A wheel over the limit (nvidia-cutlass-dsl's libraries: 74 and 79 MB) travels as parts
+# NAME.part-K-of-N of 50 MiB each; sglang-device.sh's gather joins them once all N arrived.
+for w in "$work"/wheels/*.whl; do
+  if (($(stat -c %s "$w") > limit)); then
+    n=$(( ($(stat -c %s "$w") + 50 * 1024 * 1024 - 1) / (50 * 1024 * 1024) ))
+    split -b 50M -d -a 2 --numeric-suffixes=1 --additional-suffix="-of-$(printf %02d "$n")" "$w" "$w.part-"
+    rm "$w"
+  fi
+done
 while read -r _ w; do
   n=1
   while [[ -d $carry/sgl-$n ]] && (($(size "$carry/sgl-$n") + $(stat -c %s "$w") > limit)); do
@@ -56,6 +68,6 @@ while read -r _ w; do
   done
   mkdir -p "$carry/sgl-$n/wheels"
   cp "$w" "$carry/sgl-$n/wheels/"
-done < <(for w in "$work"/wheels/*.whl; do echo "$(stat -c %s "$w") $w"; done | sort -rn)
-for d in "$carry"/sgl-*; do echo "$d: $(du -sh "$d" | cut -f1), $(ls "$d/wheels" | wc -l) wheels"; done
-(cd "$carry" && sha256sum sgl-*/kiln sgl-*/wheels/* >sglang-pack.sha256)
+done < <(for w in "$work"/wheels/*; do echo "$(stat -c %s "$w") $w"; done | sort -rn)
+for d in "$carry"/sgl-*; do echo "$d: $(du -sh "$d" | cut -f1), $(ls "$d/wheels" | wc -l) files"; done
+cp "$work/sglang-pack.sha256" "$carry/"

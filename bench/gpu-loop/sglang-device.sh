@@ -45,10 +45,20 @@ if [[ $modes == *" gather "* ]]; then
     [[ -d $d/gpu-loop ]] && cp "$d"/gpu-loop/* "$pack/"
   done
   [[ -f $carry/sglang-pack.sha256 ]] && cp "$carry/sglang-pack.sha256" "$pack/"
-  say "gathered: $(ls "$pack/wheels" | wc -l) wheels, kiln $([[ -x $kiln ]] && echo yes || echo no)"
+  # A wheel split by pack-sglang.sh (NAME.part-K-of-N) is joined once all N parts are here.
+  for first in "$pack"/wheels/*.part-01-of-*; do
+    [[ -e $first ]] || continue
+    whole=${first%.part-01-of-*} n=${first##*-of-}
+    parts=("$whole".part-*-of-"$n")
+    if ((${#parts[@]} == 10#$n)); then
+      cat "${parts[@]}" >"$whole.joining" && mv "$whole.joining" "$whole" && rm -f "${parts[@]}"
+    fi
+  done
+  say "gathered: $(ls "$pack/wheels" | grep -c '\.whl$') wheels, $(ls "$pack/wheels" | grep -c '\.part-') parts waiting, kiln $([[ -x $kiln ]] && echo yes || echo no)"
   if [[ -f $pack/sglang-pack.sha256 ]]; then
     want=$(grep -c wheels/ "$pack/sglang-pack.sha256")
     say "expected $want wheels; missing: $(cd "$pack/wheels" && for w in $(sed -n 's#.*wheels/##p' ../sglang-pack.sha256); do [[ -f $w ]] || printf '%s ' "$w"; done)"
+    (cd "$pack" && sha256sum --check --quiet --ignore-missing sglang-pack.sha256) 2>&1 | tee -a "$summary"
   fi
 fi
 
@@ -119,8 +129,13 @@ fi
 if [[ $modes == *" ceiling "* ]]; then
   say "SGLang's bench_one_batch (the ceiling)"
   work=$KILN_HOME/work/sglang-cuda
+  # bench_one_batch draws random ids below 10,000; the model's vocabulary has 9,285 (session 17:
+  # "index out of bounds"). A prompt file replaces them: kiln bench's own prompt, tokenized.
+  prompt="$(grep -o 'DEFAULT_PROMPT: &str = "[^"]*"' "$root/src/bench/mod.rs" | cut -d'"' -f2)"
+  echo "$prompt" >"$res/ceiling-prompt.txt"
   timeout 300 "$work/venv/bin/python" -m sglang.bench_one_batch --model-path "$work/model/target" \
-    --batch-size 1 --input-len 128 --output-len 512 --attention-backend triton --sampling-backend pytorch \
+    --batch-size 1 --input-len 128 --output-len 512 --prompt-filename "$res/ceiling-prompt.txt" \
+    --attention-backend triton --sampling-backend pytorch \
     --mem-fraction-static 0.6 2>&1 | tee "$res/bench-one-batch.log" | tail -15
 fi
 say "done"
