@@ -69,3 +69,23 @@ fn undo_names_a_file_gone_since_as_changed_and_an_unreadable_one_as_unreadable()
     assert!(e.contains("cannot read"), "{e}");
     assert!(site.join("dir.py").is_dir());
 }
+
+#[test]
+fn undo_removes_the_temp_file_of_the_killed_apply_and_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path());
+    let site = dir.path().join("site");
+    std::fs::create_dir(&site).unwrap();
+    // Killed between writing its temp file and the rename: the file is still the original.
+    std::fs::write(site.join("mod.py"), b"original").unwrap();
+    let killed = site.join(".mod.py.kiln-1"); // the journal's pid is 1
+    let other = site.join(".mod.py.kiln-2"); // another process's: not this apply's to remove
+    std::fs::write(&killed, b"patch").unwrap();
+    std::fs::write(&other, b"theirs").unwrap();
+    let j = journal(&site, "mod.py");
+    begin(&s, &j).unwrap();
+    assert!(undo(&s, &j).unwrap().is_empty());
+    assert!(!killed.exists(), "the killed apply's temp file is left");
+    assert_eq!(std::fs::read(&other).unwrap(), b"theirs");
+    assert_eq!(std::fs::read(site.join("mod.py")).unwrap(), b"original");
+}
