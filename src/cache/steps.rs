@@ -96,6 +96,14 @@ impl StepCache {
         std::fs::symlink_metadata(self.entry_dir(id)).is_ok()
     }
 
+    /// Whether entry `id` is here and passes a restore's checks short of reading its archive:
+    /// its entry.json reads and matches its key, and this cache trusts it (what `kiln plan`
+    /// promises as a restore).
+    pub(crate) fn holds_trusted(&self, id: &str) -> bool {
+        read_entry_checked(&self.entry_dir(id))
+            .is_ok_and(|e| e.key.id() == id && self.trusted(id, &e).is_ok())
+    }
+
     /// Archive `outputs` under `key`. An entry already there is kept. Outputs that cannot be
     /// cached (missing, a symlink out of its output, a device, too big) are `NotStored`.
     pub(crate) fn store(

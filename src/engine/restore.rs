@@ -73,11 +73,14 @@ pub(super) fn planned_key(
 }
 
 /// Whether a run would restore `step` from entry `id`: it is cacheable, what sits at its outputs
-/// is kiln's to replace, and the entry is here.
+/// is kiln's to replace, and the entry is here, reads, and is trusted (one the run would refuse
+/// is no restore).
 pub(super) fn held(paths: &StatePaths, step: &Step, id: &str) -> bool {
     cacheable(step).is_ok()
         && crate::steps::replaceable(step).is_ok()
         && StepCache::new(&paths.steps()).has(id)
+        && crate::cache::trust::Trust::from_env(paths.root())
+            .is_ok_and(|t| StepCache::with_trust(&paths.steps(), t).holds_trusted(id))
 }
 
 /// Whether the step cache holds `id`, or may fetch it from the remote cache

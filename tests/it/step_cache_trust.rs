@@ -99,6 +99,26 @@ fn an_unsigned_entry_another_state_stored_is_refused_and_the_state_that_stored_i
     assert!(ok && c.contains("restored from cache (entry"), "{c}");
 }
 
+/// `kiln plan` and `kiln up --dry-run` promise a restore only where the run makes one: an
+/// unsigned entry another state stored is refused by the run, so it is planned as a run; with
+/// the private cache's opt-out it is a restore again.
+#[test]
+fn plan_promises_a_restore_only_from_an_entry_the_run_would_trust() {
+    let s = Setup::new();
+    let (ok, a) = kiln(&s, "A", &s.cache(), NO_KEY, &["up", "r.toml"]);
+    assert!(ok, "{a}");
+    let (ok, plan) = kiln(&s, "B", &s.cache(), NO_KEY, &["plan", "r.toml"]);
+    assert!(ok && !plan.contains("restore from cache"), "{plan}");
+    let (ok, dry) = kiln(&s, "B", &s.cache(), NO_KEY, &["up", "r.toml", "--dry-run"]);
+    assert!(ok && dry.contains("dry run: 2 steps would run\n"), "{dry}");
+    let opt_out = [
+        ("KILN_CACHE_SIGNING_KEY", None),
+        ("KILN_CACHE_REQUIRE_SIGS", Some("false")),
+    ];
+    let (ok, plan) = kiln(&s, "B", &s.cache(), &opt_out, &["plan", "r.toml"]);
+    assert!(ok && plan.contains("restore from cache (entry"), "{plan}");
+}
+
 #[test]
 fn an_entry_signed_by_a_key_this_machine_does_not_trust_is_refused_until_it_is_trusted() {
     let s = Setup::new();
