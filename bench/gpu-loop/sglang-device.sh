@@ -11,6 +11,9 @@
 #   profiles `kiln serve` of `spec`, `spec-mismatch` and `symm-mem` each, with `kiln bench` on spec
 #   bad      a launch with a bad flag value, through crash triage
 #   ceiling  SGLang's own bench_one_batch on the same model (decode tok/s at batch 1)
+#   again    the same `kiln up` a second time: nothing rebuilt, served again (timed)
+#   tune     `kiln tune sglang-cuda --profile tuned --one-server` by grid, then by race, over
+#            TUNE_VARY (default: attention=triton,flashinfer × --num-continuous-decode-steps=1,4)
 # Everything lands in $OUT: summary.txt and sglang-results.tar.gz (reports, server logs, step logs).
 set -uo pipefail
 modes=" ${*:-gather} "
@@ -29,7 +32,7 @@ say() { echo "== $(date +%T) $*" | tee -a "$summary"; }
 kiln=$pack/kiln
 
 collect() {
-  cp -r "$KILN_HOME/reports" "$res/" 2>/dev/null
+  cp -r "$KILN_HOME/reports" "$KILN_HOME/tune" "$res/" 2>/dev/null
   mkdir -p "$res/serve-logs" "$res/step-logs"
   cp "$KILN_HOME"/serve/*.log "$res/serve-logs/" 2>/dev/null
   cp "$KILN_HOME"/runs/*/logs/*.log "$res/step-logs/" 2>/dev/null
@@ -137,5 +140,29 @@ if [[ $modes == *" ceiling "* ]]; then
     --batch-size 1 --input-len 128 --output-len 512 --prompt-filename "$res/ceiling-prompt.txt" \
     --attention-backend triton --sampling-backend pytorch \
     --mem-fraction-static 0.6 2>&1 | tee "$res/bench-one-batch.log" | tail -15
+fi
+if [[ $modes == *" again "* ]]; then
+  "$kiln" serve sglang-cuda --stop >/dev/null 2>&1
+  say "kiln up sglang-cuda --profile tuned again (nothing to rebuild)"
+  start=$SECONDS
+  "$kiln" up sglang-cuda --set deps=listed --profile tuned >"$res/up-again.log" 2>&1
+  say "kiln up (again) exit $? in $((SECONDS - start)) s; $(grep -c '✓ ran' "$res/up-again.log") step(s) ran"
+  grep -E "^kiln: (done|served|proved|bench)|fresh|median" "$res/up-again.log" | tail -12 | tee -a "$summary"
+fi
+
+if [[ $modes == *" tune "* ]]; then
+  "$kiln" serve sglang-cuda --stop >/dev/null 2>&1
+  read -r -a vary <<<"${TUNE_VARY:---vary attention=triton,flashinfer --vary=--num-continuous-decode-steps=1,4}"
+  for method in ${TUNE_METHODS:-grid race}; do
+    say "kiln tune sglang-cuda --profile tuned --method $method ${vary[*]}"
+    start=$SECONDS
+    "$kiln" tune sglang-cuda --set deps=listed --profile tuned --method "$method" --one-server \
+      "${vary[@]}" --max-tokens "${TUNE_MAX_TOKENS:-512}" >"$res/tune-$method.out" 2>"$res/tune-$method.err"
+    say "tune $method: exit $? in $((SECONDS - start)) s"
+    tee -a "$summary" <"$res/tune-$method.out"
+    grep "tune \`tuned\`" "$res/tune-$method.err" | tee -a "$summary"
+    cp "$KILN_HOME/tune/sglang-cuda/tuned.json" "$res/tune-$method.json" 2>/dev/null
+    "$kiln" serve sglang-cuda --stop >/dev/null 2>&1
+  done
 fi
 say "done"
