@@ -238,3 +238,38 @@ fn without_a_gpu_kiln_up_picks_the_cpu_demo_and_says_so_first() {
         .clone();
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("recipe glm5-nvfp4-sm120 "));
 }
+
+/// The CPU demo's venv step over a venv another Python made (an upgrade, a state moved between
+/// machines: its `bin/python3` links to an interpreter that is gone) rebuilds it, where
+/// `python3 -m venv` alone failed on every run until someone deleted it by hand (seen when a
+/// test cache moved from a host into a container). Installs the step's wheels from PyPI.
+#[test]
+fn the_cpu_demos_venv_step_replaces_a_venv_whose_interpreter_is_gone() {
+    let ws = Workspace::new();
+    let venv = ws.path().join("prefix/venv");
+    std::fs::create_dir_all(venv.join("bin")).unwrap();
+    std::os::unix::fs::symlink("/nonexistent/python3", venv.join("bin/python3")).unwrap();
+    std::os::unix::fs::symlink("python3", venv.join("bin/python")).unwrap();
+    std::fs::write(venv.join("pyvenv.cfg"), "home = /nonexistent\n").unwrap();
+    let recipe = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/tiny-cpu.toml");
+    let out = ws
+        .kiln()
+        .arg("up")
+        .arg(&recipe)
+        .args(["--only", "venv", "--no-serve", "--set"])
+        .arg(format!("prefix={}", ws.path().join("prefix").display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let python = std::fs::canonicalize(venv.join("bin/python")).unwrap();
+    assert!(!python.starts_with("/nonexistent"), "{}", python.display());
+    let ok = std::process::Command::new(venv.join("bin/python"))
+        .args(["-c", "import gguf"])
+        .status()
+        .unwrap();
+    assert!(ok.success(), "the rebuilt venv cannot import gguf");
+}
