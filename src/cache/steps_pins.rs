@@ -5,9 +5,8 @@
 //! temp beside it, and how a store or an import tells "another writer put it there first" from a
 //! rename that failed.
 //!
-//! Real files in a tempdir. The signing pin runs one ignored test of this binary in a child
-//! process with `KILN_CACHE_SIGNING_KEY` set: the only way to a signing trust, and never a
-//! change of this process's environment, which every other test reads.
+//! Real files in a tempdir; the signing pin signs with a key file through `Trust::signing`,
+//! never through this process's environment, which every other test reads.
 
 use super::*;
 use crate::cache::pack::Before;
@@ -97,7 +96,7 @@ fn an_entry_whose_entry_json_names_another_key_is_not_promised_even_by_a_cache_t
     );
 }
 
-/// The secret key (`NAME:BASE64(seed)`) the signing child signs with.
+/// A secret key (`NAME:BASE64(seed)`), as `kiln cache key generate` writes one.
 const PIN_KEY: &str = "pins:AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=\n";
 
 #[test]
@@ -127,25 +126,9 @@ fn signing_for_an_export_signs_an_entry_this_state_stored_and_leaves_another_sta
         std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
     // State A, now with a signing key, signs what an export would carry.
-    let child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "cache::steps::pins::signing_child_signs_the_entries_its_environment_names",
-            "--ignored",
-            "--test-threads=1",
-        ])
-        .env(super::super::trust::ENV_SIGNING_KEY, &key_file)
-        .env_remove(super::super::trust::ENV_TRUSTED_KEYS)
-        .env_remove(super::super::trust::ENV_REQUIRE_SIGS)
-        .env("KILN_PINS_STEPS_ROOT", &root)
-        .env("KILN_PINS_STATE", &state_a)
-        .env("KILN_PINS_IDS", format!("{own},{other}"))
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&child.stdout).into_owned()
-        + &String::from_utf8_lossy(&child.stderr);
-    assert!(child.status.success(), "{said}");
-    assert!(said.contains("1 passed"), "the child ran no test: {said}");
+    let cache = StepCache::with_trust(&root, Trust::signing(&state_a, &key_file).unwrap());
+    cache.sign_trusted(&own).unwrap();
+    cache.sign_trusted(&other).unwrap();
 
     let signed = signatures(&own);
     assert_eq!(signed.len(), 1, "{signed:?}");
@@ -154,25 +137,6 @@ fn signing_for_an_export_signs_an_entry_this_state_stored_and_leaves_another_sta
         signatures(&other).is_empty(),
         "an entry state A did not store was signed by it"
     );
-}
-
-/// The child of the signing pin: `sign_trusted` each id of `KILN_PINS_IDS` in the cache at
-/// `KILN_PINS_STEPS_ROOT`, trusting as state `KILN_PINS_STATE` does with the environment's keys.
-#[test]
-#[ignore = "run by the signing pin in a child process, with its environment"]
-fn signing_child_signs_the_entries_its_environment_names() {
-    let (Some(root), Some(state), Ok(ids)) = (
-        std::env::var_os("KILN_PINS_STEPS_ROOT"),
-        std::env::var_os("KILN_PINS_STATE"),
-        std::env::var("KILN_PINS_IDS"),
-    ) else {
-        return;
-    };
-    let trust = Trust::from_env(Path::new(&state)).unwrap();
-    let cache = StepCache::with_trust(Path::new(&root), trust);
-    for id in ids.split(',') {
-        cache.sign_trusted(id).unwrap();
-    }
 }
 
 #[test]
@@ -287,7 +251,7 @@ fn a_store_that_another_writer_beats_to_the_same_entry_is_a_success() {
     // with another key.
     let big = write(&dir.path().join("big/a.bin"), &vec![7u8; 8 << 20]);
     let small = write(&dir.path().join("small/a.txt"), b"a");
-    for attempt in 0..5 {
+    for attempt in 0..10 {
         let root = dir.path().join(format!("steps-{attempt}"));
         let k = key(&format!("a-{attempt}"));
         // The other writer's entry, whole, ready to appear by rename (as a store or import does).
@@ -327,7 +291,7 @@ fn a_store_that_another_writer_beats_to_the_same_entry_is_a_success() {
             return;
         }
     }
-    panic!("in 5 tries, the other writer's entry never appeared before our rename");
+    panic!("in 10 tries, the other writer's entry never appeared before our rename");
 }
 
 #[test]
