@@ -457,3 +457,7 @@ fn remove_any(path: &Path) {
         Err(_) => {}
     }
 }
+
+#[cfg(test)]
+#[path = "steps_pins.rs"]
+mod pins;

@@ -125,6 +125,23 @@ impl Trust {
         }
     }
 
+    /// [`Self::strict`] that signs with the secret key in `key_file` (and trusts its public
+    /// key), as `KILN_CACHE_SIGNING_KEY=key_file` makes [`Self::from_env`] do.
+    #[cfg(test)]
+    pub(crate) fn signing(state: &Path, key_file: &Path) -> Result<Trust> {
+        let (name, pair) = read_secret(key_file)?;
+        let public = PublicKey {
+            name: name.clone(),
+            key: pair.public_key().as_ref().to_vec(),
+        };
+        Ok(Trust {
+            signer: Some((name, pair)),
+            trusted: vec![public],
+            require: true,
+            own: state.join("cache-own"),
+        })
+    }
+
     /// Add this kiln's signature to `entry` (when a signing key is set and it is not there).
     /// Whether the entry changed.
     pub(crate) fn sign(&self, id: &str, entry: &mut impl Signed) -> bool {
