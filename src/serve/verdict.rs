@@ -1036,6 +1036,27 @@ mod tests {
         }
     }
 
+    /// A level's mean is shown with two decimals below 1e15 and as a number from there on (the
+    /// boundary of issue 48's shard 3/4 mutants `<` → `==` and `<` → `<=`).
+    #[test]
+    fn a_levels_mean_shows_two_decimals_below_1e15_and_a_plain_number_from_it() {
+        let level = sigs("[[feature]]\nid = \"spec\"\nlevel = { match = \"accept len: (\\\\S+)\", above = 1.0, what = \"accept length\" }\nabsent = \"unknown\"\nabsent_reason = \"none\"\n");
+        let reason = |v: &str| {
+            one(
+                &level,
+                "spec",
+                &lines(&[&format!("L accept len: {v}")]),
+                None,
+            )
+            .reason
+        };
+        assert_eq!(reason("2.5"), "accept length 2.50 (mean of 1 lines)");
+        assert_eq!(
+            reason("1000000000000000"),
+            "accept length 1000000000000000 (mean of 1 lines)"
+        );
+    }
+
     #[test]
     fn two_acceptance_lines_for_one_task_are_conflicting_never_summed() {
         for metrics in [None, Some(COUNTERS_10_OF_100)] {
