@@ -33,7 +33,7 @@ src/serve/evidence.rs|serve::evidence:: serve::verdict::|
 src/serve/mod.rs|serve::tests::|spoof::live_the_launch_boundary
 src/bench/ab.rs|bench::ab:: pipeline::judge::|
 src/bench/generation.rs|bench::|sglang_wire:: bench::
-src/bench/wire.rs|bench::|sglang_wire::
+src/columns.rs|columns::|untrusted_text::
 src/bench/protocol.rs|bench::protocol::|sglang_wire::
 src/doctor/launch/mod.rs|doctor::launch::|launch_preflight::
 src/pipeline/judge.rs|pipeline::judge::|
