@@ -642,8 +642,12 @@ pub fn stop_recorded(paths: &StatePaths, recipe: &str) -> Result<Stopped> {
 }
 
 #[cfg(test)]
+#[path = "."] // `pins` below is src/serve/mod_pins.rs, under `serve::tests::`
 mod tests {
     use super::*;
+
+    #[path = "mod_pins.rs"]
+    mod pins;
 
     /// A record of launch `id` of `r --profile p` whose header sits at `offset` of `log`.
     fn record(log: &Path, offset: u64, id: &str) -> Record {
