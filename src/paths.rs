@@ -251,12 +251,13 @@ pub(crate) fn not_private(meta: &std::fs::Metadata) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
-    let mode = meta.mode() & 0o7777;
-    if meta.uid() != me && meta.uid() != 0 {
-        return Some(format!(
-            "it is owned by uid {}, not by you (uid {me})",
-            meta.uid()
-        ));
+    not_private_to(me, meta.uid(), meta.mode() & 0o7777)
+}
+
+/// [`not_private`] for user `me` of a directory owned by `uid` with permission bits `mode`.
+fn not_private_to(me: u32, uid: u32, mode: u32) -> Option<String> {
+    if uid != me && uid != 0 {
+        return Some(format!("it is owned by uid {uid}, not by you (uid {me})"));
     }
     let who = match (mode & 0o020 != 0, mode & 0o002 != 0) {
         (_, true) => "everyone",

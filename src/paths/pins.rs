@@ -41,3 +41,36 @@ fn every_path_of_the_state_and_cache_directories_is_the_documented_one() {
     }
     assert_eq!(p.python_facts(), Path::new("/c/python-facts"));
 }
+
+/// Whose directory is private (issue 48: `&&` → `||` survived, the tests running as root): a
+/// user's own and the superuser's are, another user's is not, whoever asks.
+#[test]
+fn a_directory_is_private_to_its_owner_and_to_the_superusers_but_not_to_another_user() {
+    assert_eq!(not_private_to(1000, 1000, 0o700), None);
+    assert_eq!(not_private_to(1000, 0, 0o755), None);
+    assert_eq!(not_private_to(0, 0, 0o700), None);
+    assert_eq!(
+        not_private_to(1000, 1001, 0o700).as_deref(),
+        Some("it is owned by uid 1001, not by you (uid 1000)")
+    );
+    assert_eq!(
+        not_private_to(0, 1001, 0o700).as_deref(),
+        Some("it is owned by uid 1001, not by you (uid 0)")
+    );
+    assert_eq!(
+        not_private_to(1000, 1000, 0o770).as_deref(),
+        Some("it is writable by its group (mode 0770)")
+    );
+}
+
+/// A state directory kiln cannot read (its path runs through a file) is that error, never taken
+/// for one that does not exist yet and created (issue 48: the NotFound guard → true survived).
+#[test]
+fn a_state_directory_that_cannot_be_read_is_that_error_not_a_missing_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let p = StatePaths::new(file.join("state"), Some(dir.path().join("cache")));
+    let e = p.ensure_private().unwrap_err().render();
+    assert!(e.contains("cannot read the state directory"), "{e}");
+}

@@ -281,7 +281,6 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
     }
 }
 
-/// The first words of the header line kiln writes before each launch.
 /// Write the record of the server just started (0600). Without its record a detached server
 /// could never be found again (`--stop`): one whose record cannot be written (a full disk) is
 /// stopped, not left running unrecorded.
@@ -313,6 +312,7 @@ fn write_record_or_stop(l: &Launch, record: &Record, child: &mut Detached) -> Re
     ))
 }
 
+/// The first words of the header line kiln writes before each launch.
 fn launch_header(recipe: &str, profile: &str) -> String {
     format!("=== kiln serve {recipe} --profile {profile}")
 }
