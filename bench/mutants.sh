@@ -44,7 +44,7 @@ src/patch/journal.rs|patch::journal::|patch_journal::
 src/cache/steps.rs|cache::steps::|step_cache::
 src/oci/auth.rs|oci::auth::|oci_auth::
 src/redact.rs|redact::|secrets::
-src/paths.rs|paths::|state_dir::
+src/paths.rs|paths::|state_dir:: readme::the_state_dir_is_state_dir_then_kiln_home_then_xdg_then_home
 '
 
 list() {
