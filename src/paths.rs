@@ -277,6 +277,16 @@ impl StatePaths {
             let meta = match std::fs::metadata(dir) {
                 Ok(m) => m,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    if let Ok(target) = std::fs::read_link(dir) {
+                        return Err(Error::usage(
+                            format!(
+                                "the {what} directory {} is a link to {}, which does not exist",
+                                dir.display(),
+                                target.display()
+                            ),
+                            Some("create the link's target (kiln does not follow a link to make one), or point KILN_HOME (or --state-dir, KILN_CACHE_DIR) at a directory".into()),
+                        ));
+                    }
                     create_private(dir)?;
                     continue;
                 }

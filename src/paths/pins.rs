@@ -74,3 +74,24 @@ fn a_state_directory_that_cannot_be_read_is_that_error_not_a_missing_one() {
     let e = p.ensure_private().unwrap_err().render();
     assert!(e.contains("cannot read the state directory"), "{e}");
 }
+
+/// A state directory that is a link to nothing is named as such, not "cannot create: File
+/// exists", and kiln creates nothing at the link's target.
+#[test]
+fn a_state_directory_linked_to_nothing_is_named_a_dangling_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("elsewhere/kiln");
+    let link = dir.path().join("state");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let p = StatePaths::new(link.clone(), Some(dir.path().join("cache")));
+    let e = p.ensure_private().unwrap_err().render();
+    assert!(
+        e.contains(&format!(
+            "the state directory {} is a link to {}, which does not exist",
+            link.display(),
+            target.display()
+        )),
+        "{e}"
+    );
+    assert!(!dir.path().join("elsewhere").exists());
+}
