@@ -407,7 +407,7 @@ fn fetch_into(
     let digest = format!("sha256:{}", remote.sha256);
     let body = registry
         .blob(&digest, remote.entry.size)?
-        .take(remote.entry.size + 1);
+        .take(remote.entry.size.saturating_add(1));
     let mut body = crate::report::Counted::new(&remote.entry.wheel, Some(remote.entry.size), body);
     std::io::copy(&mut body, &mut writer)
         .map_err(|e| Error::io(format!("cannot download {}", remote.entry.wheel), e))?;

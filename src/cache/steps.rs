@@ -223,7 +223,11 @@ impl StepCache {
         // A regular file, read no further than the size the entry states (a link to
         // /dev/zero or a FIFO is refused, never read without end).
         let (sha, size) = super::open_regular(&archive)
-            .and_then(|(f, _)| sha256_reader(std::io::BufReader::new(f.take(entry.size + 1))))
+            .and_then(|(f, _)| {
+                sha256_reader(std::io::BufReader::new(
+                    f.take(entry.size.saturating_add(1)),
+                ))
+            })
             .map_err(|e| corrupt(format!("cannot read {ARCHIVE}: {e}")))?;
         if sha != entry.archive_sha256 || size != entry.size {
             return Err(corrupt(format!(

@@ -309,3 +309,25 @@ fn an_import_whose_rename_fails_with_nothing_in_place_is_an_error_not_already_he
     assert!(e.contains("cannot store step entry"), "{e}");
     assert!(!cache.has(&id));
 }
+
+/// An accepted entry.json stating the largest size there is (a forged one, under the opt-out)
+/// is refused by its archive's hash and size, not a panic on `size + 1`.
+#[test]
+fn an_entry_stating_the_largest_size_is_refused_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("steps");
+    let cache = StepCache::new(&root);
+    let out = write(&dir.path().join("built/a.txt"), b"a");
+    let id = store(&cache, &key("a"), &[out]);
+    let path = root.join(&id).join("entry.json");
+    let mut entry: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    entry["size"] = serde_json::json!(u64::MAX);
+    std::fs::write(&path, entry.to_string()).unwrap();
+    let e = cache
+        .restore(&id, &[dir.path().join("work/a.txt")])
+        .unwrap_err()
+        .with_causes();
+    assert!(e.contains("the entry says"), "{e}");
+    assert!(!dir.path().join("work").exists());
+}
