@@ -252,19 +252,13 @@ fn the_cpu_demos_venv_step_replaces_a_venv_whose_interpreter_is_gone() {
     std::os::unix::fs::symlink("python3", venv.join("bin/python")).unwrap();
     std::fs::write(venv.join("pyvenv.cfg"), "home = /nonexistent\n").unwrap();
     let recipe = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/tiny-cpu.toml");
-    let out = ws
-        .kiln()
+    ws.kiln()
         .arg("up")
         .arg(&recipe)
         .args(["--only", "venv", "--no-serve", "--set"])
         .arg(format!("prefix={}", ws.path().join("prefix").display()))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .assert()
+        .success();
     let python = std::fs::canonicalize(venv.join("bin/python")).unwrap();
     assert!(!python.starts_with("/nonexistent"), "{}", python.display());
     let ok = std::process::Command::new(venv.join("bin/python"))
