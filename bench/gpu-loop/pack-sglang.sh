@@ -51,7 +51,8 @@ cp bench/gpu-loop/sglang-device.sh "$carry/sgl-1/gpu-loop/"
 limit=$((54 * 1024 * 1024))
 size() { du -sb "$1" | cut -f1; }
 # The sums of what arrives whole: kiln and every wheel (a split one once its parts are joined).
-(cd "$work" && sha256sum wheels/*.whl && cp "$kiln" kiln && sha256sum kiln) >"$work/sglang-pack.sha256"
+{ (cd "$work" && sha256sum wheels/*.whl); echo "$(sha256sum <"$kiln" | cut -d' ' -f1)  kiln"; } \
+  >"$work/sglang-pack.sha256"
 # A wheel over the limit (nvidia-cutlass-dsl's libraries: 74 and 79 MB) travels as parts
 # NAME.part-K-of-N of 50 MiB each; sglang-device.sh's gather joins them once all N arrived.
 for w in "$work"/wheels/*.whl; do
