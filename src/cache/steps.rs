@@ -67,17 +67,10 @@ impl StepCache {
     /// Sign entry `id` with the signing key, if one is set and this kiln trusts the entry (one it
     /// does not trust is carried unsigned, never laundered by a signature).
     pub(crate) fn sign_trusted(&self, id: &str) -> Result<()> {
-        let Some(trust) = &self.trust else {
-            return Ok(());
-        };
-        let dir = self.entry_dir(id);
-        let Some(mut entry) = read_entry(&dir) else {
-            return Ok(());
-        };
-        if trust.sign_vouched(id, &mut entry) {
-            write_entry(&dir, &entry)?;
+        match &self.trust {
+            Some(trust) => trust.sign_stored(id, &self.entry_dir(id), read_entry, write_entry),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     pub(crate) fn entry_dir(&self, id: &str) -> PathBuf {

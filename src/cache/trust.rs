@@ -167,6 +167,25 @@ impl Trust {
         self.vouches(id, entry) && self.sign(id, entry)
     }
 
+    /// [`Self::sign_vouched`] the entry stored in `dir` (read with `read`, written back with
+    /// `write` when it changed): what export and push do before an entry leaves. An entry that
+    /// does not read is left as it is.
+    pub(crate) fn sign_stored<E: Signed>(
+        &self,
+        id: &str,
+        dir: &Path,
+        read: impl FnOnce(&Path) -> Option<E>,
+        write: impl FnOnce(&Path, &E) -> Result<()>,
+    ) -> Result<()> {
+        let Some(mut entry) = read(dir) else {
+            return Ok(());
+        };
+        if self.sign_vouched(id, &mut entry) {
+            write(dir, &entry)?;
+        }
+        Ok(())
+    }
+
     /// Record entry `id` as stored by this state directory.
     pub(crate) fn record_own<E: Signed>(&self, id: &str, entry: &E) -> Result<()> {
         super::perms::create_dir_with(&self.own, 0o700)?;

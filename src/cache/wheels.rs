@@ -176,17 +176,10 @@ impl WheelCache {
     /// it does not trust is carried unsigned, never laundered by a signature): what export and
     /// push do before an entry leaves.
     pub(crate) fn sign_trusted(&self, id: &str) -> Result<()> {
-        let Some(trust) = &self.trust else {
-            return Ok(());
-        };
-        let dir = self.entry_dir(id);
-        let Some(mut entry) = read_entry(&dir) else {
-            return Ok(());
-        };
-        if trust.sign_vouched(id, &mut entry) {
-            write_entry(&dir, &entry)?;
+        match &self.trust {
+            Some(trust) => trust.sign_stored(id, &self.entry_dir(id), read_entry, write_entry),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     pub(crate) fn entry_dir(&self, id: &str) -> PathBuf {
@@ -573,16 +566,7 @@ mod tests {
         let cache = WheelCache::new(&dir.path().join("wheels"));
         let wheel = dir.path().join("demo-1.0-py3-none-any.whl");
         std::fs::write(&wheel, "not really a zip").unwrap();
-        let key = WheelKey {
-            package: "demo".into(),
-            version: "1.0".into(),
-            source_sha256: "0".repeat(64),
-            python_tag: "cp311".into(),
-            torch: None,
-            cuda: None,
-            arch_list: None,
-            env: BTreeMap::new(),
-        };
+        let key = demo_key();
         let index = "--index-url https://ci:index-pass-77@pypi.example/simple";
         cache.insert(&key, &wheel, Some(index)).unwrap();
         let json = std::fs::read_to_string(cache.entry_dir(&key.id()).join("entry.json")).unwrap();
