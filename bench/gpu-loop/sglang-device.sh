@@ -8,13 +8,14 @@
 #            model, serve, verdicts, greedy A/B against `baseline`, bench
 #   wire     the raw HTTP of the server `up` left running: /server_info, /get_model_info, and a
 #            streamed /generate (greedy, 16 tokens) byte for byte, for the wire fixtures
-#   profiles `kiln serve` of `spec`, `spec-mismatch` and `symm-mem` each, with `kiln bench` on spec
+#   profiles `kiln serve` of PROFILES (default `spec spec-mismatch symm-mem`), `kiln bench` on spec*
 #   bad      a launch with a bad flag value, through crash triage
 #   ceiling  SGLang's own bench_one_batch on the same model (decode tok/s at batch 1)
 #   again    the same `kiln up` a second time: nothing rebuilt, served again (timed)
 #   tune     `kiln tune sglang-cuda --profile tuned --one-server` by grid, then by race, over
 #            TUNE_VARY (default: attention=triton,flashinfer × --num-continuous-decode-steps=1,4)
-# Everything lands in $OUT: summary.txt and sglang-results.tar.gz (reports, server logs, step logs).
+# Each long command is cut at BUDGET seconds into the call (default 560) so that the results still
+# come back. Everything lands in $OUT: summary.txt and sglang-results.tar.gz (reports, server logs, step logs).
 set -uo pipefail
 modes=" ${*:-gather} "
 root=$PWD
@@ -29,6 +30,9 @@ res=/root/sglang-results
 mkdir -p "$pack/wheels" "$res" "$KILN_HOME"
 summary=$OUT/summary.txt
 say() { echo "== $(date +%T) $*" | tee -a "$summary"; }
+# The seconds this call has left (BUDGET, default 560: a call may run 600 s) for a `timeout`, so
+# that a slow mode is cut short and the results are still collected and sent back.
+left() { local s=$((${BUDGET:-560} - SECONDS)); echo $((s > 5 ? s : 5)); }
 kiln=$pack/kiln
 
 collect() {
@@ -76,7 +80,7 @@ fi
 if [[ $modes == *" up "* ]]; then
   say "kiln up sglang-cuda --profile tuned (deps=listed) from an empty state"
   start=$SECONDS
-  "$kiln" up sglang-cuda --set deps=listed --profile tuned 2>&1 | tee "$res/up.log" | tail -80
+  timeout "$(left)" "$kiln" up sglang-cuda --set deps=listed --profile tuned 2>&1 | tee "$res/up.log" | tail -80
   say "kiln up exit ${PIPESTATUS[0]} in $((SECONDS - start)) s"
   tail -60 "$res/up.log" >>"$summary"
 fi
@@ -101,14 +105,14 @@ PY
 fi
 
 if [[ $modes == *" profiles "* ]]; then
-  for p in symm-mem spec spec-mismatch; do
+  for p in ${PROFILES:-spec spec-mismatch symm-mem}; do
     say "kiln serve sglang-cuda --profile $p"
     start=$SECONDS
     # `kiln serve` stays in the foreground while the server runs: wait for its verdicts (or its
     # error), then end it with Ctrl-C's signal once what follows has used the server.
     "$kiln" serve sglang-cuda --profile "$p" >"$res/serve-$p.log" 2>&1 &
     serving=$!
-    for _ in $(seq 1 150); do
+    for _ in $(seq 1 $(($(left) / 2))); do
       grep -q "Ctrl-C stops it\|^error" "$res/serve-$p.log" && break
       kill -0 "$serving" 2>/dev/null || break
       sleep 2
@@ -116,7 +120,7 @@ if [[ $modes == *" profiles "* ]]; then
     grep -v '^kiln:   \[' "$res/serve-$p.log" | tail -30
     say "serve $p: $(grep -c 'Ctrl-C stops it' "$res/serve-$p.log") ready line(s) after $((SECONDS - start)) s"
     if [[ $p == spec* ]]; then
-      "$kiln" bench --url http://127.0.0.1:30100 --runs 3 --warmup 1 --max-tokens 256 2>&1 |
+      timeout "$(left)" "$kiln" bench --url http://127.0.0.1:30100 --runs 3 --warmup 1 --max-tokens 256 2>&1 |
         tee "$res/bench-$p.log" | tail -15
     fi
     kill -INT "$serving" 2>/dev/null; wait "$serving"
@@ -126,7 +130,7 @@ fi
 
 if [[ $modes == *" bad "* ]]; then
   say "a bad flag value through crash triage"
-  "$kiln" serve sglang-cuda --profile baseline --set mem_fraction=1.7 2>&1 | tee "$res/serve-bad.log" | tail -25
+  timeout "$(left)" "$kiln" serve sglang-cuda --profile baseline --set mem_fraction=1.7 2>&1 | tee "$res/serve-bad.log" | tail -25
 fi
 
 if [[ $modes == *" ceiling "* ]]; then
@@ -136,7 +140,7 @@ if [[ $modes == *" ceiling "* ]]; then
   # "index out of bounds"). A prompt file replaces them: kiln bench's own prompt, tokenized.
   prompt="$(grep -o 'DEFAULT_PROMPT: &str = "[^"]*"' "$root/src/bench/mod.rs" | cut -d'"' -f2)"
   echo "$prompt" >"$res/ceiling-prompt.txt"
-  timeout 300 "$work/venv/bin/python" -m sglang.bench_one_batch --model-path "$work/model/target" \
+  timeout "$(left)" "$work/venv/bin/python" -m sglang.bench_one_batch --model-path "$work/model/target" \
     --batch-size 1 --input-len 128 --output-len 512 --prompt-filename "$res/ceiling-prompt.txt" \
     --attention-backend triton --sampling-backend pytorch \
     --mem-fraction-static 0.6 2>&1 | tee "$res/bench-one-batch.log" | tail -15
@@ -145,7 +149,7 @@ if [[ $modes == *" again "* ]]; then
   "$kiln" serve sglang-cuda --stop >/dev/null 2>&1
   say "kiln up sglang-cuda --profile tuned again (nothing to rebuild)"
   start=$SECONDS
-  "$kiln" up sglang-cuda --set deps=listed --profile tuned >"$res/up-again.log" 2>&1
+  timeout "$(left)" "$kiln" up sglang-cuda --set deps=listed --profile tuned >"$res/up-again.log" 2>&1
   say "kiln up (again) exit $? in $((SECONDS - start)) s; $(grep -c '✓ ran' "$res/up-again.log") step(s) ran"
   grep -E "^kiln: (done|served|proved|bench)|fresh|median" "$res/up-again.log" | tail -12 | tee -a "$summary"
 fi
@@ -156,7 +160,7 @@ if [[ $modes == *" tune "* ]]; then
   for method in ${TUNE_METHODS:-grid race}; do
     say "kiln tune sglang-cuda --profile tuned --method $method ${vary[*]}"
     start=$SECONDS
-    "$kiln" tune sglang-cuda --set deps=listed --profile tuned --method "$method" --one-server \
+    timeout "$(left)" "$kiln" tune sglang-cuda --set deps=listed --profile tuned --method "$method" --one-server \
       "${vary[@]}" --max-tokens "${TUNE_MAX_TOKENS:-512}" >"$res/tune-$method.out" 2>"$res/tune-$method.err"
     say "tune $method: exit $? in $((SECONDS - start)) s"
     tee -a "$summary" <"$res/tune-$method.out"
