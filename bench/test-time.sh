@@ -60,7 +60,7 @@ fi
   echo "slowest 15 (seconds, test):"
   # nextest's result lines: `        PASS [  12.345s] (3/300) kiln::it module::test`.
   sed -nE 's/^ *(PASS|FAIL|SIGKILL|SIGSEGV|TIMEOUT|LEAK) \[ *([0-9.]+)s\] (\([0-9/ ]+\) )?(.*)$/\2 \1 \4/p' \
-    "$logs/nextest.log" | sort -rn | head -15
+    "$logs/nextest.log" | sort -rn | sed -n 1,15p # reads all: head would end sort by SIGPIPE (exit 141)
 } | tee -a "$logs/summary.txt"
 echo "logs: $logs"
 exit "$rc"

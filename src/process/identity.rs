@@ -219,19 +219,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn this_process_is_itself_and_a_changed_start_time_is_not() {
-        let me = Identity::of(std::process::id()).expect("own identity");
+    fn a_child_is_itself_and_a_changed_start_time_or_boot_is_not() {
+        // A child, not this process: a harness that runs each test in its own process group
+        // (cargo-nextest) makes this process its group's leader, which `verify` refuses first.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let me = Identity::of(child.id()).expect("the child's identity");
         assert!(me.start_ticks > 0 && !me.boot_id.is_empty());
-        // This test process leads no group of its own, so it is not refused as kiln's group
-        // unless the harness made it a leader.
-        if own_group() != me.pid {
-            assert_eq!(me.verify(), Ok(()));
-        }
+        assert_ne!(
+            me.pid,
+            own_group(),
+            "a child is in its parent's group, not its leader"
+        );
+        assert_eq!(me.verify(), Ok(()));
         let older = Identity {
             start_ticks: me.start_ticks - 1,
             ..me.clone()
         };
-        assert!(matches!(older.verify(), Err(Refusal::Reused { .. })));
+        assert_eq!(
+            older.verify(),
+            Err(Refusal::Reused {
+                pid: me.pid,
+                recorded: me.start_ticks - 1,
+                now: me.start_ticks
+            })
+        );
         let rebooted = Identity {
             boot_id: "00000000-0000-0000-0000-000000000000".into(),
             ..me.clone()
@@ -243,12 +257,15 @@ mod tests {
         }
         let group = Identity {
             pid: own_group(),
-            ..me
+            ..me.clone()
         };
         assert_eq!(group.verify(), Err(Refusal::OwnGroup(own_group())));
         assert!(!signallable_group(0) && !signallable_group(1));
         assert!(!signallable_group(own_group()));
         assert!(!signallable_group(u32::MAX));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(me.verify(), Err(Refusal::Gone(me.pid)));
     }
 
     #[test]

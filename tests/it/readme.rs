@@ -217,6 +217,10 @@ const CLAIMS: &[(&str, &[&str])] = &[
         "then README's test command exactly, in a bare Debian container",
         &["file:.ci/run", "file:.ci/container-tests"],
     ),
+    (
+        "last, the wheel of Install (`.ci/wheel`) proven on a bare Debian 11 with python3 and pip only",
+        &["file:.ci/run", "file:.ci/wheel", "file:.ci/wheel-check"],
+    ),
 ];
 
 /// `text` with every run of white space one space: README's line breaks fall anywhere.
