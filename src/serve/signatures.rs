@@ -198,6 +198,20 @@ pub struct Feature {
     pub absent_reason: String,
 }
 
+impl Feature {
+    /// Whether the signatures make the server's own dump of its resolved settings the most
+    /// there is to see of this tuning: a `configured` log pattern and nothing that could show it
+    /// at work (no `active` line, ratio or level). SGLang 0.5.15's attention backend is one; its
+    /// torch symmetric memory is not (no `configured` pattern: it disables itself silently, and
+    /// an endpoint's `enable_…=true` proves nothing).
+    pub fn settings_are_the_most_shown(&self) -> bool {
+        !self.configured.is_empty()
+            && self.active.is_empty()
+            && self.ratio.is_none()
+            && self.level.is_none()
+    }
+}
+
 #[derive(Debug)]
 pub struct Ratio {
     /// Two capture groups: the part and the whole.

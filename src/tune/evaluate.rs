@@ -200,7 +200,7 @@ impl<'a> Evaluator<'a> {
             return;
         };
         let verdicts = pipeline::verdicts(l, served);
-        record_verdicts(e, &verdicts);
+        record_verdicts(e, &verdicts, &unprovable(&l.sigs));
     }
 
     fn greedy_ab(&self, launch: LaunchId, v: &Variant, e: &mut Entry) -> Result<()> {
@@ -443,20 +443,49 @@ fn free_port() -> Option<u16> {
         .ok()
 }
 
+/// The tunings whose signatures make the server's settings dump the most there is to see
+/// (SGLang 0.5.15's attention backend: only that dump, and the lines of a fallback, name it).
+fn unprovable(sigs: &crate::serve::signatures::Signatures) -> Vec<String> {
+    sigs.features
+        .iter()
+        .filter(|f| f.settings_are_the_most_shown())
+        .map(|f| f.id.clone())
+        .collect()
+}
+
 /// A variant's verdicts into its entry: each one an evidence line; the first that is not proven
 /// active disqualifies it. Each verdict already judges by what the variant's own launch asked
-/// for (`serve::verdict`: `-ngl 12` getting 12 of 17 layers is active, as asked).
-fn record_verdicts(e: &mut Entry, verdicts: &[crate::serve::verdict::Verdict]) {
+/// for (`serve::verdict`: `-ngl 12` getting 12 of 17 layers is active, as asked). A tuning in
+/// `unprovable` (nothing the server shows can prove it) that reads `configured` is the most its
+/// launch can show: it does not disqualify (a fallback line still does), and its evidence line
+/// says so.
+fn record_verdicts(
+    e: &mut Entry,
+    verdicts: &[crate::serve::verdict::Verdict],
+    unprovable: &[String],
+) {
+    use crate::serve::verdict::Status;
+    let best_shown = |v: &crate::serve::verdict::Verdict| {
+        v.status == Status::Configured && unprovable.contains(&v.feature)
+    };
     e.evidence.retain(|line| !line.starts_with("verdict "));
     for v in verdicts {
         e.evidence.push(format!(
-            "verdict {}: {}: {}",
+            "verdict {}: {}: {}{}",
             v.feature,
             v.status.label(),
-            v.reason
+            v.reason,
+            if best_shown(v) {
+                " (the server shows no more than its settings for this tuning)"
+            } else {
+                ""
+            }
         ));
     }
-    if let Some(bad) = verdicts.iter().find(|v| !v.status.proven_active()) {
+    if let Some(bad) = verdicts
+        .iter()
+        .find(|v| !v.status.proven_active() && !best_shown(v))
+    {
         e.disqualified = Some(format!(
             "{} {}: {}",
             bad.feature,
@@ -519,7 +548,11 @@ mod tests {
         let mut e = Entry::new(Variant {
             settings: vec![("-ngl".into(), ngl.into())],
         });
-        record_verdicts(&mut e, &judge(&sigs, &profile, &ev));
+        record_verdicts(
+            &mut e,
+            &judge(&sigs, &profile, &ev),
+            &super::unprovable(&sigs),
+        );
         e
     }
 
@@ -561,7 +594,7 @@ mod tests {
             let mut e = Entry::new(Variant { settings: vec![] });
             e.evidence
                 .push("verdict old: active: an earlier launch".into());
-            record_verdicts(&mut e, verdicts);
+            record_verdicts(&mut e, verdicts, &["spec".to_string()][..0]);
             e
         };
         let active = entry(&[verdict("flash-attn", Status::Active)]);
@@ -590,6 +623,110 @@ mod tests {
                 "{status:?}"
             );
             assert_eq!(e.evidence.len(), 3, "{e:?}");
+        }
+    }
+
+    /// SGLang 0.5.15's `tuned` launch on an H100 (session 17's capture): its attention backend
+    /// shows only in the settings dump, its CUDA graphs in capture lines.
+    fn sglang_tuned(extra_line: Option<&str>, unprovable: bool) -> Entry {
+        use crate::serve::signatures::Signatures;
+        use crate::serve::verdict::{judge, Evidence};
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/gpu-h100-sglang/sglang-cuda-tuned.log");
+        let mut log: Vec<String> = std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .skip(1) // kiln's `=== kiln serve ...` header
+            .map(String::from)
+            .collect();
+        // Where SGLang logs its overrides: before the model loads.
+        if let Some(line) = extra_line {
+            let at = log
+                .iter()
+                .position(|l| l.contains("Init torch distributed begin"))
+                .unwrap();
+            log.insert(at, line.to_string());
+        }
+        let sigs =
+            Signatures::resolve("sglang-0.5.15", std::path::Path::new("/nonexistent")).unwrap();
+        let profile = crate::recipe::Profile {
+            cmd: vec!["python".into()],
+            args: ["--attention-backend", "triton", "--cuda-graph-max-bs", "8"]
+                .map(String::from)
+                .to_vec(),
+            expect: vec!["attention-backend".into(), "cuda-graphs".into()],
+            ..crate::recipe::Profile::default()
+        };
+        let ev = Evidence {
+            log: &log,
+            after_traffic: true,
+            ..Evidence::default()
+        };
+        let mut e = Entry::new(Variant { settings: vec![] });
+        let unprovable = if unprovable {
+            super::unprovable(&sigs)
+        } else {
+            Vec::new()
+        };
+        record_verdicts(&mut e, &judge(&sigs, &profile, &ev), &unprovable);
+        e
+    }
+
+    #[test]
+    fn a_tuning_the_server_cannot_prove_qualifies_as_configured_and_a_fallback_line_still_disqualifies(
+    ) {
+        // The real SGLang 0.5.15 launch: attention-backend can only read `configured` (no line
+        // of that version shows a backend at work), CUDA graphs are active.
+        let e = sglang_tuned(None, true);
+        assert!(e.disqualified.is_none(), "{e:?}");
+        assert!(
+            e.evidence
+                .iter()
+                .any(|l| l.starts_with("verdict attention-backend: configured:")
+                    && l.ends_with("(the server shows no more than its settings for this tuning)")),
+            "{e:?}"
+        );
+        assert!(
+            e.evidence
+                .iter()
+                .any(|l| l.starts_with("verdict cuda-graphs: active:")),
+            "{e:?}"
+        );
+        // Only a tuning nothing can prove is let through as configured.
+        let strict = sglang_tuned(None, false);
+        assert!(
+            strict
+                .disqualified
+                .as_deref()
+                .is_some_and(|d| d.starts_with("attention-backend configured")),
+            "{strict:?}"
+        );
+        // SGLang's own fallback line for it still disqualifies.
+        let overridden = sglang_tuned(
+            Some("[2026-12-05 15:13:16] Overriding --attention-backend to flashinfer"),
+            true,
+        );
+        assert!(
+            overridden
+                .disqualified
+                .as_deref()
+                .is_some_and(|d| d.starts_with("attention-backend fell back")),
+            "{overridden:?}"
+        );
+        // In every shipped set, the attention backend is the one such tuning: never torch
+        // symmetric memory (the seed's silent fallback) or anything a line can prove.
+        for set in ["sglang-0.5.15", "sglang-0.5.9", "llama-server"] {
+            let sigs = crate::serve::signatures::Signatures::resolve(
+                set,
+                std::path::Path::new("/nonexistent"),
+            )
+            .unwrap();
+            let want: &[&str] = if set == "llama-server" {
+                &[]
+            } else {
+                &["attention-backend"]
+            };
+            assert_eq!(super::unprovable(&sigs), want, "{set}");
         }
     }
 
