@@ -187,3 +187,36 @@ fn the_first_real_sglang_run_reads_graphs_active_attention_configured_and_symm_m
         "{stdout}"
     );
 }
+
+/// The speculative profiles on the same H100 (session 19, after `cutlass` and `deep_gemm` joined
+/// the offline set): the target as its own draft accepts 4.7-4.9 tokens per step (active), the
+/// mismatched draft 1.00 (fell back: no draft token accepted). Each log holds the decode lines
+/// of `kiln bench`'s traffic.
+#[test]
+fn the_real_speculative_profiles_read_active_and_fell_back_by_their_accept_length() {
+    let ws = Workspace::new();
+    for (profile, want) in [
+        ("spec", "active: accept length"),
+        ("spec-mismatch", "fell back: accept length 1.00"),
+    ] {
+        let log = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/gpu-h100-sglang")
+            .join(format!("sglang-cuda-{profile}.log"));
+        let out = ws
+            .kiln()
+            .args(["serve", "sglang-cuda", "--profile", profile, "--log"])
+            .arg(&log)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("speculative-decoding"))
+            .unwrap_or_else(|| panic!("{profile}: no verdict:\n{stdout}"));
+        assert!(
+            line["speculative-decoding".len()..].trim().starts_with(want),
+            "{profile}: {line}"
+        );
+        assert_eq!(out.status.code(), Some(1), "{profile}: {stdout}");
+    }
+}
