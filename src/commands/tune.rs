@@ -190,7 +190,7 @@ fn conclude(
         .filter(|e| e.disqualified.is_none() && e.last().is_some())
     else {
         return Err(Error::other(
-            format!("no variant of `{name}` qualified: every one fell back, crashed or gave wrong output"),
+            format!("no variant of `{name}` qualified: each one fell back, crashed, was not proven active or gave wrong output"),
             Some(format!("the reasons are in the table above and in {}", json_path.display())),
         ));
     };
