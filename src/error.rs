@@ -159,7 +159,7 @@ impl Error {
             ),
             Error::StepFailed { log, hint, .. } => {
                 let log = log.as_ref().map(|p| {
-                    format!("full log: {}; fix the cause and run `kiln up` again: finished steps are not re-run", p.display())
+                    format!("full log: {}; fix the cause and run the same `kiln up` command again: finished steps are not re-run", p.display())
                 });
                 match (hint, log) {
                     (Some(h), Some(l)) => Some(format!("{h}\nhint: {l}")),
@@ -183,7 +183,7 @@ impl Error {
                 hint.clone()
             }
             Error::HostTools { hint, .. } => Some(format!(
-                "{hint}; then run `kiln up` again (nothing ran yet)"
+                "{hint}; then run the same `kiln up` command again (nothing ran yet)"
             )),
             Error::ArchiveRefused { hint, .. } => Some(hint.clone()),
             Error::Io { source, .. } => io_hint(source),

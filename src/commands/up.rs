@@ -58,6 +58,7 @@ pub(super) fn run(settings: &Settings, args: &UpArgs) -> Result<u8> {
             for line in pipeline::proved(settings.session(&recipe)) {
                 crate::report::current().note(&line);
             }
+            pipeline::record_steps_only(settings.session(&recipe), args.strict);
             Ok(0)
         }
         Err(e) => Err(e),

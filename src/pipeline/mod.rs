@@ -100,6 +100,14 @@ pub fn record_failure(
     report.write(s.paths).ok().and_then(|f| f.previous)
 }
 
+/// Write the report of a `kiln up` that ran its steps and served nothing, so that report.json
+/// still tells how the last run ended. Best effort, as [`record_failure`].
+pub fn record_steps_only(s: Session, strict: bool) {
+    let mut report = Report::steps_only(&s.recipe.name, strict);
+    report.header = Some(Header::of(s, None));
+    let _ = report.write(s.paths);
+}
+
 /// A result block of [`up`], as soon as it is known.
 pub enum Shown<'a> {
     /// The comparison, the baseline's name and the candidate's.

@@ -203,12 +203,37 @@ impl Report {
         }
     }
 
+    /// A run of steps only that succeeded (`--no-serve`, `--only`, a recipe without profiles):
+    /// nothing served, so no verdict, A/B or bench; it still replaces the last run's report.
+    pub fn steps_only(recipe: &str, strict: bool) -> Report {
+        Report {
+            recipe: recipe.to_string(),
+            stage: None,
+            served: None,
+            strict,
+            outcome: Outcome {
+                ok: true,
+                error: None,
+                warnings: Vec::new(),
+                hint: None,
+            },
+            exit_code: 0,
+            header: None,
+        }
+    }
+
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("reports serialize")
     }
 
     pub fn to_markdown(&self) -> String {
         let Some(served) = &self.served else {
+            if self.outcome.ok {
+                return format!(
+                    "# kiln up: {}\n\n## Outcome\n\nok: the steps ran; nothing was served (`--no-serve`, `--only`, or a recipe without profiles)\n",
+                    md_text(&self.recipe)
+                );
+            }
             return format!(
                 "# kiln up: {}\n\n## Outcome\n\nfailed ({}): {}\n",
                 md_text(&self.recipe),

@@ -197,6 +197,7 @@ pub fn start(l: &Launch, say: &mut dyn FnMut(&str)) -> Result<Running> {
         .chain(&spec.args)
         .cloned()
         .collect();
+    not_built(&spec.program, l.recipe)?;
     if let (Some(port), None) = (p.port, &p.url) {
         reuse::clear_port(l, port, &cmd, say)?;
     }
@@ -313,6 +314,19 @@ fn write_record_or_stop(l: &Launch, record: &Record, child: &mut Detached) -> Re
 }
 
 /// The first words of the header line kiln writes before each launch.
+/// A profile's program given as a path where nothing is: most often made by the recipe's own
+/// steps, which have not run on this state yet (`kiln serve` before `kiln up`).
+fn not_built(program: &str, recipe: &str) -> Result<()> {
+    let path = Path::new(program);
+    if !program.contains('/') || path.exists() {
+        return Ok(());
+    }
+    Err(Error::usage(
+        format!("cannot launch: the profile's program {program} does not exist"),
+        format!("if the steps of recipe `{recipe}` make it, run them first: `kiln up` with the same recipe and `--no-serve` (or without it, to serve too); otherwise fix the profile's `cmd`"),
+    ))
+}
+
 fn launch_header(recipe: &str, profile: &str) -> String {
     format!("=== kiln serve {recipe} --profile {profile}")
 }

@@ -135,7 +135,7 @@ fn check_driver(c: &CudaStep, ctx: &StepContext, log: &mut dyn Write) -> Result<
         }
         None => Err(Error::other(
             format!("no NVIDIA driver found; CUDA {} needs driver ≥ {floor}", c.version),
-            Some("install the NVIDIA driver first (nvidia-smi must work), then run `kiln up` again; to compile without a GPU, take the toolkit from PyPI (`--set cuda_source=pypi` in the shipped recipes, else `source = \"pypi\"`)".into()),
+            Some("install the NVIDIA driver first (nvidia-smi must work), then run the same `kiln up` command again; to compile without a GPU, take the toolkit from PyPI (`--set cuda_source=pypi` in the shipped recipes, else `source = \"pypi\"`)".into()),
         )),
         Some(d) if compare(&d, floor).is_lt() => Err(Error::other(
             format!("driver {d} is older than {floor}, the floor of CUDA {}", c.version),

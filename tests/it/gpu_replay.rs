@@ -214,7 +214,9 @@ fn the_real_speculative_profiles_read_active_and_fell_back_by_their_accept_lengt
             .find(|l| l.starts_with("speculative-decoding"))
             .unwrap_or_else(|| panic!("{profile}: no verdict:\n{stdout}"));
         assert!(
-            line["speculative-decoding".len()..].trim().starts_with(want),
+            line["speculative-decoding".len()..]
+                .trim()
+                .starts_with(want),
             "{profile}: {line}"
         );
         assert_eq!(out.status.code(), Some(1), "{profile}: {stdout}");

@@ -362,3 +362,29 @@ fn the_readiness_generation_ends_with_the_serve_timeout() {
     assert_eq!(status.code(), Some(1), "{err}");
     assert!(err.contains("/health answered 200"), "{err}");
 }
+
+/// `kiln serve` before `kiln up` (README's order for a newcomer who skips the main job): the
+/// profile's program is made by the recipe's steps, so the error says to run them, not to fix
+/// the PATH.
+#[test]
+fn serving_a_recipe_whose_steps_have_not_run_says_to_run_them_first() {
+    let ws = Workspace::new();
+    let out = ws
+        .kiln()
+        .args(["serve", "tiny-cpu", "--profile", "tuned"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("cannot launch: the profile's program ")
+            && err.contains("/work/tiny-cpu/bin/llama-server does not exist"),
+        "{err}"
+    );
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("hint: if the steps of recipe `tiny-cpu` make it, run them first: `kiln up` with the same recipe and `--no-serve`"),
+        "{err}"
+    );
+    assert!(!err.contains("fix the PATH"), "{err}");
+}

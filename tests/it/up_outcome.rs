@@ -131,6 +131,42 @@ fn a_failed_step_fails_up_with_its_reason_in_the_report() {
     );
 }
 
+/// The same step fixed: a run of steps only that succeeds replaces the failed run's report
+/// (report.json describes the last run; a README walk found the failed one left in place).
+#[test]
+fn a_run_of_steps_only_that_succeeds_replaces_the_failed_runs_report() {
+    let ws = Workspace::new();
+    let recipe = |code: u8| {
+        format!("[recipe]\nname = \"stepfix\"\n\n[[step]]\nid = \"boom\"\nkind = \"run\"\ncmd = [\"sh\", \"-c\", \"exit {code}\"]\n")
+    };
+    ws.write("r.toml", &recipe(3));
+    let out = ws.kiln().args(["up", "r.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(report(&ws, "stepfix")["outcome"]["ok"], false);
+    ws.write("r.toml", &recipe(0));
+    let out = ws.kiln().args(["up", "r.toml"]).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = report(&ws, "stepfix");
+    assert_eq!(r["outcome"]["ok"], true, "{r}");
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert!(
+        r.get("stage").is_none() && r.get("verdicts").is_none(),
+        "{r}"
+    );
+    let md = std::fs::read_to_string(ws.state().join("reports/stepfix/report.md")).unwrap();
+    assert!(md.contains("ok: the steps ran; nothing was served"), "{md}");
+    let html = std::fs::read_to_string(ws.state().join("reports/stepfix/report.html")).unwrap();
+    assert!(
+        html.contains("exit code 0") && !html.contains("failed"),
+        "{html}"
+    );
+}
+
 /// A recipe with no steps whose profile serves the tiny-cpu build with a 160-token context: the
 /// bench asks for 2048 tokens, so its runs come back short (an advisory); `extra` adds args.
 fn serving_recipe(ws: &Workspace, expect: &str, extra: &str) -> Vec<String> {
