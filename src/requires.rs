@@ -325,7 +325,8 @@ impl OsFamily {
     }
 
     /// One command line that installs these tools here.
-    pub(crate) fn install_hint(self, tools: &[&Tool]) -> String {
+    /// `root`: kiln runs as root (a container, CI), where `sudo` is often absent and never needed.
+    pub(crate) fn install_hint(self, tools: &[&Tool], root: bool) -> String {
         let idx = match self {
             OsFamily::Debian => 0,
             OsFamily::Fedora => 1,
@@ -349,10 +350,11 @@ impl OsFamily {
         let xcode = pkgs.contains(&"xcode");
         pkgs.retain(|p| *p != "xcode");
         let list = pkgs.join(" ");
+        let sudo = if root { "" } else { "sudo " };
         match self {
-            OsFamily::Debian => format!("on Debian/Ubuntu: sudo apt-get install -y {list}"),
-            OsFamily::Fedora => format!("on Fedora: sudo dnf install -y {list}"),
-            OsFamily::Arch => format!("on Arch: sudo pacman -S --needed {list}"),
+            OsFamily::Debian => format!("on Debian/Ubuntu: {sudo}apt-get install -y {list}"),
+            OsFamily::Fedora => format!("on Fedora: {sudo}dnf install -y {list}"),
+            OsFamily::Arch => format!("on Arch: {sudo}pacman -S --needed {list}"),
             _ => match (xcode, pkgs.is_empty()) {
                 (true, true) => "on macOS: xcode-select --install".into(),
                 (true, false) => format!("on macOS: xcode-select --install && brew install {list}"),

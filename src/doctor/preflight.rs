@@ -188,7 +188,8 @@ fn checked(needed: Vec<Needed>) -> (Vec<Checked>, Option<String>) {
         .filter(|c| !c.ok)
         .map(|c| c.needed.req.tool)
         .collect();
-    let hint = (!missing.is_empty()).then(|| OsFamily::detect().install_hint(&missing));
+    let hint = (!missing.is_empty())
+        .then(|| OsFamily::detect().install_hint(&missing, crate::host::running_as_root()));
     (checked, hint)
 }
 

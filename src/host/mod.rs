@@ -112,6 +112,11 @@ fn parse_meminfo(text: &str, field: &str) -> Option<u64> {
     })
 }
 
+/// Whether kiln runs as root (a container, CI): install hints then leave `sudo` out.
+pub(crate) fn running_as_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
 /// Bytes of RAM available for new work right now.
 pub(crate) fn available_memory_bytes() -> Option<u64> {
     meminfo_kib("MemAvailable").map(|k| k * 1024)

@@ -89,24 +89,33 @@ fn install_hints_name_this_os_packages() {
         .map(|n| parse(n).unwrap().tool)
         .collect();
     assert_eq!(
-        OsFamily::Debian.install_hint(&tools),
+        OsFamily::Debian.install_hint(&tools, false),
         "on Debian/Ubuntu: sudo apt-get install -y g++ python3-venv gcc"
     );
     assert_eq!(
-        OsFamily::Fedora.install_hint(&tools),
+        OsFamily::Fedora.install_hint(&tools, false),
         "on Fedora: sudo dnf install -y gcc-c++ python3 gcc"
     );
     assert_eq!(
-        OsFamily::Arch.install_hint(&tools),
+        OsFamily::Arch.install_hint(&tools, false),
         "on Arch: sudo pacman -S --needed gcc python"
     );
     assert_eq!(
-        OsFamily::MacOs.install_hint(&tools),
+        OsFamily::MacOs.install_hint(&tools, false),
         "on macOS: xcode-select --install && brew install python"
     );
     assert_eq!(
-        OsFamily::Other.install_hint(&tools),
+        OsFamily::Other.install_hint(&tools, false),
         "install c++, python3-venv, cc with your system's package manager"
+    );
+    // As root (a container, CI) there may be no sudo, and none is needed.
+    assert_eq!(
+        OsFamily::Debian.install_hint(&tools, true),
+        "on Debian/Ubuntu: apt-get install -y g++ python3-venv gcc"
+    );
+    assert_eq!(
+        OsFamily::Arch.install_hint(&tools, true),
+        "on Arch: pacman -S --needed gcc python"
     );
 }
 
