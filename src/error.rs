@@ -246,6 +246,10 @@ fn io_hint(e: &io::Error) -> Option<String> {
         io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => {
             Some("check the permissions of that path, or point kiln at a writable one".into())
         }
+        io::ErrorKind::NotFound => Some(
+            "nothing is at that path: check it (a relative path is taken from the current directory)"
+                .into(),
+        ),
         _ => None,
     }
 }

@@ -134,6 +134,14 @@ fn a_log_that_cannot_be_read_is_an_error_naming_it() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0));
     assert!(err.contains("cannot read the server log nope.log"), "{err}");
+    // It ends with what to do, not with the OS's cause.
+    assert!(
+        err.trim_end()
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with("hint: nothing is at that path")),
+        "{err}"
+    );
 }
 
 /// The first real SGLang run of `recipes/sglang-cuda.toml` (session 17, SGLang 0.5.15.post1 on an
