@@ -508,3 +508,67 @@ fn an_sse_data_line_with_nothing_after_it_is_skipped_not_an_error() {
     let runs = report["runs"].as_array().unwrap_or_else(|| panic!("{out}"));
     assert!(runs.iter().all(|r| r["tokens"] == 32), "{report}");
 }
+
+/// `kiln tune` over SGLang ranks variants although nothing SGLang logs proves its attention
+/// backend at work (0.5.9 and 0.5.15 name it only in the start-up `server_args` dump): that
+/// tuning qualifies as configured, said in each variant's evidence (on an H100, session 19,
+/// every variant was disqualified by it). A variant whose draft accepts nothing (the negative
+/// control) still never ranks.
+#[test]
+fn kiln_tune_over_sglang_ranks_variants_whose_attention_backend_is_only_configured() {
+    let ws = Workspace::new();
+    let port = free_port();
+    ws.write(
+        "r.toml",
+        &format!(
+            "[recipe]\nname = \"sgtune\"\n[profile.baseline]\ncmd = [\"python3\", {:?}]\n\
+             args = [\"--model-path\", \"tiny-sglang\", \"--port\", \"{port}\", \"--startup-s\", \"0.4\", \"--step-ms\", \"0.2\"]\n\
+             port = \"{port}\"\napi = \"sglang\"\nsignatures = \"sglang-0.5.15\"\n\
+             [profile.tuned]\nextends = \"baseline\"\nbaseline = \"baseline\"\nargs = [\"--attention-backend\", \"triton\"]\nexpect = [\"attention-backend\"]\n",
+            script().display().to_string()
+        ),
+    );
+    let out = ws
+        .kiln()
+        .args(["tune", "r.toml", "--profile", "tuned", "--method", "grid"])
+        .args(["--vary=--stream-interval=1,4"])
+        .args([
+            "--runs",
+            "2",
+            "--warmup",
+            "0",
+            "--max-tokens",
+            "16",
+            "--ab-tokens",
+            "8",
+        ])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let results: Value =
+        serde_json::from_slice(&std::fs::read(ws.state().join("tune/sgtune/tuned.json")).unwrap())
+            .unwrap();
+    let text = results.to_string();
+    assert!(
+        text.contains("verdict attention-backend: configured: ")
+            && text.contains("(the server shows no more than its settings for this tuning)"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("\"disqualified\":\"attention-backend"),
+        "{text}"
+    );
+    let ranked = stdout
+        .lines()
+        .filter(|l| {
+            let mut words = l.split_whitespace();
+            words.next().is_some_and(|w| w.parse::<u32>().is_ok())
+                && words.next().is_some_and(|w| w.starts_with("--stream-interval="))
+        })
+        .count();
+    assert_eq!(ranked, 2, "both variants ranked:\n{stdout}");
+}

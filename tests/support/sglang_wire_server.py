@@ -52,6 +52,9 @@ class ServerArgs:
     # server_args.py's `enable_torch_symm_mem: bool = False`; the stand-in logs no line for it
     # (SGLang 0.5.9 logs no positive one either), so only /server_info says it is on.
     enable_torch_symm_mem: bool = False
+    # server_args.py's `attention_backend: Optional[str] = None` (SGLang resolves it at start-up;
+    # the stand-in keeps what it was given). Named only in the start-up dump below.
+    attention_backend: object = None
 
 
 def log(msg, rank=None):
@@ -391,6 +394,7 @@ def main():
     p.add_argument("--speculative-num-draft-tokens", type=int)
     p.add_argument("--mem-fraction-static", type=float, default=0.88)
     p.add_argument("--enable-torch-symm-mem", action="store_true")
+    p.add_argument("--attention-backend")
     # Not SGLang's: how the stand-in behaves.
     p.add_argument("--startup-s", type=float, default=1.5, help="seconds of 'loading' before /health answers 200")
     p.add_argument("--step-ms", type=float, default=2.0, help="milliseconds per forward pass")
@@ -409,11 +413,15 @@ def main():
                       stream_interval=opts.stream_interval, stream_output=opts.stream_output,
                       random_seed=opts.random_seed, speculative_algorithm=opts.speculative_algorithm,
                       speculative_num_draft_tokens=opts.speculative_num_draft_tokens,
-                      enable_torch_symm_mem=opts.enable_torch_symm_mem)
+                      enable_torch_symm_mem=opts.enable_torch_symm_mem,
+                      attention_backend=opts.attention_backend)
     # server_args.py:853-854: without --random-seed, a new random one every launch.
     if args.random_seed is None:
         args.random_seed = random.randint(0, 1 << 30)
     state = State(opts, args)
+    # As SGLang's launch: the resolved settings, one dataclass repr (server_args=ServerArgs(...)),
+    # the only line that names the attention backend.
+    log(f"server_args={args!r}")
     # As SGLang: the scheduler loads the weights before the HTTP port opens; the port answers
     # during the warm-up (its /health* with 503) until the warm-up request returns.
     log("Load weight begin. avail mem=0.50 GB", rank=0)
