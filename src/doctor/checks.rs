@@ -635,7 +635,17 @@ fn host_tools(f: &DoctorFacts) -> Check {
         }
         return c;
     };
-    let mut c = Check::fail(id, first.clone());
+    // The first problem in full, the others by name: the line says how many there are.
+    let others: Vec<&str> = tools.problems[1..]
+        .iter()
+        .filter_map(|l| l.split(": ").next())
+        .collect();
+    let summary = if others.is_empty() {
+        first.clone()
+    } else {
+        format!("{first}; also {}", others.join(", "))
+    };
+    let mut c = Check::fail(id, summary);
     for line in tools.problems.iter().chain(&tools.found) {
         c = c.evidence(line.clone());
     }

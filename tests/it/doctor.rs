@@ -783,6 +783,12 @@ requires = ["cmake>=3.20"]
     assert_eq!(code, 2, "{report:#}");
     let tools = check(&report, "host.tools");
     assert_eq!(tools["status"], "fail", "{report:#}");
+    // The one line names every problem: the first in full, the others by name.
+    let line = tools["summary"].as_str().unwrap();
+    assert!(
+        line.starts_with("python3>=99: ") && line.ends_with("; also cmake>=3.20"),
+        "{tools:#}"
+    );
     let evidence: Vec<&str> = tools["evidence"]
         .as_array()
         .unwrap()

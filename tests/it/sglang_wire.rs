@@ -567,7 +567,9 @@ fn kiln_tune_over_sglang_ranks_variants_whose_attention_backend_is_only_configur
         .filter(|l| {
             let mut words = l.split_whitespace();
             words.next().is_some_and(|w| w.parse::<u32>().is_ok())
-                && words.next().is_some_and(|w| w.starts_with("--stream-interval="))
+                && words
+                    .next()
+                    .is_some_and(|w| w.starts_with("--stream-interval="))
         })
         .count();
     assert_eq!(ranked, 2, "both variants ranked:\n{stdout}");
