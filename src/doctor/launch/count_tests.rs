@@ -10,7 +10,11 @@ use super::*;
 /// Every launch check of an SGLang profile with `args` and `env` on the two H200s of the real
 /// capture, with kiln's own `CUDA_VISIBLE_DEVICES` set to `cvd`.
 fn checks(args: &[&str], env: &[(&str, &str)], cvd: Option<&str>) -> Vec<Check> {
-    let gpus = h200x2();
+    checks_on(&h200x2(), args, env, cvd)
+}
+
+/// The same on a host with `gpus`.
+fn checks_on(gpus: &[Gpu], args: &[&str], env: &[(&str, &str)], cvd: Option<&str>) -> Vec<Check> {
     let cmd = ["python", "-m", "sglang.launch_server"].map(String::from);
     let args: Vec<String> = args.iter().map(|a| (*a).to_string()).collect();
     let env: BTreeMap<String, String> = env
@@ -30,7 +34,7 @@ fn checks(args: &[&str], env: &[(&str, &str)], cvd: Option<&str>) -> Vec<Check> 
         tp_var: true,
     };
     let h = Host {
-        gpus: &gpus,
+        gpus,
         cuda_visible: cvd,
         own_server: None,
         home: Some(Path::new("/nonexistent-kiln-home")),
@@ -47,6 +51,19 @@ fn one(checks: Vec<Check>, id: &str) -> Check {
 fn count(args: &[&str], cvd: Option<&str>) -> (Status, String, String) {
     let c = one(checks(args, &[], cvd), "launch.gpus");
     (c.status, c.summary, c.fix.unwrap_or_default())
+}
+
+#[test]
+fn a_host_without_a_gpu_is_said_to_have_none_visible() {
+    let c = one(
+        checks_on(&[], &["--tp-size", "2"], &[], None),
+        "launch.gpus",
+    );
+    assert_eq!(c.status, Status::Fail);
+    assert_eq!(
+        c.summary,
+        "--tp-size 2 (tp 2) needs 2 GPUs; no NVIDIA GPU visible (nvidia-smi lists none or is missing)"
+    );
 }
 
 #[test]
