@@ -16,6 +16,17 @@ fn checks(args: &[&str], env: &[(&str, &str)], cvd: Option<&str>) -> Vec<Check> 
 /// The same on a host with `gpus`.
 fn checks_on(gpus: &[Gpu], args: &[&str], env: &[(&str, &str)], cvd: Option<&str>) -> Vec<Check> {
     let cmd = ["python", "-m", "sglang.launch_server"].map(String::from);
+    checks_of(&cmd, gpus, args, env, cvd)
+}
+
+/// The same for the server `cmd` launches.
+fn checks_of(
+    cmd: &[String],
+    gpus: &[Gpu],
+    args: &[&str],
+    env: &[(&str, &str)],
+    cvd: Option<&str>,
+) -> Vec<Check> {
     let args: Vec<String> = args.iter().map(|a| (*a).to_string()).collect();
     let env: BTreeMap<String, String> = env
         .iter()
@@ -24,7 +35,7 @@ fn checks_on(gpus: &[Gpu], args: &[&str], env: &[(&str, &str)], cvd: Option<&str
     let l = Launch {
         recipe: "r",
         profile: "p",
-        cmd: &cmd,
+        cmd,
         args: &args,
         env: &env,
         port: None,
@@ -63,6 +74,30 @@ fn a_host_without_a_gpu_is_said_to_have_none_visible() {
     assert_eq!(
         c.summary,
         "--tp-size 2 (tp 2) needs 2 GPUs; no NVIDIA GPU visible (nvidia-smi lists none or is missing)"
+    );
+}
+
+#[test]
+fn llama_server_offloading_layers_needs_a_gpu_and_ngl_0_serves_from_the_cpu() {
+    let cmd = ["llama-server".to_string()];
+    let gpus = |args: &[&str], on: &[Gpu]| one(checks_of(&cmd, on, args, &[], None), "launch.gpus");
+    let h200 = h200x2();
+    let offload = gpus(&["-m", "m.gguf", "-ngl", "99"], &h200);
+    assert_eq!(offload.status, Status::Pass, "{offload:?}");
+    assert!(
+        offload
+            .summary
+            .starts_with("-ngl 99: offloads to 2 visible"),
+        "{offload:?}"
+    );
+    let cpu = gpus(&["-m", "m.gguf", "-ngl", "0"], &h200);
+    assert_eq!(cpu.status, Status::Skip, "{cpu:?}");
+    assert!(cpu.summary.contains("serves from the CPU"), "{cpu:?}");
+    let none = gpus(&["-m", "m.gguf", "-ngl", "99"], &[]);
+    assert_eq!(none.status, Status::Fail, "{none:?}");
+    assert_eq!(
+        gpus(&["-m", "m.gguf", "-ngl", "0"], &[]).status,
+        Status::Skip
     );
 }
 
