@@ -14,13 +14,18 @@ fn checks(args: &[&str], env: &[(&str, &str)], cvd: Option<&str>) -> Vec<Check> 
 }
 
 /// The same on a host with `gpus`.
-fn checks_on(gpus: &[Gpu], args: &[&str], env: &[(&str, &str)], cvd: Option<&str>) -> Vec<Check> {
+pub(super) fn checks_on(
+    gpus: &[Gpu],
+    args: &[&str],
+    env: &[(&str, &str)],
+    cvd: Option<&str>,
+) -> Vec<Check> {
     let cmd = ["python", "-m", "sglang.launch_server"].map(String::from);
     checks_of(&cmd, gpus, args, env, cvd)
 }
 
 /// The same for the server `cmd` launches.
-fn checks_of(
+pub(super) fn checks_of(
     cmd: &[String],
     gpus: &[Gpu],
     args: &[&str],
@@ -54,7 +59,7 @@ fn checks_of(
     check(&l, &h)
 }
 
-fn one(checks: Vec<Check>, id: &str) -> Check {
+pub(super) fn one(checks: Vec<Check>, id: &str) -> Check {
     checks.into_iter().find(|c| c.id == id).unwrap()
 }
 

@@ -13,6 +13,8 @@ pub(crate) mod weights;
 
 #[cfg(test)]
 mod count_tests;
+#[cfg(test)]
+mod pins;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
