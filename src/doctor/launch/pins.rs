@@ -130,3 +130,136 @@ fn the_checkpoints_quantization_counts_once() {
         "{both:?}"
     );
 }
+
+/// Every launch check of `cmd` + `args` on `gpus`, with `ram` bytes of RAM available and SGLang
+/// `pinned` by the recipe.
+fn run(
+    cmd: &[&str],
+    gpus: &[Gpu],
+    args: &[&str],
+    ram: Option<u64>,
+    pinned: Option<&str>,
+) -> Vec<Check> {
+    let cmd: Vec<String> = cmd.iter().map(|a| (*a).to_string()).collect();
+    let args: Vec<String> = args.iter().map(|a| (*a).to_string()).collect();
+    let env = std::collections::BTreeMap::new();
+    let l = Launch {
+        recipe: "r",
+        profile: "p",
+        cmd: &cmd,
+        args: &args,
+        env: &env,
+        port: None,
+        unset: &[],
+        made_by: &[],
+        pinned_sglang: pinned,
+        tp_var: true,
+    };
+    let h = Host {
+        gpus,
+        cuda_visible: None,
+        own_server: None,
+        home: Some(Path::new("/nonexistent-kiln-home")),
+        ram_available: ram,
+    };
+    check(&l, &h)
+}
+
+const MIB_BYTES: u64 = 1 << 20;
+
+/// A sparse GGUF file of `mib` MiB.
+fn gguf(dir: &Path, mib: u64) -> String {
+    let path = dir.join(format!("m{mib}.gguf"));
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(mib * MIB_BYTES)
+        .unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// `fit`'s `on_gpu` (`&&` → `||`, `!=` → `==`, `!` deleted): llama-server's weights go to the
+/// GPUs only when it offloads layers and has a GPU; otherwise they are measured against RAM.
+#[test]
+fn llama_server_weights_are_measured_on_the_gpus_only_when_it_offloads_to_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = gguf(dir.path(), 64);
+    let weights = |gpus: &[Gpu], ngl: &str| {
+        one(
+            run(
+                &["llama-server"],
+                gpus,
+                &["-m", &model, "-ngl", ngl],
+                Some(64 * 1024 * MIB_BYTES),
+                None,
+            ),
+            "launch.weights",
+        )
+        .summary
+    };
+    let h200 = h200x2();
+    assert!(
+        weights(&h200, "99").contains(" free on "),
+        "{}",
+        weights(&h200, "99")
+    );
+    assert!(
+        weights(&h200, "0").contains("of RAM available"),
+        "{}",
+        weights(&h200, "0")
+    );
+    assert!(
+        weights(&[], "99").contains("of RAM available"),
+        "{}",
+        weights(&[], "99")
+    );
+}
+
+/// `share > FIT_SHARE` and `share > KV_SHARE` → `>=`: weights of exactly 95 % of free memory
+/// still fit (with a warning), exactly 85 % pass.
+#[test]
+fn weights_at_exactly_the_margins_are_on_the_lenient_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = |mib: u64| {
+        one(
+            run(
+                &["llama-server"],
+                &[],
+                &["-m", &gguf(dir.path(), mib), "-ngl", "0"],
+                Some(20 * MIB_BYTES),
+                None,
+            ),
+            "launch.weights",
+        )
+        .status
+    };
+    assert_eq!(status(19), Status::Warn); // 95 %
+    assert_eq!(status(20), Status::Fail);
+    assert_eq!(status(17), Status::Pass); // 85 %
+    assert_eq!(status(18), Status::Warn);
+}
+
+/// `Err(c) if c.is_empty()` → `true`: an abbreviation that matches several flags is said to be
+/// ambiguous, with the flags it could mean, not "unknown".
+#[test]
+fn an_ambiguous_abbreviation_is_named_with_what_it_could_mean() {
+    let c = one(
+        run(
+            &[
+                "/nonexistent-kiln/venv/bin/python",
+                "-m",
+                "sglang.launch_server",
+            ],
+            &h200x2(),
+            &["--model-path", "zai-org/GLM-5-kiln-test", "--enable-torch"],
+            None,
+            Some("0.5.15.post1"),
+        ),
+        "launch.flags",
+    );
+    assert_eq!(c.status, Status::Fail, "{c:?}");
+    assert!(
+        c.summary.contains("--enable-torch (ambiguous: ")
+            && c.summary.contains("--enable-torch-symm-mem"),
+        "{c:?}"
+    );
+}
