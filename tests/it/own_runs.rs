@@ -158,3 +158,40 @@ fn a_killed_runs_late_watchdog_never_ends_the_next_runs_step() {
         assert!(ws.path().join("b.built").exists(), "round {round}: {err}");
     }
 }
+
+/// A command that runs no watchdog (`kiln patch` probing the interpreter it was given) ties its
+/// children to itself by a death signal: SIGKILLed while the probe runs, kiln leaves nothing
+/// running. (Under `kiln up` the watchdog ends them instead; a child tied to neither would
+/// outlive kiln.)
+#[test]
+fn a_sigkilled_command_without_a_watchdog_leaves_no_child_running() {
+    let ws = Workspace::new();
+    let token = format!("kiln-orphan-probe-{}", std::process::id());
+    let python = ws.path().join("python3");
+    std::fs::write(
+        &python,
+        format!(
+            "#!/bin/sh\ntouch \"$0.started\"\nexec sh -c 'while :; do sleep 0.2; done' {token}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&python, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let kiln = std::process::Command::new(assert_cmd::cargo::cargo_bin("kiln"))
+        .args(["patch", "apply", "sglang-0.5.9-sm120", "--python"])
+        .arg(&python)
+        .env("KILN_HOME", ws.state())
+        .env_remove("XDG_STATE_HOME")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kiln starts");
+    let started = ws.path().join("python3.started");
+    wait_for("the probe to start", || {
+        started.exists() && !processes_with(&token).is_empty()
+    });
+    signal(kiln.id(), libc::SIGKILL);
+    let _ = finish(kiln);
+    wait_for("the probe to end with kiln", || {
+        processes_with(&token).is_empty()
+    });
+}
