@@ -191,7 +191,51 @@ fn a_sigkilled_command_without_a_watchdog_leaves_no_child_running() {
     });
     signal(kiln.id(), libc::SIGKILL);
     let _ = finish(kiln);
-    wait_for("the probe to end with kiln", || {
-        processes_with(&token).is_empty()
-    });
+    // A death signal acts at once: 10 s is a bound for a loaded machine, not a measurement.
+    let until = Instant::now() + Duration::from_secs(10);
+    while !processes_with(&token).is_empty() {
+        assert!(
+            Instant::now() < until,
+            "the probe outlived the SIGKILLed kiln by 10 s: {:?}",
+            processes_with(&token)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A step that has ended is struck from the run's registry (`-PGID`) while the run goes on, so
+/// that a watchdog woken by kiln's death never looks for it: the registry holds only what runs.
+#[test]
+fn a_finished_steps_group_leaves_the_registry_while_the_run_goes_on() {
+    let ws = Workspace::new();
+    ws.write(
+        "r.toml",
+        "[recipe]\nname = \"twosteps\"\n\n[[step]]\nid = \"quick\"\nkind = \"run\"\n\
+         cmd = [\"sh\", \"-c\", 'cut -d\" \" -f5 /proc/$$$$/stat > \"$1.pgid\"', \"sh\", \"${recipe.dir}/quick\"]\n\n\
+         [[step]]\nid = \"held\"\nkind = \"run\"\nneeds = [\"quick\"]\n\
+         cmd = [\"sh\", \"-c\", 'touch \"$1.started\"; while [ ! -e \"$1.release\" ]; do sleep 0.05; done', \"sh\", \"${recipe.dir}/held\"]\n",
+    );
+    let kiln = spawn_up(&ws, "r.toml");
+    let started = ws.path().join("held.started");
+    wait_for("the second step", || started.exists());
+    let pgid = std::fs::read_to_string(ws.path().join("quick.pgid")).unwrap();
+    let pgid = pgid.trim();
+    let registry: String = std::fs::read_dir(ws.state().join("running"))
+        .unwrap()
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    std::fs::write(ws.path().join("held.release"), "").unwrap();
+    let (code, err) = finish(kiln);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        registry
+            .lines()
+            .any(|l| l.starts_with(&format!("+{pgid} "))),
+        "the quick step (group {pgid}) was registered: {registry}"
+    );
+    assert!(
+        registry.lines().any(|l| l == format!("-{pgid}")),
+        "the quick step was struck out when it ended: {registry}"
+    );
 }
