@@ -594,7 +594,7 @@ mod tests {
             let mut e = Entry::new(Variant { settings: vec![] });
             e.evidence
                 .push("verdict old: active: an earlier launch".into());
-            record_verdicts(&mut e, verdicts, &["spec".to_string()][..0]);
+            record_verdicts(&mut e, verdicts, &[]);
             e
         };
         let active = entry(&[verdict("flash-attn", Status::Active)]);
