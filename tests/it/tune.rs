@@ -455,3 +455,78 @@ fn the_results_file_holds_each_launch_as_it_ends_and_a_killed_tune_keeps_them() 
     let after: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     check(&after, "after kiln was killed");
 }
+
+/// Interrupted after two launches have ended (SIGINT, as Ctrl-C), `kiln tune` says how many
+/// launches ended and that they are in the results file. On the SGLang stand-in: a launch takes
+/// about a second.
+#[test]
+fn an_interrupted_tune_counts_the_launches_that_ended() {
+    let ws = Workspace::new();
+    let port = free_port();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/support/sglang_wire_server.py");
+    ws.write(
+        "r.toml",
+        &format!(
+            "[recipe]\nname = \"sgstop\"\n[profile.baseline]\ncmd = [\"python3\", {:?}]\n\
+             args = [\"--model-path\", \"tiny-sglang\", \"--port\", \"{port}\", \"--startup-s\", \"0.4\", \"--step-ms\", \"2\"]\n\
+             port = \"{port}\"\napi = \"sglang\"\nsignatures = \"sglang-0.5.15\"\n\
+             [profile.tuned]\nextends = \"baseline\"\nbaseline = \"baseline\"\n",
+            script.display().to_string()
+        ),
+    );
+    let kiln = std::process::Command::new(assert_cmd::cargo::cargo_bin("kiln"))
+        .args(["tune", "r.toml", "--profile", "tuned", "--method", "grid"])
+        .args(["--vary=--stream-interval=1,2,4,8"])
+        .args([
+            "--runs",
+            "3",
+            "--warmup",
+            "0",
+            "--max-tokens",
+            "256",
+            "--ab-tokens",
+            "8",
+        ])
+        .current_dir(ws.path())
+        .env("KILN_HOME", ws.state())
+        .env_remove("XDG_STATE_HOME")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The results file is written (whole, by rename) as each launch ends: wait for two.
+    let results = ws.state().join("tune/sgstop/tuned.json");
+    let ended = || -> usize {
+        std::fs::read(&results)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["launch_records"].as_array().map(Vec::len))
+            .unwrap_or(0)
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while ended() < 2 {
+        assert!(
+            std::time::Instant::now() < until,
+            "two launches never ended"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SAFETY: a signal to the kiln this test started.
+    unsafe { libc::kill(kiln.id() as libc::pid_t, libc::SIGINT) };
+    let out = kiln.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("error: `kiln tune` interrupted after "))
+        .unwrap_or_else(|| panic!("{err}"));
+    let n: usize = line
+        .trim_start_matches("error: `kiln tune` interrupted after ")
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!((2..=4).contains(&n), "{line}");
+    assert!(err.contains("the launches that ended are in "), "{err}");
+}
