@@ -529,4 +529,14 @@ fn an_interrupted_tune_counts_the_launches_that_ended() {
         .unwrap_or_else(|| panic!("{line}"));
     assert!((2..=4).contains(&n), "{line}");
     assert!(err.contains("the launches that ended are in "), "{err}");
+    // Each launch that ended has the time of each of its phases, on its own record.
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+    let records = saved["launch_records"].as_array().unwrap();
+    assert!(records.len() >= 2, "{saved}");
+    for r in records {
+        for phase in ["ready_s", "qualify_s", "measure_s", "held_s"] {
+            assert!(r[phase].as_f64().is_some_and(|s| s > 0.0), "{phase}: {r}");
+        }
+    }
 }
