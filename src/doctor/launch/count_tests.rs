@@ -32,6 +32,19 @@ pub(super) fn checks_of(
     env: &[(&str, &str)],
     cvd: Option<&str>,
 ) -> Vec<Check> {
+    checks_with(cmd, gpus, args, env, cvd, None, None)
+}
+
+/// The same with `ram` bytes of RAM available and SGLang `pinned` by the recipe.
+pub(super) fn checks_with(
+    cmd: &[String],
+    gpus: &[Gpu],
+    args: &[&str],
+    env: &[(&str, &str)],
+    cvd: Option<&str>,
+    ram: Option<u64>,
+    pinned: Option<&str>,
+) -> Vec<Check> {
     let args: Vec<String> = args.iter().map(|a| (*a).to_string()).collect();
     let env: BTreeMap<String, String> = env
         .iter()
@@ -46,7 +59,7 @@ pub(super) fn checks_of(
         port: None,
         unset: &[],
         made_by: &[],
-        pinned_sglang: None,
+        pinned_sglang: pinned,
         tp_var: true,
     };
     let h = Host {
@@ -54,7 +67,7 @@ pub(super) fn checks_of(
         cuda_visible: cvd,
         own_server: None,
         home: Some(Path::new("/nonexistent-kiln-home")),
-        ram_available: None,
+        ram_available: ram,
     };
     check(&l, &h)
 }

@@ -2,7 +2,7 @@
 //! with one mutant of `bench/mutants.sh src/doctor/launch/mod.rs --shard 1/4` or `2/4` applied
 //! (issue 48), named beside it.
 
-use super::count_tests::{checks_on, one};
+use super::count_tests::{checks_on, checks_with, one};
 use super::tests::h200x2;
 use super::*;
 
@@ -141,28 +141,7 @@ fn run(
     pinned: Option<&str>,
 ) -> Vec<Check> {
     let cmd: Vec<String> = cmd.iter().map(|a| (*a).to_string()).collect();
-    let args: Vec<String> = args.iter().map(|a| (*a).to_string()).collect();
-    let env = std::collections::BTreeMap::new();
-    let l = Launch {
-        recipe: "r",
-        profile: "p",
-        cmd: &cmd,
-        args: &args,
-        env: &env,
-        port: None,
-        unset: &[],
-        made_by: &[],
-        pinned_sglang: pinned,
-        tp_var: true,
-    };
-    let h = Host {
-        gpus,
-        cuda_visible: None,
-        own_server: None,
-        home: Some(Path::new("/nonexistent-kiln-home")),
-        ram_available: ram,
-    };
-    check(&l, &h)
+    checks_with(&cmd, gpus, args, &[], None, ram, pinned)
 }
 
 const MIB_BYTES: u64 = 1 << 20;
