@@ -19,6 +19,18 @@ fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/sglang_wire_server.py")
 }
 
+/// A recipe `name` whose `baseline` serves the stand-in on `port` (SGLang 0.5.15's signatures,
+/// `step_ms` per forward pass) and whose `tuned` extends it with `tuned` (TOML keys).
+pub(crate) fn standin_recipe(name: &str, port: u16, step_ms: &str, tuned: &str) -> String {
+    format!(
+        "[recipe]\nname = \"{name}\"\n[profile.baseline]\ncmd = [\"python3\", {:?}]\n\
+         args = [\"--model-path\", \"tiny-sglang\", \"--port\", \"{port}\", \"--startup-s\", \"0.4\", \"--step-ms\", \"{step_ms}\"]\n\
+         port = \"{port}\"\napi = \"sglang\"\nsignatures = \"sglang-0.5.15\"\n\
+         [profile.tuned]\nextends = \"baseline\"\nbaseline = \"baseline\"\n{tuned}",
+        script().display().to_string()
+    )
+}
+
 /// The stand-in server, started by the test and killed (its own pid) when dropped; bench_cli.rs
 /// starts it here too, and holds its other servers (llama-server, Python's http.server) in it.
 pub(crate) struct Server {
@@ -520,12 +532,11 @@ fn kiln_tune_over_sglang_ranks_variants_whose_attention_backend_is_only_configur
     let port = free_port();
     ws.write(
         "r.toml",
-        &format!(
-            "[recipe]\nname = \"sgtune\"\n[profile.baseline]\ncmd = [\"python3\", {:?}]\n\
-             args = [\"--model-path\", \"tiny-sglang\", \"--port\", \"{port}\", \"--startup-s\", \"0.4\", \"--step-ms\", \"0.2\"]\n\
-             port = \"{port}\"\napi = \"sglang\"\nsignatures = \"sglang-0.5.15\"\n\
-             [profile.tuned]\nextends = \"baseline\"\nbaseline = \"baseline\"\nargs = [\"--attention-backend\", \"triton\"]\nexpect = [\"attention-backend\"]\n",
-            script().display().to_string()
+        &standin_recipe(
+            "sgtune",
+            port,
+            "0.2",
+            "args = [\"--attention-backend\", \"triton\"]\nexpect = [\"attention-backend\"]\n",
         ),
     );
     let out = ws

@@ -5,6 +5,7 @@
 use crate::bench::tiny_cpu;
 use crate::common::Workspace;
 use crate::serve::free_port;
+use crate::sglang_wire::standin_recipe;
 
 fn recipe() -> String {
     format!("{}/recipes/tiny-cpu.toml", env!("CARGO_MANIFEST_DIR"))
@@ -463,18 +464,7 @@ fn the_results_file_holds_each_launch_as_it_ends_and_a_killed_tune_keeps_them() 
 fn an_interrupted_tune_counts_the_launches_that_ended() {
     let ws = Workspace::new();
     let port = free_port();
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/support/sglang_wire_server.py");
-    ws.write(
-        "r.toml",
-        &format!(
-            "[recipe]\nname = \"sgstop\"\n[profile.baseline]\ncmd = [\"python3\", {:?}]\n\
-             args = [\"--model-path\", \"tiny-sglang\", \"--port\", \"{port}\", \"--startup-s\", \"0.4\", \"--step-ms\", \"2\"]\n\
-             port = \"{port}\"\napi = \"sglang\"\nsignatures = \"sglang-0.5.15\"\n\
-             [profile.tuned]\nextends = \"baseline\"\nbaseline = \"baseline\"\n",
-            script.display().to_string()
-        ),
-    );
+    ws.write("r.toml", &standin_recipe("sgstop", port, "2", ""));
     let kiln = std::process::Command::new(assert_cmd::cargo::cargo_bin("kiln"))
         .args(["tune", "r.toml", "--profile", "tuned", "--method", "grid"])
         .args(["--vary=--stream-interval=1,2,4,8"])
