@@ -135,6 +135,7 @@ fi
 
 if [[ $modes == *" ceiling "* ]]; then
   say "SGLang's bench_one_batch (the ceiling)"
+  "$kiln" serve sglang-cuda --stop >/dev/null 2>&1 # the GPU to itself, as `up`'s bench had it
   work=$KILN_HOME/work/sglang-cuda
   # bench_one_batch draws random ids below 10,000; the model's vocabulary has 9,285 (session 17:
   # "index out of bounds"). A prompt file replaces them: kiln bench's own prompt, tokenized.
