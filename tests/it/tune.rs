@@ -530,3 +530,52 @@ fn an_interrupted_tune_counts_the_launches_that_ended() {
         }
     }
 }
+
+/// The results file of `kiln tune` of recipe `name`'s `tuned` profile.
+fn results_of(ws: &Workspace, name: &str) -> serde_json::Value {
+    let path = ws.state().join(format!("tune/{name}/tuned.json"));
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// `kiln tune r.toml --profile tuned --method grid` with one short measured run.
+fn grid_tune(ws: &Workspace) -> assert_cmd::Command {
+    let mut cmd = ws.kiln();
+    cmd.args(["tune", "r.toml", "--profile", "tuned", "--method", "grid"])
+        .args(["--runs", "1", "--warmup", "0", "--max-tokens", "16"]);
+    cmd
+}
+
+/// A per-request knob is sent in every request of its variant's greedy A/B, beside the greedy
+/// decoding the A/B imposes: the SGLang stand-in logs each `/generate` it receives (SGLang's own
+/// `--log-requests` line), and the launch's log holds them.
+#[test]
+fn each_variants_per_request_knob_reaches_the_server_in_its_greedy_ab() {
+    let ws = Workspace::new();
+    let tuned = "args = [\"--log-requests\"]\n";
+    ws.write(
+        "r.toml",
+        &standin_recipe("sgknob", free_port(), "0.2", tuned),
+    );
+    // `--ab-tokens 6`: the A/B's requests are the ones asking for 6 new tokens.
+    let out = grid_tune(&ws)
+        .args(["--vary=top_p=0.5,0.9", "--ab-tokens", "6"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let results = results_of(&ws, "sgknob");
+    let log = results["launch_records"][0]["log"].as_str().unwrap();
+    let log = std::fs::read_to_string(log).unwrap();
+    let ab: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("] Receive: obj=") && l.contains("'max_new_tokens': 6,"))
+        .collect();
+    // Four prompts per variant, each with its variant's top_p, decoded greedily.
+    assert_eq!(ab.len(), 8, "{log}");
+    for top_p in ["0.5", "0.9"] {
+        let sent = format!("'top_p': {top_p}");
+        let n = ab.iter().filter(|l| l.contains(&sent)).count();
+        assert_eq!(n, 4, "{sent}:\n{log}");
+    }
+    assert!(ab.iter().all(|l| l.contains("'top_k': 1")), "{log}");
+}

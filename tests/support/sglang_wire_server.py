@@ -8,7 +8,7 @@ agree (the greedy A/B) unless `--diverge-after N` changes every id past the N-th
 
 It takes SGLang's own launch flags where it has them (`--model-path`, `--host`, `--port`,
 `--stream-output`, `--stream-interval`, `--speculative-algorithm`,
-`--speculative-num-draft-tokens`, `--random-seed`) and logs SGLang's own lines in its logger
+`--speculative-num-draft-tokens`, `--random-seed`, `--log-requests`) and logs SGLang's own lines in its logger
 format, so `kiln serve` can launch it as a profile with `signatures = "sglang-0.5.9"`.
 
 Standard library only; run it as `python3 sglang_wire_server.py --port N ...`.
@@ -55,6 +55,8 @@ class ServerArgs:
     # server_args.py's `attention_backend: Optional[str] = None` (SGLang resolves it at start-up;
     # the stand-in keeps what it was given). Named only in the start-up dump below.
     attention_backend: object = None
+    # server_args.py:372 `log_requests: bool = False`.
+    log_requests: bool = False
 
 
 def log(msg, rank=None):
@@ -78,6 +80,15 @@ def token_ids(prompt, n, diverge_after, repeat):
             tid = (tid + 1) % 32000 + 10
         ids.append(tid)
     return ids
+
+
+def log_received(body):
+    """utils/request_logger.py:112 (`--log-requests`, called from tokenizer_manager.py:508): the
+    request as `_dataclass_to_string_truncated` (:225) writes a GenerateReqInput at the default
+    level 2 (sampling params included), here only the fields the stand-in reads."""
+    params = body.get("sampling_params") or {}
+    shown = ", ".join(f"'{k}': {v!r}" for k, v in params.items())
+    log(f"Receive: obj=GenerateReqInput(text={body.get('text')!r}, sampling_params={{{shown}}}, stream={bool(body.get('stream'))})")
 
 
 def piece(tid):
@@ -305,6 +316,8 @@ class Handler(BaseHTTPRequestHandler):
         created = time.time()
         rid = uuid.uuid4().hex
         if path == "/generate":
+            if s.args.log_requests:
+                log_received(body)
             outs = generate(s, body.get("text", ""), body.get("sampling_params") or {}, rid, created)
             if not body.get("stream"):
                 # http_server.py:684-690: not streamed, the one final out.
@@ -395,6 +408,7 @@ def main():
     p.add_argument("--mem-fraction-static", type=float, default=0.88)
     p.add_argument("--enable-torch-symm-mem", action="store_true")
     p.add_argument("--attention-backend")
+    p.add_argument("--log-requests", action="store_true")
     # Not SGLang's: how the stand-in behaves.
     p.add_argument("--startup-s", type=float, default=1.5, help="seconds of 'loading' before /health answers 200")
     p.add_argument("--step-ms", type=float, default=2.0, help="milliseconds per forward pass")
@@ -414,7 +428,7 @@ def main():
                       random_seed=opts.random_seed, speculative_algorithm=opts.speculative_algorithm,
                       speculative_num_draft_tokens=opts.speculative_num_draft_tokens,
                       enable_torch_symm_mem=opts.enable_torch_symm_mem,
-                      attention_backend=opts.attention_backend)
+                      attention_backend=opts.attention_backend, log_requests=opts.log_requests)
     # server_args.py:853-854: without --random-seed, a new random one every launch.
     if args.random_seed is None:
         args.random_seed = random.randint(0, 1 << 30)
