@@ -579,3 +579,45 @@ fn each_variants_per_request_knob_reaches_the_server_in_its_greedy_ab() {
     }
     assert!(ab.iter().all(|l| l.contains("'top_k': 1")), "{log}");
 }
+
+/// A variant whose greedy output leaves the baseline's early (the stand-in's `--diverge-after 2`
+/// of 8 A/B tokens) is wrong output and out; one that leaves it past half its tokens
+/// (`--diverge-after 6`) diverged late and still ranks.
+#[test]
+fn a_variant_whose_greedy_output_diverges_early_is_disqualified_and_a_late_one_is_not() {
+    let ws = Workspace::new();
+    ws.write(
+        "r.toml",
+        &standin_recipe("sgdiverge", free_port(), "0.2", ""),
+    );
+    let out = grid_tune(&ws)
+        .args(["--vary=--diverge-after=2,6", "--ab-tokens", "8"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let results = results_of(&ws, "sgdiverge");
+    let entry = |after: &str| {
+        results["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["variant"]["settings"][0][1] == after)
+            .unwrap_or_else(|| panic!("no entry of --diverge-after={after}: {results}"))
+    };
+    let early = entry("2");
+    assert_eq!(
+        early["disqualified"], "wrong greedy output (25.0% tokens agree with the baseline)",
+        "{early}"
+    );
+    let late = entry("6");
+    assert!(late["disqualified"].is_null(), "{late}");
+    assert!(
+        late["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l == "greedy A/B: diverged late (75.0% tokens agree)"),
+        "{late}"
+    );
+}
