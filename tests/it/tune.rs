@@ -621,3 +621,74 @@ fn a_variant_whose_greedy_output_diverges_early_is_disqualified_and_a_late_one_i
         "{late}"
     );
 }
+
+/// [`grid_tune`] of a stand-in recipe with a `port` variable (two servers allowed unless
+/// `--one-server`) and an unused `label`, on a host whose nvidia-smi replays the real idle
+/// 2x H200 capture: the same readings before and after a launch (the stand-in takes no GPU).
+fn grid_tune_on_h200s(ws: &Workspace) -> assert_cmd::Command {
+    let port = free_port();
+    let recipe = standin_recipe("sgroom", port, "0.2", "")
+        .replace(&format!("\"{port}\""), "\"${port}\"")
+        + &format!("[vars]\nport = \"{port}\"\nlabel = \"plain\"\n");
+    ws.write("r.toml", &recipe);
+    let gpu = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpu");
+    let mut path = std::ffi::OsString::from(gpu.join("bin"));
+    path.push(":");
+    path.push(crate::common::path_without("nvidia-smi", ws.path()));
+    let mut cmd = grid_tune(ws);
+    cmd.env("PATH", path)
+        .env("FAKE_NVIDIA_SMI_SCENARIO", gpu.join("h200x2"))
+        .args(["--ab-tokens", "8"]);
+    cmd
+}
+
+/// With two servers allowed, the GPUs are read before the first launch and after it is up, and
+/// only then: what one server takes, and whether the leader stays up, is said once, between
+/// launch 1 and launch 2; one server at a time, it is never said. The milestones reach stderr
+/// with a `--vary` value's escape sequence (a title change) shown, not obeyed.
+#[test]
+fn the_room_for_a_second_server_is_measured_around_the_first_launch_only() {
+    let ws = Workspace::new();
+    let out = grid_tune_on_h200s(&ws)
+        .arg("--vary=label=plain,\u{1b}]0;pwned\u{7}")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains(['\u{1b}', '\u{7}']), "{stderr:?}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    let at = |start: &str| -> Vec<usize> {
+        (0..lines.len())
+            .filter(|&i| lines[i].starts_with(start))
+            .collect()
+    };
+    let (first, room) = (
+        at("kiln: tune: launch 1: `label=plain`"),
+        at("kiln: tune: one "),
+    );
+    let second = at("kiln: tune: launch 2: `label=\\u{1b}]0;pwned\\u{7}`");
+    assert_eq!(
+        (first.len(), room.len(), second.len()),
+        (1, 1, 1),
+        "{stderr}"
+    );
+    assert!(first[0] < room[0] && room[0] < second[0], "{stderr}");
+    assert_eq!(
+        lines[room[0]],
+        "kiln: tune: one server takes 0 MiB of GPU memory and 143771 MiB are free: \
+         the leader stays up while the next variant is measured"
+    );
+
+    let ws = Workspace::new();
+    let out = grid_tune_on_h200s(&ws)
+        .args(["--one-server", "--vary=label=plain"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("kiln: tune: launch 1: `label=plain`\n"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("tune: one server"), "{stderr}");
+}
