@@ -9,6 +9,9 @@ bytes, control bytes) are zero, and the logits of the others have a standard dev
 for N tokens streams exactly N tokens, and greedy decoding is as confident as a trained model's.
 Small residual branches (`--residual-scale`) keep kernel rounding from growing layer by layer into
 other greedy tokens (see ../tiny-cpu/make_tiny_gguf.py, which this mirrors for llama.cpp).
+The embedding and output rows are padded to a vocabulary of 10,240 (zero rows, never emitted), as
+real checkpoints pad theirs: SGLang's `bench_one_batch` warms up on random ids below 10,000
+whatever prompt it is given, and a smaller vocabulary fails its gather with a device assert.
 
 usage: make_tiny_hf.py --out DIR [--hidden 2048 --layers 16 --ff 5632 --heads 16 --kv-heads 8]
        [--seed 1234 --logit-std 40 --residual-scale 0.05]
@@ -25,6 +28,7 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 SPECIALS = ["<s>", "</s>", "<unk>", "<pad>"]
+PADDED_VOCAB = 10240
 
 
 def byte_symbols():
@@ -76,14 +80,18 @@ def main():
     a = ap.parse_args()
 
     tok, vocab, normal = build_tokenizer()
-    n_vocab, h, head_dim = len(vocab), a.hidden, a.hidden // a.heads
+    n_tokens, h, head_dim = len(vocab), a.hidden, a.hidden // a.heads
+    n_vocab = max(PADDED_VOCAB, n_tokens)
     g = torch.Generator().manual_seed(a.seed)
 
     def rand(*shape, std):
         return (torch.randn(*shape, generator=g) * std).to(torch.bfloat16)
 
     std = 1.0 / h**0.5
-    w = {"model.embed_tokens.weight": rand(n_vocab, h, std=1.0)}
+    def padded(rows):
+        return torch.cat([rows, torch.zeros(n_vocab - n_tokens, h, dtype=rows.dtype)])
+
+    w = {"model.embed_tokens.weight": padded(rand(n_tokens, h, std=1.0))}
     for i in range(a.layers):
         p = f"model.layers.{i}."
         w[p + "input_layernorm.weight"] = torch.ones(h, dtype=torch.bfloat16)
@@ -96,9 +104,9 @@ def main():
         w[p + "mlp.up_proj.weight"] = rand(a.ff, h, std=std)
         w[p + "mlp.down_proj.weight"] = rand(h, a.ff, std=a.residual_scale / a.ff**0.5)
     w["model.norm.weight"] = torch.ones(h, dtype=torch.bfloat16)
-    head = rand(n_vocab, h, std=a.logit_std / h**0.5)
+    head = rand(n_tokens, h, std=a.logit_std / h**0.5)
     head[~torch.tensor(normal)] = 0
-    w["lm_head.weight"] = head
+    w["lm_head.weight"] = padded(head)
 
     tmp = a.out.rstrip("/") + ".partial"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -149,7 +157,7 @@ def main():
         shutil.rmtree(a.out)
     os.replace(tmp, a.out)
     params = sum(t.numel() for t in w.values())
-    print(f"wrote {a.out}: {params / 1e6:.1f}M parameters, vocab {n_vocab}, seed {a.seed}")
+    print(f"wrote {a.out}: {params / 1e6:.1f}M parameters, vocab {n_tokens} tokens in {n_vocab} rows, seed {a.seed}")
 
 
 if __name__ == "__main__":
