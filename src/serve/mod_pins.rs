@@ -499,6 +499,25 @@ fn a_quiet_job_whose_group_runs_a_compiler_is_said_compiling_once_every_twenty_s
 }
 
 #[test]
+fn a_job_that_prints_every_few_seconds_is_never_said_quiet() {
+    let h = here();
+    let mut sigs = Signatures::empty();
+    sigs.compilers = strings(&["sleep"]);
+    // 24 s of work, a line every 4 s: never 20 s without output, so no note, though the last
+    // note (none: the start) is more than 20 s old by the end.
+    let p = job("for i in 1 2 3 4 5 6; do echo step $i; sleep 4; done");
+    let (r, said) = started(&launch(&p, &sigs, &h, Duration::from_secs(120)));
+    assert!(r.is_ok(), "{:?} {said:?}", r.err());
+    assert!(said.iter().any(|s| s.ends_with("s] finished")), "{said:?}");
+    assert!(
+        !said
+            .iter()
+            .any(|s| s.contains("compiling") || s.contains("waiting")),
+        "{said:?}"
+    );
+}
+
+#[test]
 fn a_server_is_ready_after_a_generation_of_eight_tokens_and_ends_with_the_thread_that_started_it() {
     let h = here();
     let sigs = Signatures::empty();
