@@ -31,6 +31,9 @@ pub(crate) const NOISE_FLOOR: f64 = 0.01;
 /// (at 95 %); a tie after [`MAX_ROUNDS`] goes to the higher mean.
 pub(crate) const WITHIN: f64 = 0.02;
 
+/// What an entry a stopped search never launched says (a time budget passed, or an interrupt).
+pub(crate) const NOT_LAUNCHED: &str = "not launched: the search was stopped (budget or interrupt)";
+
 /// The screening rung: one warm-up (none if the full rung has none), three runs of an eighth of
 /// the full request (at least 64 tokens, at most the full request).
 pub(crate) fn screen_rung(full: Rung) -> Rung {
@@ -192,7 +195,7 @@ pub(crate) fn race(
         eval.stop(launch);
     }
     for i in not_launched {
-        entries[i].out = Some("not launched: the search was stopped (budget or interrupt)".into());
+        entries[i].out = Some(NOT_LAUNCHED.into());
     }
     rank(entries)
 }

@@ -52,22 +52,29 @@ pub(crate) fn search(
     let plan = rungs(method, entries.len(), full);
     let mut alive: Vec<usize> = (0..entries.len()).collect();
     for (round, rung) in plan.iter().enumerate() {
-        for group in race::groups(&entries, &alive, request) {
+        let groups = race::groups(&entries, &alive, request);
+        for (g, group) in groups.iter().enumerate() {
             if eval.interrupted() || eval.out_of_time() {
+                // Those never measured say so; a survivor of an earlier round keeps its figures.
+                for &i in groups[g..].iter().flatten() {
+                    if entries[i].last().is_none() {
+                        entries[i].out = Some(race::NOT_LAUNCHED.into());
+                    }
+                }
                 return rank(entries);
             }
             let key = entries[group[0]].variant.launch_key(request);
             let launch = match eval.launch(&key) {
                 Ok(l) => l,
                 Err(why) => {
-                    for &i in &group {
+                    for &i in group {
                         entries[i].disqualified = Some(format!("failed: {why}"));
                     }
                     eval.checkpoint(&entries);
                     continue;
                 }
             };
-            for &i in &group {
+            for &i in group {
                 if eval.interrupted() {
                     break;
                 }
@@ -143,6 +150,27 @@ mod tests {
         );
         assert_eq!(eval.launches, 3);
         assert_eq!(ranked.len(), 8, "every variant is still listed");
+    }
+
+    #[test]
+    fn a_grid_stopped_early_says_what_it_never_launched() {
+        let mut eval = Model::new(0.0);
+        eval.stop_after = Some(3);
+        let ranked = search(
+            Method::Grid,
+            grid(&axes()),
+            &BTreeSet::new(),
+            full(),
+            &mut eval,
+        );
+        // Three launched (the third interrupted before its measurement), five never.
+        assert_eq!(eval.launches, 3);
+        let never: Vec<_> = ranked
+            .iter()
+            .filter(|e| e.out.as_deref() == Some(race::NOT_LAUNCHED))
+            .collect();
+        assert_eq!(never.len(), 5);
+        assert!(never.iter().all(|e| e.last().is_none()));
     }
 
     #[test]

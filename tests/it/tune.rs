@@ -610,6 +610,8 @@ fn a_variant_whose_greedy_output_diverges_early_is_disqualified_and_a_late_one_i
         early["disqualified"], "wrong greedy output (25.0% tokens agree with the baseline)",
         "{early}"
     );
+    // Judged before its benchmark: a wrong output is never measured.
+    assert_eq!(early["measurements"], serde_json::json!([]), "{early}");
     let late = entry("6");
     assert!(late["disqualified"].is_null(), "{late}");
     assert!(
@@ -691,4 +693,30 @@ fn the_room_for_a_second_server_is_measured_around_the_first_launch_only() {
         "{stderr}"
     );
     assert!(!stderr.contains("tune: one server"), "{stderr}");
+}
+
+/// A time budget stops launching once it has passed: three variants of a stand-in that takes
+/// longer than `--budget 1s` to launch (the baseline's reference launch alone does) leave at
+/// least one not launched, named so in the results.
+#[test]
+fn a_time_budget_launches_nothing_once_it_has_passed() {
+    let ws = Workspace::new();
+    ws.write(
+        "r.toml",
+        &standin_recipe("sgbudget", free_port(), "0.2", ""),
+    );
+    let out = grid_tune(&ws)
+        .args(["--vary=--step-ms=0.2,0.3,0.4", "--budget", "1s"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let results = results_of(&ws, "sgbudget");
+    let stopped = results["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["out"] == "not launched: the search was stopped (budget or interrupt)")
+        .count();
+    assert!(stopped >= 1, "{stderr}\n{results}");
+    assert!(results["launches"].as_u64().unwrap() < 3, "{results}");
 }
