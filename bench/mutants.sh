@@ -30,7 +30,7 @@ CORE='
 src/serve/verdict.rs|serve::verdict::|
 src/serve/signatures.rs|serve::signatures:: serve::verdict::|
 src/serve/evidence.rs|serve::evidence:: serve::verdict::|
-src/serve/mod.rs|serve::tests::|spoof::live_the_launch_boundary
+src/serve/mod.rs|serve::tests::|spoof::live_the_launch_boundary serve::serving_a_recipe_whose_steps_have_not_run_says_to_run_them_first
 src/bench/ab.rs|bench::ab:: pipeline::judge::|
 src/bench/generation.rs|bench::|sglang_wire:: bench::
 src/columns.rs|columns::|untrusted_text::
