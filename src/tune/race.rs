@@ -418,6 +418,11 @@ pub(crate) mod tests {
             }
         }
 
+        /// The launches not stopped yet.
+        pub(crate) fn still_up(&self) -> usize {
+            self.up.len()
+        }
+
         fn x(v: &Variant) -> f64 {
             v.settings
                 .iter()

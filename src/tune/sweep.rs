@@ -173,6 +173,27 @@ mod tests {
         assert!(never.iter().all(|e| e.last().is_none()));
     }
 
+    /// Every method stops each launch it made, finished or interrupted at any launch: the
+    /// evaluator's `Drop` (stopping what is still up) is only a net for a panic.
+    #[test]
+    fn every_search_stops_every_launch_it_made() {
+        for method in [Method::Race, Method::Grid, Method::Halving] {
+            for stop_after in [None, Some(1), Some(2), Some(3), Some(5)] {
+                for hold_two in [true, false] {
+                    let mut eval = Model::new(0.02);
+                    eval.stop_after = stop_after;
+                    eval.hold_two = hold_two;
+                    search(method, grid(&axes()), &BTreeSet::new(), full(), &mut eval);
+                    assert_eq!(
+                        eval.still_up(),
+                        0,
+                        "{method:?}, interrupted after {stop_after:?} launches, two: {hold_two}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn halving_relaunches_its_survivors_and_the_grid_launches_each_variant_once() {
         let mut g = Model::new(0.0);
