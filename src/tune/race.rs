@@ -34,6 +34,25 @@ pub(crate) const WITHIN: f64 = 0.02;
 /// What an entry a stopped search never launched says (a time budget passed, or an interrupt).
 pub(crate) const NOT_LAUNCHED: &str = "not launched: the search was stopped (budget or interrupt)";
 
+/// A launch that failed: its variants are disqualified, failed, unless the search was
+/// interrupted meanwhile (a start cut short says nothing of a variant): then not launched.
+pub(crate) fn launch_failed(
+    entries: &mut [Entry],
+    group: &[usize],
+    why: &str,
+    eval: &mut dyn Evaluate,
+) {
+    let interrupted = eval.interrupted();
+    for &i in group {
+        if interrupted {
+            entries[i].out = Some(NOT_LAUNCHED.into());
+        } else {
+            entries[i].disqualified = Some(format!("failed: {why}"));
+        }
+    }
+    eval.checkpoint(entries);
+}
+
 /// The screening rung: one warm-up (none if the full rung has none), three runs of an eighth of
 /// the full request (at least 64 tokens, at most the full request).
 pub(crate) fn screen_rung(full: Rung) -> Rung {
@@ -145,10 +164,7 @@ pub(crate) fn race(
         let launch = match eval.launch(&key) {
             Ok(l) => l,
             Err(why) => {
-                for &i in &group {
-                    entries[i].disqualified = Some(format!("failed: {why}"));
-                }
-                eval.checkpoint(&entries);
+                launch_failed(&mut entries, &group, &why, eval);
                 continue;
             }
         };
@@ -194,8 +210,11 @@ pub(crate) fn race(
         }
         eval.stop(launch);
     }
-    for i in not_launched {
-        entries[i].out = Some(NOT_LAUNCHED.into());
+    if !not_launched.is_empty() {
+        for i in not_launched {
+            entries[i].out = Some(NOT_LAUNCHED.into());
+        }
+        eval.checkpoint(&entries);
     }
     rank(entries)
 }

@@ -61,16 +61,14 @@ pub(crate) fn search(
                         entries[i].out = Some(race::NOT_LAUNCHED.into());
                     }
                 }
+                eval.checkpoint(&entries);
                 return rank(entries);
             }
             let key = entries[group[0]].variant.launch_key(request);
             let launch = match eval.launch(&key) {
                 Ok(l) => l,
                 Err(why) => {
-                    for &i in group {
-                        entries[i].disqualified = Some(format!("failed: {why}"));
-                    }
-                    eval.checkpoint(&entries);
+                    race::launch_failed(&mut entries, group, &why, eval);
                     continue;
                 }
             };

@@ -122,6 +122,15 @@ fn the_race_launches_each_variant_once_ranks_the_qualified_and_prices_the_next_r
     let launch = ms[0]["launch"].as_u64().unwrap();
     assert!(ms.iter().all(|m| m["launch"] == launch), "{winner}");
     assert_eq!(ms.last().unwrap()["rung"]["runs"], 2, "{winner}");
+    // Two servers may be up (the recipe has a port variable, no GPU limits it): the second
+    // variant is screened beside the idle leader.
+    assert!(
+        entries
+            .iter()
+            .flat_map(|e| e["measurements"].as_array().unwrap())
+            .any(|m| m["others_up"] == 1),
+        "{json}"
+    );
     let runner_up = &entries[1];
     assert!(
         runner_up["out"].is_string(),
@@ -467,7 +476,7 @@ fn an_interrupted_tune_counts_the_launches_that_ended() {
     ws.write("r.toml", &standin_recipe("sgstop", port, "2", ""));
     let kiln = std::process::Command::new(assert_cmd::cargo::cargo_bin("kiln"))
         .args(["tune", "r.toml", "--profile", "tuned", "--method", "grid"])
-        .args(["--vary=--stream-interval=1,2,4,8"])
+        .args(["--vary=--stream-interval=1,2,4,8,16,32,64,128"])
         .args([
             "--runs",
             "3",
@@ -529,6 +538,18 @@ fn an_interrupted_tune_counts_the_launches_that_ended() {
             assert!(r[phase].as_f64().is_some_and(|s| s > 0.0), "{phase}: {r}");
         }
     }
+    // Nothing is launched after the interrupt: the variants never reached say so, and none
+    // failed (a launch tried after it would fail, interrupted).
+    let entries = saved["entries"].as_array().unwrap();
+    let never = entries
+        .iter()
+        .filter(|e| e["out"] == "not launched: the search was stopped (budget or interrupt)")
+        .count();
+    assert!(never >= 8 - records.len() - 1, "{saved}");
+    assert!(
+        entries.iter().all(|e| e["disqualified"].is_null()),
+        "{saved}"
+    );
 }
 
 /// The results file of `kiln tune` of recipe `name`'s `tuned` profile.
