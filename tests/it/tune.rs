@@ -716,28 +716,36 @@ fn the_room_for_a_second_server_is_measured_around_the_first_launch_only() {
     assert!(!stderr.contains("tune: one server"), "{stderr}");
 }
 
-/// A time budget stops launching once it has passed: three variants of a stand-in that takes
-/// longer than `--budget 1s` to launch (the baseline's reference launch alone does) leave at
-/// least one not launched, named so in the results.
+/// A time budget stops launching once it has passed: with a stand-in that takes 1.2 s to
+/// start, `--budget 1s` (counted from the first launch) launches one of three variants, and the
+/// two never launched say so in the results; an hour's budget launches all three.
 #[test]
 fn a_time_budget_launches_nothing_once_it_has_passed() {
     let ws = Workspace::new();
-    ws.write(
-        "r.toml",
-        &standin_recipe("sgbudget", free_port(), "0.2", ""),
-    );
-    let out = grid_tune(&ws)
-        .args(["--vary=--step-ms=0.2,0.3,0.4", "--budget", "1s"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let results = results_of(&ws, "sgbudget");
-    let stopped = results["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["out"] == "not launched: the search was stopped (budget or interrupt)")
-        .count();
-    assert!(stopped >= 1, "{stderr}\n{results}");
-    assert!(results["launches"].as_u64().unwrap() < 3, "{results}");
+    let recipe = standin_recipe("sgbudget", free_port(), "0.2", "");
+    ws.write("r.toml", &recipe.replace("\"0.4\"", "\"1.2\""));
+    let tune = |budget: &str| {
+        let out = grid_tune(&ws)
+            .args(["--vary=--step-ms=0.2,0.3,0.4", "--budget", budget])
+            .output()
+            .unwrap();
+        let results = results_of(&ws, "sgbudget");
+        let never = results["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["out"] == "not launched: the search was stopped (budget or interrupt)")
+            .count();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (
+            out.status.code(),
+            never,
+            results["launches"].as_u64().unwrap(),
+            stderr,
+        )
+    };
+    let (code, never, launched, stderr) = tune("1s");
+    assert_eq!((code, never, launched), (Some(0), 2, 1), "{stderr}");
+    let (code, never, launched, stderr) = tune("1h");
+    assert_eq!((code, never, launched), (Some(0), 0, 3), "{stderr}");
 }
