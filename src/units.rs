@@ -22,9 +22,12 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             'd' => 86400,
             _ => return Err(format!("unknown duration unit `{c}`")),
         };
-        let n: u64 = num
-            .parse()
-            .map_err(|_| "a unit needs a number before it".to_string())?;
+        let n: u64 = num.parse().map_err(|_| {
+            format!(
+                "`{c}` has no number before it: each unit (s, m, h, d) follows its own, as in \
+                     `1h30m`, and a duration is whole seconds"
+            )
+        })?;
         total = n
             .checked_mul(unit)
             .and_then(|x| total.checked_add(x))
@@ -99,6 +102,12 @@ mod tests {
         assert!(parse_duration("10x").is_err());
         assert!(parse_duration("m").is_err());
         assert!(parse_duration("99999999999999999d").is_err());
+        // Milliseconds read as a minute then an `s` without its number: said so.
+        let ms = parse_duration("1ms").unwrap_err();
+        assert!(
+            ms.starts_with("`s` has no number before it") && ms.ends_with("whole seconds"),
+            "{ms}"
+        );
     }
 
     #[test]
