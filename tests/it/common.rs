@@ -39,7 +39,13 @@ impl Workspace {
 
     /// `kiln` with cwd = workspace, KILN_HOME = workspace/state, no progress bars.
     pub(crate) fn kiln(&self) -> Command {
-        let mut c = Command::cargo_bin("kiln").expect("kiln binary");
+        Command::from_std(self.kiln_process())
+    }
+
+    /// [`Workspace::kiln`] as a `std::process::Command`, for a test that spawns kiln and
+    /// signals it while it runs.
+    pub(crate) fn kiln_process(&self) -> std::process::Command {
+        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("kiln"));
         // Every state of a workspace is one fleet: it signs step-cache entries with one key
         // (whose own public key it trusts); tests of trust remove or replace these.
         let key = self.path().join(".fleet-test.key");

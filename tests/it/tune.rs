@@ -7,6 +7,9 @@ use crate::common::Workspace;
 use crate::serve::free_port;
 use crate::sglang_wire::standin_recipe;
 
+/// What a variant a stopped search never launched says (src/tune/race.rs).
+const NOT_LAUNCHED: &str = "not launched: the search was stopped (budget or interrupt)";
+
 fn recipe() -> String {
     format!("{}/recipes/tiny-cpu.toml", env!("CARGO_MANIFEST_DIR"))
 }
@@ -34,11 +37,6 @@ fn short_runs(cmd: &mut assert_cmd::Command) -> &mut assert_cmd::Command {
         "--ab-tokens",
         "8",
     ])
-}
-
-fn tune_json(ws: &Workspace) -> serde_json::Value {
-    let path = ws.state().join("tune/tiny-cpu/tuned.json");
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
 #[test]
@@ -94,7 +92,7 @@ fn the_race_launches_each_variant_once_ranks_the_qualified_and_prices_the_next_r
     );
     assert!(stdout.contains("4 launches in "), "{stdout}");
 
-    let json = tune_json(&ws);
+    let json = results_of(&ws, "tiny-cpu");
     assert_eq!(json["method"], "race");
     assert_eq!(json["complete"], true, "the search ran to its end");
     assert_eq!(json["launches"], 4);
@@ -196,7 +194,7 @@ fn per_request_knobs_are_varied_inside_one_launch() {
             && stderr.contains("per request, inside one launch: top_k (top-k sampling)"),
         "{stderr}"
     );
-    let json = tune_json(&ws);
+    let json = results_of(&ws, "tiny-cpu");
     assert_eq!(json["launches"], 1, "{json}");
     assert_eq!(json["per_request"], serde_json::json!(["top_k"]));
     let entries = json["entries"].as_array().unwrap();
@@ -403,7 +401,8 @@ fn the_results_file_holds_each_launch_as_it_ends_and_a_killed_tune_keeps_them() 
     )
     .unwrap();
     std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut kiln = std::process::Command::new(assert_cmd::cargo::cargo_bin("kiln"))
+    let mut kiln = ws
+        .kiln_process()
         .args(["tune", &recipe(), "--profile", "tuned"])
         .args(["--set", &format!("prefix={}", prefix.display())])
         .args(["--set", &format!("port={}", free_port())])
@@ -422,10 +421,6 @@ fn the_results_file_holds_each_launch_as_it_ends_and_a_killed_tune_keeps_them() 
             "--ab-tokens",
             "8",
         ])
-        .current_dir(ws.path())
-        .env("KILN_HOME", ws.state())
-        .env("KILN_NO_PROGRESS", "1")
-        .env_remove("XDG_STATE_HOME")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -474,7 +469,8 @@ fn an_interrupted_tune_counts_the_launches_that_ended() {
     let ws = Workspace::new();
     let port = free_port();
     ws.write("r.toml", &standin_recipe("sgstop", port, "2", ""));
-    let kiln = std::process::Command::new(assert_cmd::cargo::cargo_bin("kiln"))
+    let kiln = ws
+        .kiln_process()
         .args(["tune", "r.toml", "--profile", "tuned", "--method", "grid"])
         .args(["--vary=--stream-interval=1,2,4,8,16,32,64,128"])
         .args([
@@ -487,9 +483,6 @@ fn an_interrupted_tune_counts_the_launches_that_ended() {
             "--ab-tokens",
             "8",
         ])
-        .current_dir(ws.path())
-        .env("KILN_HOME", ws.state())
-        .env_remove("XDG_STATE_HOME")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -529,8 +522,7 @@ fn an_interrupted_tune_counts_the_launches_that_ended() {
     assert!((2..=4).contains(&n), "{line}");
     assert!(err.contains("the launches that ended are in "), "{err}");
     // Each launch that ended has the time of each of its phases, on its own record.
-    let saved: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+    let saved = results_of(&ws, "sgstop");
     let records = saved["launch_records"].as_array().unwrap();
     assert!(records.len() >= 2, "{saved}");
     for r in records {
@@ -541,10 +533,7 @@ fn an_interrupted_tune_counts_the_launches_that_ended() {
     // Nothing is launched after the interrupt: the variants never reached say so, and none
     // failed (a launch tried after it would fail, interrupted).
     let entries = saved["entries"].as_array().unwrap();
-    let never = entries
-        .iter()
-        .filter(|e| e["out"] == "not launched: the search was stopped (budget or interrupt)")
-        .count();
+    let never = entries.iter().filter(|e| e["out"] == NOT_LAUNCHED).count();
     assert!(never >= 8 - records.len() - 1, "{saved}");
     assert!(
         entries.iter().all(|e| e["disqualified"].is_null()),
@@ -734,7 +723,7 @@ fn a_time_budget_launches_nothing_once_it_has_passed() {
             .as_array()
             .unwrap()
             .iter()
-            .filter(|e| e["out"] == "not launched: the search was stopped (budget or interrupt)")
+            .filter(|e| e["out"] == NOT_LAUNCHED)
             .count();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         (
