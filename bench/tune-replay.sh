@@ -4,14 +4,15 @@
 # recorded measurements, priced at what each launch and measurement cost on the machine. The
 # four races of session6/ ran under these rules: the replay must reproduce their decisions word
 # for word. Prints a markdown table and each variant's fate on stdout. A projection on real
-# data, not a GPU measurement.
+# data, not a GPU measurement. Then the winner's margin over the runner-up on each recorded grid
+# (src/tune/margin.rs), and the top two variants' medians across those grids' launches.
 #
 # Usage: bench/tune-replay.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=$(cargo test --quiet --lib tune::replay -- --nocapture 2>&1) || {
+out=$(cargo test --quiet --lib -- tune::replay tune::margin::tests::on_the_h200s --nocapture --test-threads 1 2>&1) || {
     printf '%s\n' "$out" >&2
     printf '%s\n' "bench: error: the replay test failed (its output is above)" >&2
     exit 1
 }
-printf '%s\n' "$out" | grep -E '^(\||- )'
+printf '%s\n' "$out" | sed 's/^\.//' | grep -E '^(\||- )'

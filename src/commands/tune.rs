@@ -201,6 +201,7 @@ fn conclude(
     {
         show::say(line);
     }
+    let margin = tune::margin::margin(ranked);
     let winner = render::Winner {
         recipe,
         name,
@@ -208,19 +209,24 @@ fn conclude(
         against,
         method,
         request: results.per_request,
+        margin: margin.as_ref(),
     };
     let (path, m) = winner.write(load, dir)?;
-    let text = format!(
+    let mut text = format!(
         "winner: {} ({:.1} tok/s): {}",
         best.variant.shown(),
         m,
         path.display()
     );
+    if let Some(margin) = &margin {
+        text = format!("{text}\n{}", margin.line());
+    }
     let event = WinnerEvent {
         profile: name,
         variant: &best.variant,
         tok_s: m,
         file: &path,
+        margin: margin.as_ref(),
     };
     crate::report::current().result(&Block::new("tune_winner", text, &event));
     Ok(0)
@@ -265,4 +271,7 @@ struct WinnerEvent<'a> {
     variant: &'a tune::Variant,
     tok_s: f64,
     file: &'a std::path::Path,
+    /// The winner against the runner-up on the same requests (none in a race: its losers were
+    /// ruled out on screening runs, each with its reason).
+    margin: Option<&'a tune::margin::Margin>,
 }

@@ -10,6 +10,7 @@
 pub(crate) mod estimate;
 pub(crate) mod evaluate;
 pub(crate) mod knobs;
+pub(crate) mod margin;
 pub(crate) mod race;
 pub(crate) mod render;
 #[cfg(test)]
@@ -92,6 +93,7 @@ pub(crate) fn parse_axes(specs: &[String]) -> Result<Vec<Axis>> {
 
 /// One point of the space: a value per axis, in axis order.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[cfg_attr(test, derive(serde::Deserialize))]
 pub(crate) struct Variant {
     pub settings: Vec<(String, String)>,
 }
@@ -285,6 +287,7 @@ fn spread(i: u128, last: u128, steps: u128) -> u128 {
 
 /// How long one measurement is: warm-up requests, measured runs, tokens per request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(test, derive(serde::Deserialize))]
 pub(crate) struct Rung {
     pub warmup: u32,
     pub runs: u32,
@@ -322,6 +325,7 @@ impl Method {
 
 /// What one measurement of a variant found (one call of [`Evaluate::measure`]).
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(test, derive(serde::Deserialize))]
 pub(crate) struct Measurement {
     pub rung: Rung,
     /// Median decode tok/s (end-to-end where the server streams no per-token timing).
@@ -338,6 +342,7 @@ pub(crate) struct Measurement {
 
 /// A variant's record through the search.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(test, derive(serde::Deserialize))]
 pub(crate) struct Entry {
     pub variant: Variant,
     /// Why it cannot win: a tuning fell back or crashed, wrong greedy output, a failed launch.

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::collections::BTreeSet;
 
 use super::evaluate::Loader;
+use super::margin::Margin;
 use super::{Entry, Method};
 use crate::bench::plot::escape;
 use crate::bench::wire::escape_controls;
@@ -20,7 +21,8 @@ use crate::recipe::{Profile, Recipe};
 const REASON: usize = 300;
 
 /// The ranked table: the winner first, then everyone else (the race's losers say why they are
-/// out), disqualified last with the reason. Each row names the launch its figure came from.
+/// out), disqualified last with the reason. Each row names the requests its figure is the median
+/// of (runs x tokens) and the launch it came from.
 pub(crate) fn table(entries: &[Entry]) -> String {
     let redactor = crate::redact::Redactor::from_env([]);
     let names: Vec<String> = entries
@@ -29,8 +31,8 @@ pub(crate) fn table(entries: &[Entry]) -> String {
         .collect();
     let width = columns::width(names.iter().map(String::as_str), 7);
     let mut s = format!(
-        "{:<4} {:<width$} {:>10} {:>6} {:>9} {:>6}  {}\n",
-        "rank", "variant", "tok/s", "CV", "TTFT ms", "launch", "status"
+        "{:<4} {:<width$} {:>10} {:>8} {:>6} {:>9} {:>6}  {}\n",
+        "rank", "variant", "tok/s", "runs", "CV", "TTFT ms", "launch", "status"
     );
     let top = entries
         .first()
@@ -57,9 +59,12 @@ pub(crate) fn table(entries: &[Entry]) -> String {
                 } else {
                     "finalist".to_string()
                 };
+                // Rows measured on different requests (the race's screening, halving's rungs)
+                // say so: a median of short runs is not comparable with the winner's.
+                let runs = format!("{}x{}", m.runs.len(), m.rung.max_tokens);
                 let _ = writeln!(
                     s,
-                    "{rank:<4} {name:<width$} {:>10.1} {:>5.1}% {:>9.1} {:>6}  {status}",
+                    "{rank:<4} {name:<width$} {:>10.1} {runs:>8} {:>5.1}% {:>9.1} {:>6}  {status}",
                     m.tok_s,
                     m.cv * 100.0,
                     m.ttft_ms,
@@ -82,8 +87,8 @@ pub(crate) fn table(entries: &[Entry]) -> String {
                 };
                 let _ = writeln!(
                     s,
-                    "{:<4} {name:<width$} {:>10} {:>6} {:>9} {:>6}  {label}: {why}",
-                    "-", "-", "-", "-", "-"
+                    "{:<4} {name:<width$} {:>10} {:>8} {:>6} {:>9} {:>6}  {label}: {why}",
+                    "-", "-", "-", "-", "-", "-"
                 );
             }
         }
@@ -219,6 +224,8 @@ pub(crate) struct Winner<'a> {
     pub against: Option<&'a str>,
     pub method: Method,
     pub request: &'a BTreeSet<String>,
+    /// How far it is ahead of the runner-up, where one ran the same requests.
+    pub margin: Option<&'a Margin>,
 }
 
 impl Winner<'_> {
@@ -248,6 +255,9 @@ impl Winner<'_> {
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect();
             summary.push_str(&format!("; send {} with each request", fields.join(", ")));
+        }
+        if let Some(m) = self.margin {
+            summary.push_str(&format!("; {}", m.line()));
         }
         let file = WinnerFile {
             recipe: &self.recipe.name,
@@ -345,6 +355,24 @@ mod tests {
         let picture = super::svg("t", &[e]);
         assert!(!picture.contains('\u{1b}'), "{picture:?}");
     }
+    /// The H200's fourth race (`tests/fixtures/gpu-h200-tune/session6/tune-race-4.*`): each row
+    /// names the requests its median is of, the winner's full benchmark beside the screenings.
+    #[test]
+    fn each_row_names_the_runs_and_tokens_its_figure_is_the_median_of() {
+        let json = include_str!("../../tests/fixtures/gpu-h200-tune/session6/tune-race-4.json");
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        let ranked: Vec<Entry> = serde_json::from_value(v["entries"].clone()).unwrap();
+        let shown = table(&ranked);
+        let lines: Vec<&str> = shown.lines().collect();
+        assert!(lines[0].contains(" tok/s     runs     CV "), "{shown}");
+        assert!(
+            lines[1].contains(" 578.1   5x2048   3.3% ") && lines[1].ends_with("winner"),
+            "{shown}"
+        );
+        assert!(lines[2].contains(" 396.6    3x256 "), "{shown}");
+        assert!(lines[7].contains("-        -      -"), "{shown}");
+    }
+
     use crate::recipe::Profile;
 
     #[test]

@@ -91,6 +91,12 @@ fn the_race_launches_each_variant_once_ranks_the_qualified_and_prices_the_next_r
         "{stdout}"
     );
     assert!(stdout.contains("4 launches in "), "{stdout}");
+    // The race's losers were ruled out on screening runs, each with its reason: the winner
+    // claims no margin over one.
+    assert!(
+        !stdout.contains("ahead of `") && !stdout.contains("not separated from `"),
+        "{stdout}"
+    );
 
     let json = results_of(&ws, "tiny-cpu");
     assert_eq!(json["method"], "race");
@@ -373,6 +379,39 @@ fn json_gives_typed_events_the_plan_every_variants_figures_and_verdicts_and_the_
         "{winner}"
     );
     assert_eq!(winner["variant"], entries[0]["variant"]);
+    // The runner-up ran the same requests on the same server: the winner says by how much it
+    // is ahead, or that it is not, and so does its profile file.
+    let margin = &winner["margin"];
+    let runner_up = entries[1]["variant"]["settings"][0].as_array().unwrap();
+    assert_eq!(
+        margin["runner_up"],
+        format!(
+            "{}={}",
+            runner_up[0].as_str().unwrap(),
+            runner_up[1].as_str().unwrap()
+        ),
+        "{winner}"
+    );
+    assert_eq!(margin["runs"], serde_json::json!([2, 2]), "{winner}");
+    assert_eq!(
+        (&margin["max_tokens"], &margin["same_launch"]),
+        (&16.into(), &true.into())
+    );
+    assert!(
+        margin["low_pct"].as_f64().unwrap() <= margin["high_pct"].as_f64().unwrap(),
+        "{winner}"
+    );
+    let file = std::fs::read_to_string(winner["file"].as_str().unwrap()).unwrap();
+    let said = file.lines().next().unwrap();
+    assert!(
+        said.contains(&format!("of `{}`", margin["runner_up"].as_str().unwrap()))
+            || said.contains(&format!("from `{}`", margin["runner_up"].as_str().unwrap())),
+        "{file}"
+    );
+    assert!(
+        said.contains("(95 % over 2 and 2 runs of 16 tokens, on one launch)"),
+        "{file}"
+    );
     assert_eq!(
         events.last().unwrap(),
         &serde_json::json!({"event": "outcome", "ok": true, "exit_code": 0})

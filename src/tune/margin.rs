@@ -1,0 +1,208 @@
+//! How far `kiln tune`'s winner is ahead of the runner-up measured on the same requests: the
+//! race's 95 % interval of the difference of means ([`race::advantage`]), said beside the winner.
+//! On the H200's five recorded grids the top two were never separated (BENCHMARKS.md, "the
+//! winner's margin"): a flat "winner" there claimed more than the runs showed.
+
+use serde::Serialize;
+
+use super::{race, Entry};
+
+/// The winner against the runner-up, on the winner's last (the full) benchmark's requests.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Margin {
+    /// The runner-up's name, as the table shows it.
+    pub runner_up: String,
+    /// The 95 % interval of how much faster the winner is, in percent of the runner-up's mean.
+    pub low_pct: f64,
+    pub high_pct: f64,
+    /// Measured runs of the winner and of the runner-up.
+    pub runs: (usize, usize),
+    pub max_tokens: u32,
+    /// Whether both figures came from one server (variants of per-request settings).
+    pub same_launch: bool,
+}
+
+impl Margin {
+    /// The winner is faster beyond the noise of its runs.
+    pub(crate) fn separated(&self) -> bool {
+        self.low_pct > 0.0
+    }
+
+    /// One line for the terminal and the report.
+    pub(crate) fn line(&self) -> String {
+        let launches = if self.same_launch {
+            "on one launch"
+        } else {
+            "one launch each"
+        };
+        let interval = format!(
+            "{:+.1} % to {:+.1} % (95 % over {} and {} runs of {} tokens, {launches})",
+            self.low_pct, self.high_pct, self.runs.0, self.runs.1, self.max_tokens
+        );
+        if self.separated() {
+            format!("ahead of `{}` by {interval}", self.runner_up)
+        } else {
+            format!(
+                "not separated from `{}`: {interval}; the higher median won, either may win another launch",
+                self.runner_up
+            )
+        }
+    }
+}
+
+/// The winner (`ranked[0]`) against the best-ranked other variant that qualified, was never
+/// ruled out, and ran the winner's last requests: the grid's runner-up. The race and halving have
+/// none (their losers were ruled out on shorter runs, each with its reason).
+pub(crate) fn margin(ranked: &[Entry]) -> Option<Margin> {
+    let (winner, rest) = ranked.split_first()?;
+    let last = winner.last()?;
+    let mine = winner.runs_at(last.rung);
+    rest.iter()
+        .filter(|e| e.disqualified.is_none() && e.out.is_none())
+        .find_map(|e| {
+            let theirs = e.runs_at(last.rung);
+            if theirs.is_empty() || mine.is_empty() {
+                return None;
+            }
+            let (lo, hi) = race::advantage(&mine, &theirs);
+            Some(Margin {
+                runner_up: e.variant.shown(),
+                low_pct: lo * 100.0,
+                high_pct: hi * 100.0,
+                runs: (mine.len(), theirs.len()),
+                max_tokens: last.rung.max_tokens,
+                same_launch: e.last().is_some_and(|m| m.launch == last.launch),
+            })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tune::{Measurement, Rung, Variant};
+
+    fn entry(name: &str, runs: &[f64], launch: usize) -> Entry {
+        let mut e = Entry::new(Variant {
+            settings: vec![("draft_max".into(), name.into())],
+        });
+        e.measurements.push(Measurement {
+            rung: Rung {
+                warmup: 2,
+                runs: runs.len() as u32,
+                max_tokens: 2048,
+            },
+            tok_s: runs[runs.len() / 2],
+            cv: 0.0,
+            ttft_ms: 10.0,
+            runs: runs.to_vec(),
+            launch,
+            others_up: 0,
+        });
+        e
+    }
+
+    /// The five grids the H200 ran (`tests/fixtures/gpu-h200-tune/`): the runner-up is never
+    /// behind beyond the noise, and one grid's top two swapped places with another's. Printed
+    /// (`bash bench/tune-replay.sh`): each grid's margin, and each of the top two variants'
+    /// medians over the five grids (one launch each, on three machines).
+    #[test]
+    #[allow(clippy::print_stdout)] // the tables `bench/tune-replay.sh` prints
+    fn on_the_h200s_grids_the_winner_is_never_separated_from_the_runner_up() {
+        let grids = [
+            (
+                "issue 23, 1st pass",
+                include_str!("../../tests/fixtures/gpu-h200-tune/tune-grid.json"),
+            ),
+            (
+                "session 4, grid 1",
+                include_str!("../../tests/fixtures/gpu-h200-tune/session4/tune-grid-1.json"),
+            ),
+            (
+                "session 4, grid 2",
+                include_str!("../../tests/fixtures/gpu-h200-tune/session4/tune-grid-2.json"),
+            ),
+            (
+                "session 6, grid 1",
+                include_str!("../../tests/fixtures/gpu-h200-tune/session6/tune-grid-1.json"),
+            ),
+            (
+                "session 6, grid 2",
+                include_str!("../../tests/fixtures/gpu-h200-tune/session6/tune-grid-2.json"),
+            ),
+        ];
+        println!("| grid | winner | its margin |");
+        println!("|---|---|---|");
+        let mut winners = std::collections::BTreeSet::new();
+        let mut medians = std::collections::BTreeMap::<String, Vec<f64>>::new();
+        for (grid, json) in grids {
+            let v: serde_json::Value = serde_json::from_str(json).unwrap();
+            let ranked: Vec<Entry> = serde_json::from_value(v["entries"].clone()).unwrap();
+            let m = margin(&ranked).expect("a grid has a runner-up");
+            println!(
+                "| {grid} | `{}` | {} |",
+                ranked[0].variant.shown(),
+                m.line()
+            );
+            assert!(!m.separated(), "{}", m.line());
+            assert!(m.high_pct > 5.0 && m.low_pct < -1.0, "{}", m.line());
+            assert_eq!((m.runs, m.max_tokens, m.same_launch), ((5, 5), 2048, false));
+            winners.insert(ranked[0].variant.shown());
+            for e in &ranked[..2] {
+                let tok_s = e.last().unwrap().tok_s;
+                medians.entry(e.variant.shown()).or_default().push(tok_s);
+            }
+        }
+        assert_eq!(winners.len(), 2, "{winners:?}");
+        println!("| variant | its median on each grid's launch | CV across launches |");
+        println!("|---|---|---|");
+        for (name, tok_s) in &medians {
+            let s = crate::bench::stats::summarize(tok_s).unwrap();
+            let shown: Vec<String> = tok_s.iter().map(|x| format!("{x:.1}")).collect();
+            println!(
+                "| `{name}` | {} | {:.1} % |",
+                shown.join(", "),
+                s.cv * 100.0
+            );
+            assert_eq!(tok_s.len(), 5, "{name}: in the top two of every grid");
+        }
+    }
+
+    #[test]
+    fn a_runner_up_behind_beyond_the_noise_is_said_so_and_the_shared_launch_named() {
+        let ranked = vec![
+            entry("8", &[600.0, 610.0, 605.0, 598.0, 603.0], 2),
+            entry("4", &[500.0, 505.0, 498.0, 502.0, 501.0], 2),
+        ];
+        let m = margin(&ranked).unwrap();
+        assert!(m.separated() && m.same_launch, "{m:?}");
+        assert!(
+            m.line().starts_with("ahead of `draft_max=4` by +")
+                && m.line()
+                    .ends_with("(95 % over 5 and 5 runs of 2048 tokens, on one launch)"),
+            "{}",
+            m.line()
+        );
+    }
+
+    #[test]
+    fn ruled_out_disqualified_or_other_requests_are_no_runner_up() {
+        let winner = entry("8", &[600.0, 610.0, 605.0], 1);
+        let mut out = entry("4", &[590.0, 600.0, 595.0], 2);
+        out.out = Some("beaten".into());
+        let mut bad = entry("2", &[590.0, 600.0, 595.0], 3);
+        bad.disqualified = Some("wrong greedy output".into());
+        let mut shorter = entry("1", &[590.0, 600.0, 595.0], 4);
+        shorter.measurements[0].rung.max_tokens = 256;
+        let ranked = vec![winner.clone(), out, bad, shorter];
+        assert!(margin(&ranked).is_none());
+        assert!(margin(&ranked[..1]).is_none());
+        let tied = entry("16", &[605.0, 598.0, 612.0], 5);
+        let m = margin(&[ranked, vec![tied]].concat()).unwrap();
+        assert_eq!(m.runner_up, "draft_max=16");
+        assert!(
+            !m.separated() && m.line().contains("either may win another launch"),
+            "{}",
+            m.line()
+        );
+    }
+}
