@@ -93,6 +93,14 @@ fn a_host_without_a_gpu_is_said_to_have_none_visible() {
         c.summary,
         "--tp-size 2 (tp 2) needs 2 GPUs; no NVIDIA GPU visible (nvidia-smi lists none or is missing)"
     );
+    let c = one(
+        checks_on(&[], &["--tp-size", "1"], &[], None),
+        "launch.gpus",
+    );
+    assert_eq!(
+        c.summary,
+        "--tp-size 1 (tp 1) needs 1 GPU; no NVIDIA GPU visible (nvidia-smi lists none or is missing)"
+    );
 }
 
 #[test]

@@ -320,10 +320,11 @@ fn gpu_count(l: &Launch, server: &Server, args: &Args, need: &Need, v: &Visible)
     Check::fail(
         id,
         format!(
-            "{tp_flag} {} ({}) needs {} GPUs; {shown}{}",
+            "{tp_flag} {} ({}) needs {} GPU{}; {shown}{}",
             need.tp,
             need.how,
             need.count,
+            if need.count == 1 { "" } else { "s" },
             if v.gpus.is_empty() {
                 String::new()
             } else {
