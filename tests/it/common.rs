@@ -66,6 +66,42 @@ impl Workspace {
         }
         c
     }
+
+    /// [`Workspace::kiln`] on a stand-in GPU host: tests/fixtures/gpu/bin/nvidia-smi first on
+    /// PATH, replaying `scenario` (a directory of real captures under tests/fixtures/gpu, or a
+    /// path), this machine's own nvidia-smi hidden; HOME is the workspace.
+    pub(crate) fn kiln_on_gpu_host(&self, scenario: impl AsRef<Path>) -> Command {
+        self.kiln_with_gpu_bin(&gpu_fixtures().join("bin"), scenario)
+    }
+
+    /// [`Workspace::kiln_on_gpu_host`] with the nvidia-smi of `bin` (a wrapper of the fake).
+    pub(crate) fn kiln_with_gpu_bin(&self, bin: &Path, scenario: impl AsRef<Path>) -> Command {
+        let mut path = std::ffi::OsString::from(bin);
+        path.push(":");
+        path.push(path_without("nvidia-smi", self.path()));
+        let mut cmd = self.kiln();
+        cmd.env("PATH", path)
+            .env(
+                "FAKE_NVIDIA_SMI_SCENARIO",
+                gpu_fixtures().join(scenario.as_ref()),
+            )
+            .env("HOME", self.path());
+        cmd
+    }
+
+    /// [`Workspace::kiln`] on a host without nvidia-smi (this machine's own hidden); HOME is
+    /// the workspace.
+    pub(crate) fn kiln_without_gpu(&self) -> Command {
+        let mut cmd = self.kiln();
+        cmd.env("PATH", path_without("nvidia-smi", self.path()))
+            .env("HOME", self.path());
+        cmd
+    }
+}
+
+/// Real nvidia-smi captures (one directory a host) and the fake nvidia-smi that replays them.
+pub(crate) fn gpu_fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpu")
 }
 
 /// A step's line of `kiln plan`'s table, its words joined by single spaces: `fresh a run`.

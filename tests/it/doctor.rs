@@ -2,38 +2,20 @@
 //! (plus scenarios derived from their format), real sglang / flashinfer wheels from PyPI.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::common::{copy_tree, scrub, wheel_site, Workspace};
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpu")
-}
+use crate::common::{copy_tree, gpu_fixtures, scrub, wheel_site, Workspace};
 
 /// `kiln doctor ARGS` against a GPU scenario (None: a host without nvidia-smi).
 fn doctor(ws: &Workspace, scenario: Option<&str>) -> assert_cmd::Command {
-    let mut cmd = ws.kiln();
-    let path = std::env::var("PATH").unwrap_or_default();
-    // No nvidia-smi of the machine running the tests may answer (there is none here anyway).
-    let path: Vec<&str> = path
-        .split(':')
-        .filter(|d| !Path::new(d).join("nvidia-smi").exists())
-        .collect();
-    let path = path.join(":");
-    match scenario {
-        Some(s) => cmd
-            .env(
-                "PATH",
-                format!("{}:{path}", fixtures().join("bin").display()),
-            )
-            .env("FAKE_NVIDIA_SMI_SCENARIO", fixtures().join(s)),
-        None => cmd.env("PATH", path),
+    let mut cmd = match scenario {
+        Some(s) => ws.kiln_on_gpu_host(s),
+        None => ws.kiln_without_gpu(),
     };
     cmd.arg("doctor")
         .env("FLASHINFER_WORKSPACE_BASE", ws.path())
-        .env("HOME", ws.path())
         .env_remove("TORCH_SYMM_MEM_DISABLE_MULTICAST")
         .env_remove("CUDA_HOME")
         .env_remove("MAX_JOBS")
@@ -669,7 +651,7 @@ fn doctor_with_a_recipe_repeats_what_plan_warns_about_its_toolchain() {
 /// row, header included), as a scenario directory in `ws`.
 fn h200_with_persistence(ws: &Workspace, edit: fn(Vec<&str>) -> Vec<String>) -> PathBuf {
     let dir = ws.path().join("h200x2-persistence");
-    crate::common::copy_tree(&fixtures().join("h200x2"), &dir);
+    copy_tree(&gpu_fixtures().join("h200x2"), &dir);
     let query = dir.join("nvidia-smi-query.txt");
     let text = std::fs::read_to_string(&query).unwrap();
     let mut lines: Vec<String> = text.lines().map(str::to_string).collect();

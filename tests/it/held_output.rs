@@ -4,7 +4,7 @@
 //! a short command read whole (the patch step's site-packages probe of a Python) whose Python
 //! leaves such a sleeper, or writes without end.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use crate::common::Workspace;
 #[test]
 fn an_nvidia_smi_whose_child_keeps_stdout_open_still_gives_the_gpu_facts() {
     let ws = Workspace::new();
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpu");
+    let fixtures = crate::common::gpu_fixtures();
     let token = format!("300.{}", std::process::id());
     let bin = ws.path().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
@@ -30,17 +30,9 @@ fn an_nvidia_smi_whose_child_keeps_stdout_open_still_gives_the_gpu_facts() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let path = std::env::var("PATH").unwrap_or_default();
-    let path: Vec<&str> = path
-        .split(':')
-        .filter(|d| !Path::new(d).join("nvidia-smi").exists())
-        .collect();
     let out = ws
-        .kiln()
+        .kiln_with_gpu_bin(&bin, "h200x2")
         .args(["doctor", "--json", "nvidia.driver"])
-        .env("PATH", format!("{}:{}", bin.display(), path.join(":")))
-        .env("FAKE_NVIDIA_SMI_SCENARIO", fixtures.join("h200x2"))
-        .env("HOME", ws.path())
         .timeout(std::time::Duration::from_secs(300))
         .output()
         .unwrap();

@@ -10,30 +10,13 @@ use serde_json::Value;
 use crate::common::{copy_tree, wheel_site, Workspace};
 use crate::serve::free_port;
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpu")
-}
-
 /// `kiln ARGS` on a stand-in GPU host (None: a host without nvidia-smi).
 fn on_host(ws: &Workspace, scenario: Option<&str>) -> assert_cmd::Command {
-    let mut cmd = ws.kiln();
-    let path = std::env::var("PATH").unwrap_or_default();
-    let path: Vec<&str> = path
-        .split(':')
-        .filter(|d| !Path::new(d).join("nvidia-smi").exists())
-        .collect();
-    let path = path.join(":");
-    match scenario {
-        Some(s) => cmd
-            .env(
-                "PATH",
-                format!("{}:{path}", fixtures().join("bin").display()),
-            )
-            .env("FAKE_NVIDIA_SMI_SCENARIO", fixtures().join(s)),
-        None => cmd.env("PATH", path),
+    let mut cmd = match scenario {
+        Some(s) => ws.kiln_on_gpu_host(s),
+        None => ws.kiln_without_gpu(),
     };
-    cmd.env("HOME", ws.path())
-        .env("FLASHINFER_WORKSPACE_BASE", ws.path())
+    cmd.env("FLASHINFER_WORKSPACE_BASE", ws.path())
         .env_remove("CUDA_VISIBLE_DEVICES")
         .env_remove("TRITON_CACHE_DIR")
         .env_remove("TORCHINDUCTOR_CACHE_DIR");

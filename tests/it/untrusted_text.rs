@@ -28,20 +28,7 @@ fn scenarios(ws: &Workspace) -> (std::path::PathBuf, std::path::PathBuf) {
 
 /// `kiln ARGS` with the fake nvidia-smi replaying `scenario`: its stdout and stderr together.
 fn run(ws: &Workspace, scenario: &Path, args: &[&str]) -> String {
-    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpu/bin");
-    let path = std::env::var("PATH").unwrap_or_default();
-    let path: Vec<&str> = path
-        .split(':')
-        .filter(|d| !Path::new(d).join("nvidia-smi").exists())
-        .collect();
-    let out = ws
-        .kiln()
-        .args(args)
-        .env("PATH", format!("{}:{}", fixtures.display(), path.join(":")))
-        .env("FAKE_NVIDIA_SMI_SCENARIO", scenario)
-        .env("HOME", ws.path())
-        .output()
-        .unwrap();
+    let out = ws.kiln_on_gpu_host(scenario).args(args).output().unwrap();
     format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
