@@ -38,6 +38,7 @@ src/bench/protocol.rs|bench::protocol::|sglang_wire::
 src/doctor/launch/mod.rs|doctor::launch::|launch_preflight::
 src/pipeline/judge.rs|pipeline::judge::|
 src/tune/evaluate.rs|tune::evaluate::|tune::
+src/tune/margin.rs|tune::margin::|
 src/process/identity.rs|process::|pid_safety::
 src/process/watchdog.rs|process::watchdog::|pid_safety:: own_runs:: engine::sigkill_leaves_no_grandchildren_behind
 src/patch/journal.rs|patch::journal::|patch_journal::

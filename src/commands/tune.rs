@@ -271,7 +271,7 @@ struct WinnerEvent<'a> {
     variant: &'a tune::Variant,
     tok_s: f64,
     file: &'a std::path::Path,
-    /// The winner against the runner-up on the same requests (none in a race: its losers were
-    /// ruled out on screening runs, each with its reason).
+    /// The winner against the runner-up on the same requests (none in a race or halving: their
+    /// losers were ruled out on shorter runs, each with its reason).
     margin: Option<&'a tune::margin::Margin>,
 }
