@@ -105,12 +105,24 @@ fn stop(settings: &Settings, args: &ServeArgs) -> Result<u8> {
 }
 
 /// The exit of `kiln serve`: 0 when every tuning is active, else an error that names those that
-/// are not (status 1 for fell back or unknown, 2 for crashed).
+/// are not (status 1 for fell back or unknown, 2 for crashed), and a hint that tells a tuning
+/// that failed from one nothing proved either way.
 fn verdict_finding(profile: &str, verdicts: &[Verdict]) -> Result<u8> {
     Error::finding(pipeline::verdict_code(verdicts), || {
         (
             pipeline::verdict_problems(profile, verdicts).join("; "),
-            None,
+            Some(verdict_hint(verdicts).into()),
         )
     })
+}
+
+/// What to do about the tunings that are not active: a failure's evidence is above; `configured`
+/// and `unknown` are not proven either way, which `kiln up` only warns about.
+fn verdict_hint(verdicts: &[Verdict]) -> &'static str {
+    if verdicts.iter().any(|v| v.status.is_failure()) {
+        "each verdict's evidence line above says why; `kiln doctor` checks the gates behind most fallbacks"
+    } else {
+        "not proven either way (configured: only the server's settings name it; unknown: no line \
+         decided it): `kiln up` takes these as warnings, failing only with --strict"
+    }
 }

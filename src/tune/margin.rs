@@ -175,10 +175,34 @@ mod tests {
         ];
         let m = margin(&ranked).unwrap();
         assert!(m.separated() && m.same_launch, "{m:?}");
+        // Welch's interval, df 7.7 (t 2.36): means 603.2 and 501.2.
+        assert_eq!(
+            m.line().split(" (").next().unwrap(),
+            "ahead of `draft_max=4` by +18.7 % to +22.0 %"
+        );
         assert!(
             m.line().starts_with("ahead of `draft_max=4` by +")
                 && m.line()
                     .ends_with("(95 % over 5 and 5 runs of 2048 tokens, on one launch)"),
+            "{}",
+            m.line()
+        );
+    }
+
+    #[test]
+    fn a_lower_bound_of_exactly_zero_is_not_ahead() {
+        let m = Margin {
+            runner_up: "b".into(),
+            low_pct: 0.0,
+            high_pct: 4.0,
+            runs: (5, 5),
+            max_tokens: 256,
+            same_launch: false,
+        };
+        assert!(!m.separated());
+        assert!(
+            m.line()
+                .starts_with("not separated from `b`: +0.0 % to +4.0 %"),
             "{}",
             m.line()
         );

@@ -172,7 +172,24 @@ fn the_first_real_sglang_run_reads_graphs_active_attention_configured_and_symm_m
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{profile}: {stdout}");
+        // Not a failure: the hint says nothing proved it either way, and what `kiln up` makes of it.
+        if profile == "tuned" {
+            assert!(
+                stderr.trim_end().ends_with(
+                    "hint: not proven either way (configured: only the server's settings name it; unknown: no line decided it): `kiln up` takes these as warnings, failing only with --strict"
+                ),
+                "{stderr}"
+            );
+        } else {
+            assert!(
+                stderr
+                    .trim_end()
+                    .ends_with("`kiln doctor` checks the gates behind most fallbacks"),
+                "{profile}: {stderr}"
+            );
+        }
         assert_eq!(
             verdict(&stdout, "cuda-graphs"),
             "active: confirmed by the log",
