@@ -304,6 +304,12 @@ pub struct TuneArgs {
     #[arg(long, default_value = "race", value_parser = ["race", "grid", "halving"])]
     pub method: String,
 
+    /// Launch each variant N times, with `--method grid`: each launch judged and benchmarked on
+    /// its own, round after round; a variant's figure is the median of its launches', and the
+    /// winner's margin over the runner-up includes how far a relaunch moves a figure
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub launches: u32,
+
     /// Print the variants, launches and expected wall time, launch nothing
     #[arg(long)]
     pub dry_run: bool,

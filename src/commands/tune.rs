@@ -28,6 +28,12 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
     let api = crate::serve::profile_api(profile);
     let request = knobs::classify(&recipe, api, &axes)?;
     let method = Method::parse(&args.method);
+    if args.launches > 1 && method != Method::Grid {
+        return Err(Error::usage(
+            format!("`--launches {}` relaunches the grid's variants, not the {method:?}'s", args.launches),
+            Some("pass `--method grid` with it (the race launches each variant once by design; halving relaunches its survivors for each rung)".into()),
+        ));
+    }
     let stop = crate::process::interrupted;
     let (variants, keys) = tune::plan(&axes, budget.and_then(Budget::variants), &request, &stop)?;
     let full = Rung {
@@ -44,7 +50,8 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
     for w in &history.warnings {
         show::say(&format!("warning: {w}"));
     }
-    let estimate = Estimate::plan(method, variants.len(), keys, full, args.ab_tokens, &history);
+    let estimate = Estimate::plan(method, variants.len(), keys, full, args.ab_tokens, &history)
+        .relaunched(args.launches);
     let what = format!("`{name}` of {} ({method:?})", recipe.name);
     for line in estimate.announcement(&what, budget, api, &request) {
         show::say(&line);
@@ -57,7 +64,7 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
             profile: &name,
             method,
             variants: &variants,
-            launches: keys,
+            launches: estimate.launches,
             estimate: estimate.line(),
             estimated_wall_s: estimate.wall().map(|d| d.as_secs_f64()),
         };
@@ -84,6 +91,7 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
         profile: &name,
         method,
         rungs: tune::rungs(method, variants.len(), full),
+        launches_each: args.launches,
         estimated_wall_s: estimate.wall().map(|d| d.as_secs_f64()),
         per_request: &request,
         started,
@@ -106,7 +114,7 @@ pub(super) fn run(settings: &Settings, args: &TuneArgs) -> Result<u8> {
         // `--budget 18446744073709551615s` saturates: no deadline past what an Instant holds.
         eval.deadline = started.checked_add(b);
     }
-    let ranked = tune::search(method, variants, &request, full, &mut eval);
+    let ranked = tune::search_launching(method, variants, &request, full, args.launches, &mut eval);
     let launches = eval.launches();
     let records = std::mem::take(&mut eval.records);
     drop(eval);

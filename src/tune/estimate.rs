@@ -346,6 +346,17 @@ impl Estimate {
         }
     }
 
+    /// The grid's plan with every launch key launched `n` times (`--launches N`): as many
+    /// launches and tokens again each round; a launch's price (its start, stop and the judging
+    /// of its variants) is the same.
+    pub(crate) fn relaunched(self, n: u32) -> Estimate {
+        Estimate {
+            launches: self.launches * n as usize,
+            tokens: self.tokens * u64::from(n),
+            ..self
+        }
+    }
+
     /// The expected wall time, when there is a past figure to price it with.
     pub(crate) fn wall(&self) -> Option<Duration> {
         let (launch, tok_s) = (self.launch_s?, self.tok_s?);
@@ -596,6 +607,14 @@ mod tests {
             line.ends_with(" h (from a test)") || line.contains(" min "),
             "{line}"
         );
+        // `--launches 3`: three times the launches and tokens, each launch priced the same.
+        let thrice = grid.clone().relaunched(3);
+        assert_eq!(
+            (thrice.launches, thrice.tokens, thrice.launch_s),
+            (24, 3 * grid.tokens, grid.launch_s)
+        );
+        let (one, three) = (grid.wall().unwrap(), thrice.wall().unwrap());
+        assert!((three.as_secs_f64() - 3.0 * one.as_secs_f64()).abs() < 1e-6);
         let halving = Estimate::plan(Method::Halving, 8, 8, full(), 64, &h);
         assert_eq!(halving.launches, 8 + 4 + 2 + 1);
         let none = Estimate::plan(Method::Race, 2, 1, full(), 64, &History::default());

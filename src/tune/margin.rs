@@ -17,28 +17,47 @@ pub(crate) struct Margin {
     pub high_pct: f64,
     /// Measured runs of the winner and of the runner-up.
     pub runs: (usize, usize),
+    /// The launches behind each figure. With more than one each (`--launches N`) the interval
+    /// is over the launches' medians, so it holds how far a relaunch moves a figure; with one,
+    /// over the runs of that launch.
+    pub launches: (usize, usize),
     pub max_tokens: u32,
     /// Whether both figures came from one server (variants of per-request settings).
     pub same_launch: bool,
 }
 
 impl Margin {
-    /// The winner is faster beyond the noise of its runs.
+    /// The winner is faster beyond the noise of its runs (or of its launches).
     pub(crate) fn separated(&self) -> bool {
         self.low_pct > 0.0
     }
 
+    /// Whether the interval is over the launches' medians.
+    fn over_launches(&self) -> bool {
+        self.launches.0 > 1 && self.launches.1 > 1
+    }
+
     /// One line for the terminal and the report.
     pub(crate) fn line(&self) -> String {
-        let launches = if self.same_launch {
-            "on one launch"
+        let over = if self.over_launches() {
+            format!(
+                "95 % over {} and {} launches' medians, {} and {} runs of {} tokens",
+                self.launches.0, self.launches.1, self.runs.0, self.runs.1, self.max_tokens
+            )
         } else {
-            "one launch each"
+            format!(
+                "95 % over {} and {} runs of {} tokens, {}",
+                self.runs.0,
+                self.runs.1,
+                self.max_tokens,
+                if self.same_launch {
+                    "on one launch"
+                } else {
+                    "one launch each"
+                }
+            )
         };
-        let interval = format!(
-            "{:+.1} % to {:+.1} % (95 % over {} and {} runs of {} tokens, {launches})",
-            self.low_pct, self.high_pct, self.runs.0, self.runs.1, self.max_tokens
-        );
+        let interval = format!("{:+.1} % to {:+.1} % ({over})", self.low_pct, self.high_pct);
         if self.separated() {
             format!("ahead of `{}` by {interval}", self.runner_up)
         } else {
@@ -52,11 +71,13 @@ impl Margin {
 
 /// The winner (`ranked[0]`) against the best-ranked other variant that qualified, was never
 /// ruled out, and ran the winner's last requests: the grid's runner-up. The race and halving have
-/// none (their losers were ruled out on shorter runs, each with its reason).
+/// none (their losers were ruled out on shorter runs, each with its reason). Where both were
+/// launched more than once, their launches' medians are compared, else their runs.
 pub(crate) fn margin(ranked: &[Entry]) -> Option<Margin> {
     let (winner, rest) = ranked.split_first()?;
     let last = winner.last()?;
     let mine = winner.runs_at(last.rung);
+    let my_launches = medians(&winner.per_launch_at(last.rung));
     rest.iter()
         .filter(|e| e.disqualified.is_none() && e.out.is_none())
         .find_map(|e| {
@@ -64,16 +85,26 @@ pub(crate) fn margin(ranked: &[Entry]) -> Option<Margin> {
             if theirs.is_empty() || mine.is_empty() {
                 return None;
             }
-            let (lo, hi) = race::advantage(&mine, &theirs);
+            let their_launches = medians(&e.per_launch_at(last.rung));
+            let (lo, hi) = if my_launches.len() > 1 && their_launches.len() > 1 {
+                race::advantage(&my_launches, &their_launches)
+            } else {
+                race::advantage(&mine, &theirs)
+            };
             Some(Margin {
                 runner_up: e.variant.shown(),
                 low_pct: lo * 100.0,
                 high_pct: hi * 100.0,
                 runs: (mine.len(), theirs.len()),
+                launches: (my_launches.len(), their_launches.len()),
                 max_tokens: last.rung.max_tokens,
                 same_launch: e.last().is_some_and(|m| m.launch == last.launch),
             })
         })
+}
+
+fn medians(per_launch: &[&super::Measurement]) -> Vec<f64> {
+    per_launch.iter().map(|m| m.tok_s).collect()
 }
 
 #[cfg(test)]
@@ -189,6 +220,39 @@ mod tests {
         );
     }
 
+    /// Three launches each, every launch's five runs within ±1 tok/s of its median: the runs
+    /// pooled would show the winner ahead (+0.1 % to +3.3 %), but its launches moved 620, 580,
+    /// 600 against the runner-up's 585, 595, 590, and over the launches' medians it is not.
+    #[test]
+    fn relaunched_variants_are_compared_by_their_launches_medians() {
+        let launched = |name: &str, medians: [f64; 3], first: usize| {
+            let mut e = entry(name, &[0.0], first);
+            e.measurements.clear();
+            for (k, m) in medians.into_iter().enumerate() {
+                let runs = [m - 1.0, m - 0.5, m, m + 0.5, m + 1.0];
+                e.measurements
+                    .push(entry(name, &runs, first + 2 * k).measurements[0].clone());
+            }
+            e
+        };
+        let ranked = [
+            launched("8", [620.0, 580.0, 600.0], 1),
+            launched("4", [585.0, 595.0, 590.0], 2),
+        ];
+        assert_eq!(ranked[0].tok_s(), Some(600.0));
+        let m = margin(&ranked).unwrap();
+        assert_eq!(
+            (m.runs, m.launches, m.same_launch),
+            ((15, 15), (3, 3), false)
+        );
+        assert_eq!(
+            m.line(),
+            "not separated from `draft_max=4`: -7.1 % to +10.5 % (95 % over 3 and 3 launches' \
+             medians, 15 and 15 runs of 2048 tokens); the higher median won, either may win \
+             another launch"
+        );
+    }
+
     #[test]
     fn a_lower_bound_of_exactly_zero_is_not_ahead() {
         let m = Margin {
@@ -196,6 +260,7 @@ mod tests {
             low_pct: 0.0,
             high_pct: 4.0,
             runs: (5, 5),
+            launches: (1, 1),
             max_tokens: 256,
             same_launch: false,
         };

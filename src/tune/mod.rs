@@ -20,7 +20,9 @@ mod sweep;
 
 use std::collections::BTreeSet;
 
-pub(crate) use sweep::{rungs, search};
+#[cfg(test)]
+pub(crate) use sweep::search;
+pub(crate) use sweep::{rungs, search_launching};
 
 use serde::Serialize;
 
@@ -369,6 +371,43 @@ impl Entry {
         self.measurements.last()
     }
 
+    /// Each launch's last measurement at the entry's last rung, in launch order: one, unless
+    /// the grid relaunched it (`--launches N`).
+    pub(crate) fn per_launch(&self) -> Vec<&Measurement> {
+        self.last()
+            .map_or_else(Vec::new, |last| self.per_launch_at(last.rung))
+    }
+
+    /// Each launch's last measurement at `rung`, in launch order.
+    pub(crate) fn per_launch_at(&self, rung: Rung) -> Vec<&Measurement> {
+        let mut out: Vec<&Measurement> = Vec::new();
+        for m in self
+            .measurements
+            .iter()
+            .filter(|m| m.rung.same_requests(rung))
+        {
+            match out.iter_mut().find(|o| o.launch == m.launch) {
+                Some(o) => *o = m,
+                None => out.push(m),
+            }
+        }
+        out
+    }
+
+    /// The entry's figure: its last measurement's median tok/s, or, measured on several
+    /// launches, the median of those launches' medians.
+    pub(crate) fn tok_s(&self) -> Option<f64> {
+        let launches = self.per_launch();
+        match launches.as_slice() {
+            [] => None,
+            [one] => Some(one.tok_s),
+            many => {
+                let medians: Vec<f64> = many.iter().map(|m| m.tok_s).collect();
+                crate::bench::stats::summarize(&medians).map(|s| s.median)
+            }
+        }
+    }
+
     /// Every run measured at `rung` (warm-ups aside), pooled over its measurements.
     pub(crate) fn runs_at(&self, rung: Rung) -> Vec<f64> {
         self.measurements
@@ -427,7 +466,7 @@ pub(crate) trait Evaluate {
 }
 
 fn speed(e: &Entry) -> f64 {
-    e.last().map_or(0.0, |m| m.tok_s)
+    e.tok_s().unwrap_or(0.0)
 }
 
 /// Qualified entries first, by how far they got (later rungs first, then more measurements),
@@ -452,6 +491,42 @@ pub(crate) fn rank(mut entries: Vec<Entry>) -> Vec<Entry> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A race's duel measures one launch several times: its figure is the last of them. The
+    /// grid's `--launches 3` measures three: the median of theirs (not of every run).
+    #[test]
+    fn a_figure_is_the_last_measurement_of_one_launch_or_the_median_of_several_launches() {
+        let rung = Rung {
+            warmup: 0,
+            runs: 2,
+            max_tokens: 64,
+        };
+        let m = |launch: usize, tok_s: f64| Measurement {
+            rung,
+            tok_s,
+            cv: 0.0,
+            ttft_ms: 1.0,
+            runs: vec![tok_s, tok_s],
+            launch,
+            others_up: 0,
+        };
+        let mut e = Entry::new(Variant { settings: vec![] });
+        assert_eq!(e.tok_s(), None);
+        e.measurements = vec![m(4, 300.0), m(4, 100.0)];
+        assert_eq!((e.tok_s(), e.per_launch().len()), (Some(100.0), 1));
+        e.measurements = vec![m(1, 100.0), m(5, 130.0), m(5, 90.0), m(9, 110.0)];
+        assert_eq!((e.tok_s(), e.per_launch().len()), (Some(100.0), 3));
+        // Another rung's measurements are not among them.
+        e.measurements.push(Measurement {
+            rung: Rung {
+                max_tokens: 8,
+                ..rung
+            },
+            ..m(9, 1.0)
+        });
+        assert_eq!(e.tok_s(), Some(1.0));
+        assert_eq!(e.per_launch_at(rung).len(), 3);
+    }
 
     #[test]
     fn axes_parse_and_reject_nonsense() {

@@ -415,6 +415,8 @@ pub(crate) mod tests {
         pub hold_two: bool,
         /// How much slower (relative) a run is while another server is up.
         pub beside: f64,
+        /// The launch of each greedy A/B and first verdicts (`qualify` before any traffic).
+        pub judged: Vec<LaunchId>,
         noise: f64,
         up: BTreeSet<LaunchId>,
         seq: u64,
@@ -431,6 +433,7 @@ pub(crate) mod tests {
                 keys: vec![],
                 hold_two: true,
                 beside: 0.0,
+                judged: vec![],
                 noise,
                 up: BTreeSet::new(),
                 seq: 7,
@@ -473,7 +476,10 @@ pub(crate) mod tests {
             Ok(self.launches)
         }
 
-        fn qualify(&mut self, _: LaunchId, v: &Variant, served: bool, e: &mut Entry) {
+        fn qualify(&mut self, l: LaunchId, v: &Variant, served: bool, e: &mut Entry) {
+            if !served {
+                self.judged.push(l);
+            }
             if !served && (Model::x(v) - 17.0).abs() < f64::EPSILON {
                 e.disqualified = Some("speculative fell back".into());
             }

@@ -59,16 +59,11 @@ pub(crate) fn table(entries: &[Entry]) -> String {
                 } else {
                     "finalist".to_string()
                 };
-                // Rows measured on different requests (the race's screening, halving's rungs)
-                // say so: a median of short runs is not comparable with the winner's.
-                let runs = format!("{}x{}", m.runs.len(), m.rung.max_tokens);
+                let f = Figure::of(e, m);
                 let _ = writeln!(
                     s,
-                    "{rank:<4} {name:<width$} {:>10.1} {runs:>8} {:>5.1}% {:>9.1} {:>6}  {status}",
-                    m.tok_s,
-                    m.cv * 100.0,
-                    m.ttft_ms,
-                    m.launch
+                    "{rank:<4} {name:<width$} {:>10.1} {:>8} {:>5.1}% {:>9.1} {:>6}  {status}",
+                    f.tok_s, f.runs, f.cv_pct, f.ttft_ms, f.launch
                 );
             }
             (reason, _) => {
@@ -96,6 +91,44 @@ pub(crate) fn table(entries: &[Entry]) -> String {
     s
 }
 
+/// A ranked row's figures: its last measurement's, or with several launches at its last rung
+/// (`--launches N`), the median of theirs, the spread between them as the CV, and `xN` for the
+/// launch (their ids are in the results file).
+struct Figure {
+    tok_s: f64,
+    /// The requests the median is of (runs x tokens, launches x runs x tokens): a race's
+    /// screening figure is never read as a full benchmark.
+    runs: String,
+    cv_pct: f64,
+    ttft_ms: f64,
+    launch: String,
+}
+
+impl Figure {
+    fn of(e: &Entry, last: &super::Measurement) -> Figure {
+        let per_launch = e.per_launch();
+        let runs = format!("{}x{}", last.runs.len(), last.rung.max_tokens);
+        if per_launch.len() < 2 {
+            return Figure {
+                tok_s: last.tok_s,
+                runs,
+                cv_pct: last.cv * 100.0,
+                ttft_ms: last.ttft_ms,
+                launch: last.launch.to_string(),
+            };
+        }
+        let summary = |v: Vec<f64>| crate::bench::stats::summarize(&v).expect("two launches");
+        let medians = summary(per_launch.iter().map(|m| m.tok_s).collect());
+        Figure {
+            tok_s: medians.median,
+            runs: format!("{}x{runs}", per_launch.len()),
+            cv_pct: medians.cv * 100.0,
+            ttft_ms: summary(per_launch.iter().map(|m| m.ttft_ms).collect()).median,
+            launch: format!("x{}", per_launch.len()),
+        }
+    }
+}
+
 /// Horizontal bars of each variant's last median tok/s; disqualified variants are grey and say why.
 pub(crate) fn svg(title: &str, entries: &[Entry]) -> String {
     let row = 26.0_f64;
@@ -104,7 +137,7 @@ pub(crate) fn svg(title: &str, entries: &[Entry]) -> String {
     let h = top + row * entries.len() as f64 + 30.0;
     let max = entries
         .iter()
-        .filter_map(|e| e.last().map(|m| m.tok_s))
+        .filter_map(Entry::tok_s)
         .fold(1e-9_f64, f64::max);
     let bar_w = w - left - right;
     let mut s = format!(
@@ -125,18 +158,19 @@ pub(crate) fn svg(title: &str, entries: &[Entry]) -> String {
         );
         match (&e.disqualified, e.last()) {
             (None, Some(m)) => {
-                let len = bar_w * m.tok_s / max;
+                let f = Figure::of(e, m);
+                let len = bar_w * f.tok_s / max;
                 let fill = if i == 0 { "#2b8a3e" } else { "#4c6ef5" };
                 let _ = writeln!(
                     s,
                     "<rect x=\"{left}\" y=\"{:.1}\" width=\"{len:.1}\" height=\"{}\" fill=\"{fill}\"/>\n\
-                     <text x=\"{:.1}\" y=\"{:.1}\">{:.1} tok/s ({} tok)</text>",
+                     <text x=\"{:.1}\" y=\"{:.1}\">{:.1} tok/s ({})</text>",
                     y + 4.0,
                     row - 8.0,
                     left + len + 6.0,
                     y + 16.0,
-                    m.tok_s,
-                    m.rung.max_tokens
+                    f.tok_s,
+                    f.runs
                 );
             }
             (reason, _) => {
@@ -246,9 +280,9 @@ impl Winner<'_> {
             })
             .transpose()?;
         let best_name = format!("{}-best", self.name);
-        let m = self.best.last().expect("a ranked winner was measured");
+        let tok_s = self.best.tok_s().expect("a ranked winner was measured");
         let per_request = self.best.variant.request(self.request);
-        let mut summary = format!("{} at {:.1} tok/s", self.best.variant.name(), m.tok_s);
+        let mut summary = format!("{} at {tok_s:.1} tok/s", self.best.variant.name());
         if !per_request.is_empty() {
             let fields: Vec<String> = per_request
                 .iter()
@@ -269,7 +303,7 @@ impl Winner<'_> {
         };
         let path = dir.join(format!("{best_name}.toml"));
         crate::fs::write_atomic(&path, file.render()?.as_bytes())?;
-        Ok((path, m.tok_s))
+        Ok((path, tok_s))
     }
 }
 

@@ -21,6 +21,9 @@ pub(crate) struct Results<'a> {
     pub method: Method,
     pub rungs: Vec<Rung>,
     pub launches: usize,
+    /// How many times the grid launched each launch key (`--launches N`; 1 for the race and
+    /// halving).
+    pub launches_each: u32,
     /// Each launch's timings (ready, judged, measured, stopped).
     pub launch_records: &'a [LaunchRecord],
     pub wall_s: f64,
@@ -36,6 +39,7 @@ pub(crate) struct Search<'a> {
     pub profile: &'a str,
     pub method: Method,
     pub rungs: Vec<Rung>,
+    pub launches_each: u32,
     pub estimated_wall_s: Option<f64>,
     pub per_request: &'a BTreeSet<String>,
     pub started: std::time::Instant,
@@ -57,6 +61,7 @@ impl Search<'_> {
             method: self.method,
             rungs: self.rungs.clone(),
             launches: records.len(),
+            launches_each: self.launches_each,
             launch_records: records,
             wall_s: self.started.elapsed().as_secs_f64(),
             estimated_wall_s: self.estimated_wall_s,
@@ -130,6 +135,7 @@ mod tests {
             method: Method::Race,
             rungs: Vec::new(),
             launches: 0,
+            launches_each: 1,
             launch_records: &[],
             wall_s: 0.0,
             estimated_wall_s: None,

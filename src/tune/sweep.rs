@@ -37,7 +37,8 @@ pub(crate) fn rungs(method: Method, n: usize, full: Rung) -> Vec<Rung> {
 
 /// Run the search; entries come back ranked (the winner first, disqualified last). `request`:
 /// the per-request keys (variants differing only in those share a launch, except in halving's
-/// later rounds, which relaunch).
+/// later rounds, which relaunch). One launch per key: the tests' and the replay's entry point.
+#[cfg(test)]
 pub(crate) fn search(
     method: Method,
     variants: Vec<Variant>,
@@ -45,11 +46,29 @@ pub(crate) fn search(
     full: Rung,
     eval: &mut dyn Evaluate,
 ) -> Vec<Entry> {
+    search_launching(method, variants, request, full, 1, eval)
+}
+
+/// [`search`], the grid launching every launch key `launches` times (`--launches N`): round
+/// after round, each launch judged (verdicts, greedy A/B) and benchmarked on its own, so a
+/// variant's figure is the median of its launches' and the spread between launches is measured.
+/// The race and halving launch as [`search`] does.
+pub(crate) fn search_launching(
+    method: Method,
+    variants: Vec<Variant>,
+    request: &BTreeSet<String>,
+    full: Rung,
+    launches: u32,
+    eval: &mut dyn Evaluate,
+) -> Vec<Entry> {
     if method == Method::Race {
         return race::race(variants, request, full, eval);
     }
     let mut entries: Vec<Entry> = variants.into_iter().map(Entry::new).collect();
-    let plan = rungs(method, entries.len(), full);
+    let plan = match method {
+        Method::Grid => vec![full; launches.max(1) as usize],
+        _ => rungs(method, entries.len(), full),
+    };
     let mut alive: Vec<usize> = (0..entries.len()).collect();
     for (round, rung) in plan.iter().enumerate() {
         let groups = race::groups(&entries, &alive, request);
@@ -72,12 +91,14 @@ pub(crate) fn search(
                     continue;
                 }
             };
+            // Halving judges a variant in its first round; the grid judges each of its launches.
+            let judged = round == 0 || method == Method::Grid;
             for &i in group {
                 if eval.interrupted() {
                     break;
                 }
                 let v = entries[i].variant.clone();
-                if round == 0 {
+                if judged {
                     eval.qualify(launch, &v, false, &mut entries[i]);
                     if entries[i].disqualified.is_some() {
                         continue;
@@ -87,7 +108,7 @@ pub(crate) fn search(
                     Ok(m) => entries[i].measurements.push(m),
                     Err(why) => entries[i].disqualified = Some(format!("failed: {why}")),
                 }
-                if round == 0 && entries[i].disqualified.is_none() {
+                if judged && entries[i].disqualified.is_none() {
                     eval.qualify(launch, &v, true, &mut entries[i]);
                 }
             }
@@ -95,9 +116,15 @@ pub(crate) fn search(
             eval.checkpoint(&entries);
         }
         alive.retain(|&i| entries[i].disqualified.is_none() && entries[i].last().is_some());
-        alive.sort_by(|&a, &b| speed(&entries[b]).total_cmp(&speed(&entries[a])));
-        if round + 1 < plan.len() {
-            alive.truncate(alive.len().div_ceil(2));
+        if method == Method::Halving {
+            alive.sort_by(|&a, &b| speed(&entries[b]).total_cmp(&speed(&entries[a])));
+            if round + 1 < plan.len() {
+                alive.truncate(alive.len().div_ceil(2));
+            }
+        } else {
+            // The grid's next round launches in the reverse order (A B C, C B A, A B C): a
+            // machine that drifts over the search weighs on every variant alike.
+            alive.reverse();
         }
     }
     rank(entries)
@@ -190,6 +217,78 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `--launches 3`: every key launched three times, round after round (each round in the
+    /// reverse order of the one before), each launch judged on its own; a variant's figure is
+    /// the median of its launches'.
+    #[test]
+    fn the_grid_relaunches_each_key_round_after_round_and_judges_every_launch() {
+        let mut eval = Model::new(0.02);
+        let ranked = search_launching(
+            Method::Grid,
+            grid(&axes()),
+            &BTreeSet::new(),
+            full(),
+            3,
+            &mut eval,
+        );
+        // Eight keys, then the seven that qualified, twice.
+        assert_eq!(eval.launches, 8 + 7 + 7);
+        let qualified: Vec<&Variant> = eval.keys[..8]
+            .iter()
+            .filter(|k| k.name() != "draft_max=16 -ub=1")
+            .collect();
+        let reversed: Vec<&Variant> = qualified.iter().rev().copied().collect();
+        assert_eq!(eval.keys[8..15].iter().collect::<Vec<_>>(), reversed);
+        assert_eq!(eval.keys[15..].iter().collect::<Vec<_>>(), qualified);
+        assert_eq!(eval.judged, (1..=22).collect::<Vec<_>>());
+        assert_eq!(eval.still_up(), 0);
+        assert_eq!(ranked[0].variant.name(), "draft_max=8 -ub=2");
+        for e in ranked.iter().filter(|e| e.disqualified.is_none()) {
+            let launches: Vec<usize> = e.per_launch().iter().map(|m| m.launch).collect();
+            assert_eq!(launches.len(), 3, "{}", e.variant.name());
+            assert!(
+                launches[0] <= 8 && (9..=15).contains(&launches[1]) && launches[2] >= 16,
+                "one launch a round: {launches:?}"
+            );
+            let mut medians: Vec<f64> = e.per_launch().iter().map(|m| m.tok_s).collect();
+            medians.sort_by(f64::total_cmp);
+            assert_eq!(e.tok_s(), Some(medians[1]));
+        }
+        // The variant that fell back was judged on its first launch only: never relaunched.
+        let fell = ranked.last().unwrap();
+        assert_eq!(fell.disqualified.as_deref(), Some("speculative fell back"));
+        assert_eq!(
+            eval.keys
+                .iter()
+                .filter(|k| k.name() == fell.variant.name())
+                .count(),
+            1
+        );
+    }
+
+    /// Stopped in its second round, a relaunching grid keeps every figure it measured, says
+    /// nothing was "not launched" (each variant had its first launch), and ranks the variants
+    /// with two launches first.
+    #[test]
+    fn a_relaunching_grid_stopped_in_its_second_round_keeps_the_first() {
+        let mut eval = Model::new(0.0);
+        eval.stop_after = Some(11);
+        let ranked = search_launching(
+            Method::Grid,
+            grid(&axes()),
+            &BTreeSet::new(),
+            full(),
+            2,
+            &mut eval,
+        );
+        assert_eq!(eval.launches, 11);
+        assert!(ranked.iter().all(|e| e.out.is_none()));
+        let launches: Vec<usize> = ranked.iter().map(|e| e.measurements.len()).collect();
+        // The second round (in reverse) measured two before the third launch was interrupted.
+        assert_eq!(launches, [2, 2, 1, 1, 1, 1, 1, 0], "{ranked:#?}");
+        assert_eq!(eval.still_up(), 0);
     }
 
     #[test]

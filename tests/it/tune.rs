@@ -777,3 +777,104 @@ fn a_time_budget_launches_nothing_once_it_has_passed() {
     let (code, never, launched, stderr) = tune("1h");
     assert_eq!((code, never, launched), (Some(0), 0, 3), "{stderr}");
 }
+
+/// `--launches 2` with the grid: each of the two launch keys is served twice, round after round
+/// (the second round in reverse), each launch judged and benchmarked on its own; a row's figure
+/// is the median of its launches' (`2x1x16`, launch `x2`), and the winner's margin is over the
+/// launches' medians. With the race it is refused before anything launches.
+#[test]
+fn the_grid_launches_each_variant_as_often_as_asked_and_compares_their_launches() {
+    let ws = Workspace::new();
+    ws.write("r.toml", &standin_recipe("sgtwice", free_port(), "0.2", ""));
+    let vary = "--vary=--step-ms=0.2,0.6";
+    let dry = grid_tune(&ws)
+        .args([vary, "--launches", "2", "--dry-run"])
+        .output()
+        .unwrap();
+    let dry_out = String::from_utf8_lossy(&dry.stdout);
+    assert!(dry_out.contains("2 variant(s), 4 launch(es)"), "{dry_out}");
+
+    let out = grid_tune(&ws)
+        .args([vary, "--launches", "2", "--ab-tokens", "8"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results = results_of(&ws, "sgtwice");
+    assert_eq!(
+        (&results["launches"], &results["launches_each"]),
+        (&4.into(), &2.into())
+    );
+    let launched: Vec<&str> = results["launch_records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["variant"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        launched,
+        [
+            "--step-ms=0.2",
+            "--step-ms=0.6",
+            "--step-ms=0.6",
+            "--step-ms=0.2"
+        ]
+    );
+    for e in results["entries"].as_array().unwrap() {
+        let ms = e["measurements"].as_array().unwrap();
+        let launches: Vec<u64> = ms.iter().map(|m| m["launch"].as_u64().unwrap()).collect();
+        assert_eq!(launches.len(), 2, "{e}");
+        assert_ne!(launches[0], launches[1], "{e}");
+        // Each launch judged on its own: a greedy A/B line for each.
+        let abs = e["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l.as_str().unwrap().starts_with("greedy A/B: identical"))
+            .count();
+        assert_eq!(abs, 2, "{e}");
+    }
+    let rows: Vec<&str> = stdout.lines().skip(1).take(2).collect();
+    assert!(
+        rows.iter()
+            .all(|r| r.contains(" 2x1x16 ") && r.contains(" x2  ")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("(95 % over 2 and 2 launches' medians, 2 and 2 runs of 16 tokens)"),
+        "{stdout}"
+    );
+
+    let race = ws
+        .kiln()
+        .args([
+            "tune",
+            "r.toml",
+            "--profile",
+            "tuned",
+            vary,
+            "--launches",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&race.stderr);
+    assert_eq!(race.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("error: `--launches 2` relaunches the grid's variants, not the Race's")
+            && stderr
+                .trim_end()
+                .ends_with("halving relaunches its survivors for each rung)"),
+        "{stderr}"
+    );
+    assert_eq!(
+        results_of(&ws, "sgtwice")["method"],
+        "grid",
+        "the refused race wrote no results"
+    );
+}
