@@ -13,7 +13,8 @@
 #   ceiling  SGLang's own bench_one_batch on the same model (decode tok/s at batch 1)
 #   again    the same `kiln up` a second time: nothing rebuilt, served again (timed)
 #   tune     `kiln tune sglang-cuda --profile tuned --one-server` by grid, then by race, over
-#            TUNE_VARY (default: attention=triton,flashinfer × --num-continuous-decode-steps=1,4)
+#            TUNE_VARY (default: attention=triton,flashinfer × --num-continuous-decode-steps=1,4);
+#            TUNE_LAUNCHES=N gives the grid `--launches N` (each variant served N times)
 # Each long command is cut at BUDGET seconds into the call (default 560) so that the results still
 # come back. Everything lands in $OUT: summary.txt and sglang-results.tar.gz (reports, server logs, step logs).
 set -uo pipefail
@@ -162,10 +163,12 @@ if [[ $modes == *" tune "* ]]; then
   "$kiln" serve sglang-cuda --stop >/dev/null 2>&1
   read -r -a vary <<<"${TUNE_VARY:---vary attention=triton,flashinfer --vary=--num-continuous-decode-steps=1,4}"
   for method in ${TUNE_METHODS:-grid race}; do
-    say "kiln tune sglang-cuda --profile tuned --method $method ${vary[*]}"
+    launches=()
+    [[ $method == grid ]] && launches=(--launches "${TUNE_LAUNCHES:-1}")
+    say "kiln tune sglang-cuda --profile tuned --method $method ${launches[*]} ${vary[*]}"
     start=$SECONDS
     timeout "$(left)" "$kiln" tune sglang-cuda --set deps=listed --profile tuned --method "$method" --one-server \
-      "${vary[@]}" --max-tokens "${TUNE_MAX_TOKENS:-512}" >"$res/tune-$method.out" 2>"$res/tune-$method.err"
+      "${launches[@]}" "${vary[@]}" --max-tokens "${TUNE_MAX_TOKENS:-512}" >"$res/tune-$method.out" 2>"$res/tune-$method.err"
     say "tune $method: exit $? in $((SECONDS - start)) s"
     tee -a "$summary" <"$res/tune-$method.out"
     grep "tune \`tuned\`" "$res/tune-$method.err" | tee -a "$summary"
