@@ -265,12 +265,46 @@ mod tests {
             same_launch: false,
         };
         assert!(!m.separated());
+        assert_eq!(
+            m.line(),
+            "not separated from `b`: +0.0 % to +4.0 % (95 % over 5 and 5 runs of 256 tokens, one \
+             launch each); the higher median won, either may win another launch"
+        );
+    }
+
+    /// A runner-up a time budget left with one launch against a winner with three: their runs
+    /// are compared (one median cannot be spread), and the line says runs.
+    #[test]
+    fn a_runner_up_with_one_launch_is_compared_by_runs() {
+        let mut winner = entry("8", &[600.0, 601.0], 1);
+        for launch in [3, 5] {
+            let again = entry("8", &[640.0, 641.0], launch);
+            winner.measurements.push(again.measurements[0].clone());
+        }
+        let ranked = [winner, entry("4", &[500.0, 501.0], 2)];
+        let m = margin(&ranked).unwrap();
+        assert_eq!((m.runs, m.launches), ((6, 2), (3, 1)));
         assert!(
             m.line()
-                .starts_with("not separated from `b`: +0.0 % to +4.0 %"),
+                .ends_with("(95 % over 6 and 2 runs of 2048 tokens, one launch each)"),
             "{}",
             m.line()
         );
+        // And the other way round: one launch of the winner against three of the runner-up.
+        let flipped = [ranked[1].clone(), ranked[0].clone()];
+        let m = margin(&flipped).unwrap();
+        assert_eq!((m.runs, m.launches), ((2, 6), (1, 3)));
+        assert!(m.line().contains("over 2 and 6 runs"), "{}", m.line());
+        for launches in [(3, 1), (1, 3), (1, 1)] {
+            let m = Margin {
+                launches,
+                ..m.clone()
+            };
+            assert!(
+                m.line().contains(" runs of 2048 tokens, one launch each)"),
+                "{launches:?}"
+            );
+        }
     }
 
     #[test]

@@ -407,6 +407,38 @@ mod tests {
         assert!(lines[7].contains("-        -      -"), "{shown}");
     }
 
+    /// `--launches 3`: a row's figure is the median of its launches' medians, its CV the
+    /// spread between them, its runs `3x2x64` and its launch `x3`.
+    #[test]
+    fn a_relaunched_row_shows_its_launches_median_and_their_spread() {
+        let mut e = Entry::new(Variant {
+            settings: vec![("tag".into(), "a".into())],
+        });
+        for (launch, tok_s) in [(1, 90.0), (3, 110.0), (5, 100.0)] {
+            e.measurements.push(crate::tune::Measurement {
+                rung: crate::tune::Rung {
+                    warmup: 0,
+                    runs: 2,
+                    max_tokens: 64,
+                },
+                tok_s,
+                cv: 0.5,
+                ttft_ms: launch as f64,
+                runs: vec![tok_s, tok_s],
+                launch,
+                others_up: 0,
+            });
+        }
+        let shown = table(&[e]);
+        let row = shown.lines().nth(1).unwrap();
+        // CV of 90, 110, 100: sample sd 10 over mean 100.
+        assert_eq!(
+            row.split_whitespace().collect::<Vec<_>>(),
+            ["1", "tag=a", "100.0", "3x2x64", "10.0%", "3.0", "x3", "winner"],
+            "{shown}"
+        );
+    }
+
     use crate::recipe::Profile;
 
     #[test]
