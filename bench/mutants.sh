@@ -39,6 +39,7 @@ src/doctor/launch/mod.rs|doctor::launch::|launch_preflight::
 src/pipeline/judge.rs|pipeline::judge::|
 src/tune/evaluate.rs|tune::evaluate::|tune::
 src/tune/margin.rs|tune::margin::|
+src/tune/sweep.rs|tune::sweep:: tune::race:: tune::tests::|
 src/process/identity.rs|process::|pid_safety::
 src/process/watchdog.rs|process::watchdog::|pid_safety:: own_runs:: engine::sigkill_leaves_no_grandchildren_behind
 src/patch/journal.rs|patch::journal::|patch_journal::
