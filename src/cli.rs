@@ -55,7 +55,7 @@ pub enum Command {
     /// Provision a recipe (every stale step, in dependency order), then serve it and prove its
     /// tunings: verdicts, greedy A/B, bench, report
     #[command(
-        after_help = "Examples:\n  kiln up demo\n  kiln up recipes/sglang-b200.toml --profile tuned --strict\n  kiln up demo --dry-run\n  kiln up demo --from build --json"
+        after_help = "Examples:\n  kiln up demo\n  kiln up sglang-cuda --profile tuned --strict\n  kiln up demo --dry-run\n  kiln up demo --from compile --json"
     )]
     Up(UpArgs),
     /// Show every step of a recipe as fresh, stale (and why) or skipped, without running anything

@@ -194,6 +194,12 @@ impl StatePaths {
         self.root.join("reports").join(recipe)
     }
 
+    /// The records of the step- and wheel-cache entries this state stored (`cache::trust`: an
+    /// unsigned entry of a shared cache is used only where it is this state's own).
+    pub fn cache_own(&self) -> PathBuf {
+        self.root.join("cache-own")
+    }
+
     /// `kiln tune`'s results for `recipe`: the ranked table, the plot, the winner profile.
     pub fn tune(&self, recipe: &str) -> PathBuf {
         self.root.join("tune").join(recipe)

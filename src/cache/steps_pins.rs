@@ -51,8 +51,8 @@ fn an_entry_another_state_stored_unsigned_is_neither_restored_nor_promised_where
 ) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("steps");
-    let ours = StepCache::with_trust(&root, Trust::strict(&dir.path().join("A")));
-    let theirs = StepCache::with_trust(&root, Trust::strict(&dir.path().join("B")));
+    let ours = StepCache::with_trust(&root, Trust::strict(&dir.path().join("A/cache-own")));
+    let theirs = StepCache::with_trust(&root, Trust::strict(&dir.path().join("B/cache-own")));
     let out = write(&dir.path().join("built/a.txt"), b"built by A");
     let id = store(&ours, &key("a"), &[out]);
 
@@ -107,12 +107,12 @@ fn signing_for_an_export_signs_an_entry_this_state_stored_and_leaves_another_sta
     let out = write(&dir.path().join("built/a.txt"), b"a");
     // Both stored without a signing key: unsigned, each recorded as its state's own.
     let own = store(
-        &StepCache::with_trust(&root, Trust::strict(&state_a)),
+        &StepCache::with_trust(&root, Trust::strict(&state_a.join("cache-own"))),
         &key("a"),
         std::slice::from_ref(&out),
     );
     let other = store(
-        &StepCache::with_trust(&root, Trust::strict(&state_b)),
+        &StepCache::with_trust(&root, Trust::strict(&state_b.join("cache-own"))),
         &key("b"),
         &[out],
     );
@@ -126,7 +126,10 @@ fn signing_for_an_export_signs_an_entry_this_state_stored_and_leaves_another_sta
         std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
     // State A, now with a signing key, signs what an export would carry.
-    let cache = StepCache::with_trust(&root, Trust::signing(&state_a, &key_file).unwrap());
+    let cache = StepCache::with_trust(
+        &root,
+        Trust::signing(&state_a.join("cache-own"), &key_file).unwrap(),
+    );
     cache.sign_trusted(&own).unwrap();
     cache.sign_trusted(&other).unwrap();
 

@@ -74,8 +74,9 @@ fn parse_named(text: &str, what: &str, len: Option<usize>) -> Result<(String, Ve
 }
 
 impl Trust {
-    /// The trust of the state directory `state` from the environment (see the module's doc).
-    pub(crate) fn from_env(state: &Path) -> Result<Trust> {
+    /// The trust of a state directory from the environment (see the module's doc); `own`: its
+    /// records of the entries it stored ([`crate::paths::StatePaths::cache_own`]).
+    pub(crate) fn from_env(own: &Path) -> Result<Trust> {
         let signer = match std::env::var_os(ENV_SIGNING_KEY).filter(|v| !v.is_empty()) {
             None => None,
             Some(path) => Some(read_secret(Path::new(&path))?),
@@ -110,25 +111,26 @@ impl Trust {
             signer,
             trusted,
             require,
-            own: state.join("cache-own"),
+            own: own.to_path_buf(),
         })
     }
 
-    /// A trust that requires signatures and trusts no key: only what state `state` stored.
+    /// A trust that requires signatures and trusts no key: only what the state whose records
+    /// are in `own` stored.
     #[cfg(test)]
-    pub(crate) fn strict(state: &Path) -> Trust {
+    pub(crate) fn strict(own: &Path) -> Trust {
         Trust {
             signer: None,
             trusted: Vec::new(),
             require: true,
-            own: state.join("cache-own"),
+            own: own.to_path_buf(),
         }
     }
 
     /// [`Self::strict`] that signs with the secret key in `key_file` (and trusts its public
     /// key), as `KILN_CACHE_SIGNING_KEY=key_file` makes [`Self::from_env`] do.
     #[cfg(test)]
-    pub(crate) fn signing(state: &Path, key_file: &Path) -> Result<Trust> {
+    pub(crate) fn signing(own: &Path, key_file: &Path) -> Result<Trust> {
         let (name, pair) = read_secret(key_file)?;
         let public = PublicKey {
             name: name.clone(),
@@ -138,7 +140,7 @@ impl Trust {
             signer: Some((name, pair)),
             trusted: vec![public],
             require: true,
-            own: state.join("cache-own"),
+            own: own.to_path_buf(),
         })
     }
 

@@ -647,7 +647,7 @@ mod tests {
         WheelCache::new(&root).insert(&key, &theirs, None).unwrap();
         let cache = WheelCache::with_trust(
             &root,
-            super::super::trust::Trust::strict(&dir.path().join("state")),
+            super::super::trust::Trust::strict(&dir.path().join("state/cache-own")),
         );
         let mut log = Vec::new();
         assert!(cache.lookup(&key, &mut log).unwrap().is_none());

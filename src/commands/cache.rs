@@ -29,7 +29,7 @@ pub(super) fn run(settings: &Settings, args: &CacheArgs) -> Result<u8> {
             StepCache::new(&settings.paths.steps()),
         ),
         _ => {
-            let trust = || crate::cache::trust::Trust::from_env(settings.paths.root());
+            let trust = || crate::cache::trust::Trust::from_env(&settings.paths.cache_own());
             (
                 WheelCache::with_trust(&settings.paths.wheels(), trust()?),
                 StepCache::with_trust(&settings.paths.steps(), trust()?),

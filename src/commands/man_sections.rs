@@ -9,17 +9,16 @@ Everything asked for worked (advisories such as bench noise are warnings, unless
 .TP
 \\fB1\\fR
 A failure: a preflight, a step, the server, a tuning that fell back, wrong greedy output in
-\\fBkiln up\\fR, an advisory under \\fB\\-\\-strict\\fR, a patch not in effect, a failed doctor
-check.
+\\fBkiln up\\fR, an advisory under \\fB\\-\\-strict\\fR, a patch not in effect, a doctor warning.
 .TP
 \\fB2\\fR
 Bad input: a command line, recipe, patch set or signature file kiln cannot use (the message says
 where, as file:line:col, and what to do). Also what a command documents as 2: wrong greedy output
 (\\fBkiln verify\\fR), a result below the baseline's gate (\\fBkiln bench\\fR), a tuning whose server
-crashed (\\fBkiln serve\\fR).
+crashed or whose evidence conflicts (\\fBkiln serve\\fR), a failed check (\\fBkiln doctor\\fR).
 .PP
 Every non\\-zero exit ends with one \\fBerror:\\fR line that says why. With \\fB\\-\\-json\\fR
-(\\fBkiln up\\fR, \\fBkiln plan\\fR) the failure is also an \\fBerror\\fR event on stdout, and the last
+(every command that takes it) the failure is also an \\fBerror\\fR event on stdout, and the last
 event is always \\fBoutcome\\fR with \\fBexit_code\\fR.
 ";
 

@@ -79,7 +79,7 @@ pub(super) fn held(paths: &StatePaths, step: &Step, id: &str) -> bool {
     cacheable(step).is_ok()
         && crate::steps::replaceable(step).is_ok()
         && StepCache::new(&paths.steps()).has(id)
-        && crate::cache::trust::Trust::from_env(paths.root())
+        && crate::cache::trust::Trust::from_env(&paths.cache_own())
             .is_ok_and(|t| StepCache::with_trust(&paths.steps(), t).holds_trusted(id))
 }
 
@@ -143,7 +143,7 @@ pub(super) fn restore(
     ctx: &StepContext,
     reporter: &dyn Reporter,
 ) -> Option<Outcome> {
-    let cache = match crate::cache::trust::Trust::from_env(ctx.paths.root()) {
+    let cache = match crate::cache::trust::Trust::from_env(&ctx.paths.cache_own()) {
         Ok(trust) => StepCache::with_trust(&ctx.paths.steps(), trust),
         Err(e) => {
             reporter.warning(&format!(
@@ -247,7 +247,7 @@ pub(super) fn store(
 ) -> std::result::Result<String, String> {
     let portable = Portable::new(ctx.paths);
     let outputs: Vec<String> = step.outputs.iter().map(|o| portable.path(o)).collect();
-    let trust = match crate::cache::trust::Trust::from_env(ctx.paths.root()) {
+    let trust = match crate::cache::trust::Trust::from_env(&ctx.paths.cache_own()) {
         Ok(t) => t,
         Err(e) => {
             let why = e.with_causes();

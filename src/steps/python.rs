@@ -67,7 +67,7 @@ pub(crate) fn run(
     }
     let cache = WheelCache::with_trust(
         &ctx.paths.wheels(),
-        crate::cache::trust::Trust::from_env(ctx.paths.root())?,
+        crate::cache::trust::Trust::from_env(&ctx.paths.cache_own())?,
     );
     let builds = wheel::WheelBuild {
         p,

@@ -286,7 +286,11 @@ mod tests {
         assert_eq!((m.runs, m.launches), ((6, 2), (3, 1)));
         // Over the runs: +20.6..+30.0 % (over the medians 601, 641, 641 and 501 it would be
         // +13.1..+37.5 %).
-        assert_eq!((m.low_pct.round(), m.high_pct.round()), (21.0, 30.0), "{m:?}");
+        assert_eq!(
+            (m.low_pct.round(), m.high_pct.round()),
+            (21.0, 30.0),
+            "{m:?}"
+        );
         assert!(
             m.line()
                 .ends_with("(95 % over 6 and 2 runs of 2048 tokens, one launch each)"),
@@ -297,7 +301,11 @@ mod tests {
         let flipped = [ranked[1].clone(), ranked[0].clone()];
         let m = margin(&flipped).unwrap();
         assert_eq!((m.runs, m.launches), ((2, 6), (1, 3)));
-        assert_eq!((m.low_pct.round(), m.high_pct.round()), (-24.0, -16.0), "{m:?}");
+        assert_eq!(
+            (m.low_pct.round(), m.high_pct.round()),
+            (-24.0, -16.0),
+            "{m:?}"
+        );
         assert!(m.line().contains("over 2 and 6 runs"), "{}", m.line());
         for launches in [(3, 1), (1, 3), (1, 1)] {
             let m = Margin {
