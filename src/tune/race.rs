@@ -417,6 +417,11 @@ pub(crate) mod tests {
         pub beside: f64,
         /// The launch of each greedy A/B and first verdicts (`qualify` before any traffic).
         pub judged: Vec<LaunchId>,
+        /// How many times the verdicts were judged again after a measurement.
+        pub rejudged: usize,
+        /// The variant (by the sum of its settings) whose tuning falls back only once it has
+        /// served (a draft acceptance read after traffic).
+        pub falls_back_served: Option<f64>,
         noise: f64,
         up: BTreeSet<LaunchId>,
         seq: u64,
@@ -434,6 +439,8 @@ pub(crate) mod tests {
                 hold_two: true,
                 beside: 0.0,
                 judged: vec![],
+                rejudged: 0,
+                falls_back_served: None,
                 noise,
                 up: BTreeSet::new(),
                 seq: 7,
@@ -477,7 +484,15 @@ pub(crate) mod tests {
         }
 
         fn qualify(&mut self, l: LaunchId, v: &Variant, served: bool, e: &mut Entry) {
-            if !served {
+            if served {
+                self.rejudged += 1;
+                if self
+                    .falls_back_served
+                    .is_some_and(|x| (Model::x(v) - x).abs() < f64::EPSILON)
+                {
+                    e.disqualified = Some("speculative fell back under traffic".into());
+                }
+            } else {
                 self.judged.push(l);
             }
             if !served && (Model::x(v) - 17.0).abs() < f64::EPSILON {

@@ -15,7 +15,6 @@ pub(crate) fn rungs(method: Method, n: usize, full: Rung) -> Vec<Rung> {
     match method {
         Method::Grid => return vec![full],
         Method::Race => return vec![race::screen_rung(full), full],
-        Method::Halving if n <= 1 => return vec![full],
         Method::Halving => {}
     }
     let mut rounds = 0;
@@ -243,6 +242,8 @@ mod tests {
         assert_eq!(eval.keys[8..15].iter().collect::<Vec<_>>(), reversed);
         assert_eq!(eval.keys[15..].iter().collect::<Vec<_>>(), qualified);
         assert_eq!(eval.judged, (1..=22).collect::<Vec<_>>());
+        // Judged again after each measurement, but never the one that fell back at once.
+        assert_eq!(eval.rejudged, 21);
         assert_eq!(eval.still_up(), 0);
         assert_eq!(ranked[0].variant.name(), "draft_max=8 -ub=2");
         for e in ranked.iter().filter(|e| e.disqualified.is_none()) {
@@ -291,6 +292,32 @@ mod tests {
         assert_eq!(eval.still_up(), 0);
     }
 
+    /// A variant whose tuning falls back only once it has served is out after its first
+    /// launch: the grid does not relaunch it, halving does not promote it.
+    #[test]
+    fn a_variant_that_falls_back_under_traffic_is_never_launched_again() {
+        for method in [Method::Grid, Method::Halving] {
+            let mut eval = Model::new(0.0);
+            // draft_max=8 -ub=2, the fastest.
+            eval.falls_back_served = Some(10.0);
+            let ranked = search_launching(
+                method,
+                grid(&axes()),
+                &BTreeSet::new(),
+                full(),
+                2,
+                &mut eval,
+            );
+            let launched = eval
+                .keys
+                .iter()
+                .filter(|k| k.name() == "draft_max=8 -ub=2")
+                .count();
+            assert_eq!(launched, 1, "{method:?}");
+            assert_ne!(ranked[0].variant.name(), "draft_max=8 -ub=2", "{method:?}");
+        }
+    }
+
     #[test]
     fn halving_relaunches_its_survivors_and_the_grid_launches_each_variant_once() {
         let mut g = Model::new(0.0);
@@ -310,7 +337,14 @@ mod tests {
             full(),
             &mut h,
         );
-        assert!(h.launches > 8, "{}", h.launches);
+        // 8 judged (one falls back), then the faster half of 7 (4), of 4 (2), the last (1).
+        assert_eq!(h.launches, 8 + 4 + 2 + 1);
+        assert_eq!(h.judged, (1..=8).collect::<Vec<_>>());
+        assert_eq!(h.rejudged, 7);
+        let speeds: Vec<f64> = h.keys[8..12].iter().map(Model::truth).collect();
+        let mut all: Vec<f64> = h.keys[..8].iter().map(Model::truth).collect();
+        all.sort_by(|a, b| b.total_cmp(a));
+        assert_eq!(speeds, all[..4], "the four fastest go on");
         assert_eq!(grid_ranked[0].variant.name(), "draft_max=8 -ub=2");
         let last = grid_ranked.last().unwrap();
         assert_eq!(last.disqualified.as_deref(), Some("speculative fell back"));
