@@ -56,7 +56,7 @@ fn run_dockerfile(settings: &Settings, args: &ImageDockerfileArgs) -> Result<u8>
         recipe: args.recipe.clone(),
         set: Vec::new(),
     })?;
-    let source = if recipe.origin.starts_with("<embedded>") {
+    let source = if crate::recipe::is_shipped(&recipe.origin) {
         RecipeSource::Shipped(
             args.recipe
                 .clone()

@@ -28,7 +28,7 @@ use crate::source::Sources;
 /// Bumped when the entry format or the meaning of a cached recipe changes.
 const FORMAT: &str = "kiln-recipe-cache 4";
 /// Where embedded (shipped) files are named in `SourceFile::path`.
-const EMBEDDED: &str = "<kiln>/";
+const EMBEDDED: &str = super::SHIPPED_ORIGIN;
 
 /// An entry is a validated recipe as JSON: more than this is not one kiln wrote.
 const ENTRY_CAP: u64 = 64 << 20;

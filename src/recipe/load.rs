@@ -301,7 +301,7 @@ fn source_file(
                 )
             })?;
             SourceFile {
-                path: PathBuf::from(format!("<kiln>/{key}")),
+                path: PathBuf::from(format!("{}{key}", super::SHIPPED_ORIGIN)),
                 text: text.to_string(),
                 // Materialized copies of the shipped files: companion scripts resolve there.
                 dir: roots.shipped.join(key).parent().map(Path::to_path_buf),

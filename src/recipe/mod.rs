@@ -23,11 +23,19 @@ pub(crate) use cache::{slot_base, Inputs};
 pub use load::{load, name_of};
 pub use loaded::LoadOptions;
 
+/// How a file shipped inside kiln is named as a recipe's `origin` (`<kiln>/recipes/x.toml`).
+pub const SHIPPED_ORIGIN: &str = "<kiln>/";
+
+/// Whether a recipe of this `origin` is shipped inside kiln (not a file of the user's).
+pub fn is_shipped(origin: &str) -> bool {
+    origin.starts_with(SHIPPED_ORIGIN)
+}
+
 /// A recipe's `origin` as a person can open it: a file as the user named it; a shipped recipe
 /// (`<kiln>/recipes/tiny-cpu.toml`, a name inside the binary) as the copy kiln keeps of it under
 /// the state dir's `shipped/` (`shipped`).
 pub fn shown_origin(origin: &str, shipped: &std::path::Path) -> String {
-    match origin.strip_prefix("<kiln>/") {
+    match origin.strip_prefix(SHIPPED_ORIGIN) {
         Some(key) => format!("shipped with kiln; a copy: {}", shipped.join(key).display()),
         None => origin.to_string(),
     }

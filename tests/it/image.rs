@@ -684,3 +684,31 @@ fn pulling_a_tag_that_does_not_exist_says_so() {
     hint: push one first with `kiln cache push`, or check the repository and tag
     ");
 }
+
+/// A shipped recipe needs no build context but the kiln binary: the build runs it by name (it
+/// once copied the context to /etc/kiln/recipes/NAME/ and ran a file NAME there, which does not
+/// exist).
+#[test]
+fn dockerfile_of_a_shipped_recipe_runs_it_by_name() {
+    let ws = Workspace::new();
+    let out = ws
+        .kiln()
+        .args(["image", "dockerfile", "tiny-cpu", "--profile", "tuned"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("# Build context: the kiln binary as ./kiln.\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("    kiln up --no-serve tiny-cpu\n")
+            && text.contains("CMD [\"serve\",\"tiny-cpu\",\"--profile\",\"tuned\"]"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("COPY ./") && !text.contains("/etc/kiln/recipes"),
+        "{text}"
+    );
+}
