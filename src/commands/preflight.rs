@@ -14,7 +14,13 @@ use crate::report::Reporter;
 pub(super) use crate::doctor::preflight::check_needed;
 
 /// `kiln up`'s doctor gate (a GPU stack's): the doctor over this host and the recipe.
-pub(super) fn run(settings: &Settings, recipe: &Recipe, reporter: &dyn Reporter) -> Result<()> {
+/// `needs_driver`: the run serves, or installs a toolkit that needs a driver.
+pub(super) fn run(
+    settings: &Settings,
+    recipe: &Recipe,
+    needs_driver: bool,
+    reporter: &dyn Reporter,
+) -> Result<()> {
     let mut inputs = Inputs {
         state_dir: settings.paths.root().to_path_buf(),
         python_facts: Some(settings.paths.python_facts()),
@@ -25,7 +31,7 @@ pub(super) fn run(settings: &Settings, recipe: &Recipe, reporter: &dyn Reporter)
     let report = doctor::run(doctor::facts::collect(&inputs), &[]);
     let (lines, verdict) = preflight::gate(
         &report,
-        settings.facts.pinned("gpu.driver").is_some(),
+        settings.facts.pinned("gpu.driver").is_some() || !needs_driver,
         recipe.vars.contains_key("cuda_source"),
     );
     for line in lines {

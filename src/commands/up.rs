@@ -205,7 +205,15 @@ fn preflights(
                 |s| matches!(&s.kind, crate::recipe::StepKind::Cuda(c) if c.driver_floor.is_some()),
             );
         if gpu_stack && !args.no_doctor {
-            super::preflight::run(settings, recipe, reporter)?;
+            // Provisioning only (an image build on a machine without a GPU), a missing driver
+            // stops nothing a toolkit from PyPI installs; a runfile toolkit needs one.
+            let serves = !(args.no_serve || recipe.profiles.is_empty() || !args.only.is_empty());
+            let runfile = recipe.steps.iter().any(|s| {
+                matches!(&s.kind, crate::recipe::StepKind::Cuda(c)
+                    if c.driver_floor.is_some()
+                        && matches!(c.source, crate::recipe::CudaSource::Runfile { .. }))
+            });
+            super::preflight::run(settings, recipe, serves || runfile, reporter)?;
         }
         *stage = "steps";
     }

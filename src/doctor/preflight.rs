@@ -15,7 +15,8 @@ const BLOCKING: &[&str] = &["nvidia.driver", "driver.floor", "disk.free"];
 
 /// The doctor gate of `kiln up` over `report`: the lines to show (a count, then each warning and
 /// failure), and an error naming the blocking checks when one failed. `driver_pinned`: a pinned
-/// driver (`KILN_FACT_GPU_DRIVER`) stands for a driver this host does not show.
+/// driver (`KILN_FACT_GPU_DRIVER`) stands for a driver this host does not show, or the run needs
+/// none (it provisions only, and no toolkit it installs needs one).
 pub(crate) fn gate(
     report: &Report,
     driver_pinned: bool,
@@ -57,7 +58,7 @@ pub(crate) fn gate(
         .clone()
         .unwrap_or_else(|| format!("see `kiln doctor {} -v`", first.id));
     if first.id == "nvidia.driver" && cuda_source_var {
-        hint.push_str("; to build without a GPU, `--set cuda_source=pypi` takes the toolkit from PyPI (no driver needed)");
+        hint.push_str("; to provision without a GPU (an image build), `--no-serve --set cuda_source=pypi` (the toolkit from PyPI needs no driver)");
     }
     hint.push_str("; or pass --no-doctor to skip this check (it skips the launch preflight too)");
     let error = Error::other(

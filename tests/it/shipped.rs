@@ -165,9 +165,9 @@ fn up_of_the_gpu_stack_stops_at_the_doctor_preflight_without_a_driver() {
     assert!(stderr.contains("✗ nvidia.driver"), "{stderr}");
     assert!(!stderr.contains("python.torch"), "{stderr}");
     assert!(
-        stderr.contains("`--set cuda_source=pypi` takes the toolkit from PyPI")
-            && stderr
-                .contains("--no-doctor to skip this check (it skips the launch preflight too)"),
+        stderr.contains(
+            "to provision without a GPU (an image build), `--no-serve --set cuda_source=pypi`"
+        ) && stderr.contains("--no-doctor to skip this check (it skips the launch preflight too)"),
         "{stderr}"
     );
     assert!(
@@ -190,6 +190,40 @@ fn up_of_the_gpu_stack_stops_at_the_doctor_preflight_without_a_driver() {
             .is_some_and(|counts| counts.contains(" 1 fail"))
             && dry.contains("error: doctor preflight failed: nvidia.driver"),
         "{dry}"
+    );
+}
+
+/// Provisioning only, with the toolkit from PyPI (an image build on a CI machine without a GPU):
+/// the missing driver is a warning, not a refusal. A runfile toolkit still needs the driver.
+#[test]
+fn provisioning_the_gpu_stack_from_pypi_needs_no_driver() {
+    let ws = Workspace::new();
+    let up = |source: &str| {
+        let mut cmd = ws.kiln();
+        cmd.args(["up", "glm5-nvfp4-sm120", "--no-serve", "--dry-run"])
+            .args(["--set", &format!("cuda_source={source}")])
+            .arg("--set")
+            .arg(format!("prefix={}", ws.path().join("opt").display()))
+            .arg("--set")
+            .arg(format!("cuda_link={}", ws.path().join("cuda").display()))
+            .env("PATH", crate::common::path_without("nvidia-smi", ws.path()));
+        cmd
+    };
+    let out = up("pypi").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        // (How many pass or warn depends on the host's free disk.)
+        stderr.contains(" 0 fail, ")
+            && stderr.contains("  ! nvidia.driver: no NVIDIA driver")
+            && !stderr.contains("error:"),
+        "{stderr}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("dry run: "));
+    let stderr = stderr_of(&mut up("runfile"), 1);
+    assert!(
+        stderr.contains("error: doctor preflight failed: nvidia.driver"),
+        "{stderr}"
     );
 }
 
