@@ -252,7 +252,7 @@ fn http_error(url: &str, e: ureq::Error, deadline: Duration) -> Error {
             ),
             Unanswered::Unreachable => Error::other(
                 format!("cannot reach {url}: {t}"),
-                Some("is the server running? start it with `kiln serve`".into()),
+                Some("is the server running? start it with `kiln serve`, and point --url at its port".into()),
             ),
         },
     }

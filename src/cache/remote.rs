@@ -590,7 +590,7 @@ fn check_room(remote: &RemoteWheel, wheels_dir: &Path, reference: &Reference) ->
                     human(free)
                 ),
                 Some(
-                    "free some space (`kiln cache gc`) and pull again; nothing was written"
+                    "free some space (`kiln cache gc --older-than 30d` drops entries made over 30 days ago) and pull again; nothing was written"
                         .to_string(),
                 ),
             ));

@@ -241,7 +241,7 @@ pub(crate) fn fetch(
                     cache.root.display(),
                     crate::units::format_size(free)
                 ),
-                Some("free some space (`kiln cache gc`); nothing was written".to_string()),
+                Some("free some space (`kiln cache gc --older-than 30d` drops entries made over 30 days ago); nothing was written".to_string()),
             ));
         }
     }

@@ -126,7 +126,7 @@ fn run_export(settings: &Settings, args: &ImageExportArgs) -> Result<u8> {
             return Err(Error::usage(
                 format!("prefix {} is not a directory", prefix.display()),
                 Some(
-                    "pass directories that `kiln up` provisioned, e.g. --prefix /opt/kiln/demo"
+                    "pass directories that `kiln up` provisioned, e.g. --prefix /opt/kiln/glm5"
                         .to_string(),
                 ),
             ));

@@ -38,7 +38,13 @@ pub(super) fn run(settings: &Settings, args: &ServeArgs) -> Result<u8> {
         return verdict_finding(v.name, &verdicts);
     };
     let pid = launched.running.record.pid;
-    show::served(v.name, &url, pid, args.detach);
+    show::served(
+        &show::recipe_named(&args.recipe, &recipe),
+        v.name,
+        &url,
+        pid,
+        args.detach,
+    );
     if args.detach {
         launched.leave_running();
         return verdict_finding(v.name, &verdicts);

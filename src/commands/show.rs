@@ -92,15 +92,24 @@ pub(super) fn report_files(files: &crate::pipeline::ReportFiles) {
 }
 
 /// The server `kiln up` left running (a `served` event).
-pub(super) fn left_running(s: &crate::pipeline::Served) {
+pub(super) fn left_running(recipe: &str, s: &crate::pipeline::Served) {
     if let Some(url) = &s.url {
-        served(&s.profile, url, s.pid, true);
+        served(recipe, &s.profile, url, s.pid, true);
     }
 }
 
-/// A server up at `url` (a `served` event): `detached`, it outlives kiln; else kiln serves it in
-/// the foreground until Ctrl-C.
-pub(super) fn served(profile: &str, url: &str, pid: u32, detached: bool) {
+/// The recipe as the command line named it (else by its name), quoted for a command to copy.
+pub(super) fn recipe_named(
+    args: &crate::cli::RecipeArgs,
+    recipe: &crate::recipe::Recipe,
+) -> String {
+    let named = args.recipe.as_deref().or(args.recipe_flag.as_deref());
+    crate::shell::quote(named.unwrap_or(&recipe.name))
+}
+
+/// A server of `recipe` (as [`recipe_named`] names it) up at `url` (a `served` event):
+/// `detached`, it outlives kiln; else kiln serves it in the foreground until Ctrl-C.
+pub(super) fn served(recipe: &str, profile: &str, url: &str, pid: u32, detached: bool) {
     #[derive(Serialize)]
     struct ServedEvent<'a> {
         profile: &'a str,
@@ -110,7 +119,7 @@ pub(super) fn served(profile: &str, url: &str, pid: u32, detached: bool) {
     }
     let text = if detached {
         format!(
-            "kiln: left running at {url} (process group {pid}); stop it with `kiln serve --stop`"
+            "kiln: left running at {url} (process group {pid}); stop it with `kiln serve {recipe} --stop`"
         )
     } else {
         format!("kiln: serving at {url} (process group {pid}); Ctrl-C stops it")

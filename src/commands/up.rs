@@ -174,7 +174,7 @@ fn serve_and_prove(settings: &Settings, recipe: &Recipe, args: &UpArgs) -> Resul
     }
     show::report_files(&files);
     if let Some(s) = &report.served {
-        show::left_running(s);
+        show::left_running(&show::recipe_named(&args.recipe, recipe), s);
     }
     Error::finding(report.exit_code, || {
         (

@@ -11,7 +11,9 @@ use tree_sitter::Node;
 use super::{Check, CheckDef, DoctorFacts};
 use crate::patch::syntax;
 
-const PATCHSET: &str = "kiln patch apply sglang-0.5.9-sm120";
+const PATCHSET: &str = "sglang-0.5.9-sm120";
+/// The FlashInfer set the fusion patch (S3, experimental) needs first (its S3b).
+const FLASHINFER_PATCHSET: &str = "flashinfer-0.6.3-sm120";
 /// The one SGLang version kiln's patch set fits (its anchors are that version's source).
 const PATCHED_SGLANG: &str = "0.5.9";
 const SIZES: &str = "TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES";
@@ -255,9 +257,36 @@ fn keys(keys: &[u32]) -> String {
 
 /// The fix for a closed gate: kiln's patch set where the installed SGLang is the version it
 /// fits, else `instead` (patching another version would refuse its anchors or, worse, miss).
-fn patch_or(f: &DoctorFacts, note: &str, instead: &str) -> String {
+/// Which of kiln's patch sets a fix applies: the symmetric-memory fixes (S1, S2) alone, or the
+/// fusion gate's (S3), which needs FlashInfer's set first.
+#[derive(Clone, Copy)]
+enum Patches {
+    SymmMem,
+    Fusion,
+}
+
+/// The command lines that apply `patches` to the environment the doctor judged (its
+/// site-packages, else its interpreter; `PYTHON` where it knows neither).
+fn apply(f: &DoctorFacts, patches: Patches) -> String {
+    let target = match (&f.site_packages, f.python_executable()) {
+        (Some(site), _) => format!(
+            "--site-packages {}",
+            crate::shell::quote(&site.display().to_string())
+        ),
+        (None, Some(python)) => format!("--python {}", crate::shell::quote(python)),
+        (None, None) => "--python PYTHON".to_string(),
+    };
+    match patches {
+        Patches::SymmMem => format!("kiln patch apply {PATCHSET} {target} --skip-experimental"),
+        Patches::Fusion => format!(
+            "kiln patch apply {FLASHINFER_PATCHSET} {target} && kiln patch apply {PATCHSET} {target}"
+        ),
+    }
+}
+
+fn patch_or(f: &DoctorFacts, patches: Patches, note: &str, instead: &str) -> String {
     match f.packages.get("sglang").map(String::as_str) {
-        Some(PATCHED_SGLANG) | None => format!("{PATCHSET}   ({note})"),
+        Some(PATCHED_SGLANG) | None => format!("{}   ({note})", apply(f, patches)),
         Some(v) => format!(
             "{instead}   (kiln's patch set sglang-0.5.9-sm120 fits SGLang {PATCHED_SGLANG} only; this is {v})"
         ),
@@ -324,7 +353,7 @@ fn symm_mem_table(f: &DoctorFacts) -> Check {
                 keys(&t.keys)
             ),
         )
-        .fix(patch_or(f, &format!("or drop {SYMM_FLAG}"), &format!("drop {SYMM_FLAG}"))),
+        .fix(patch_or(f, Patches::SymmMem, &format!("or drop {SYMM_FLAG}"), &format!("drop {SYMM_FLAG}"))),
         (Lookup::Index, false) => Check::pass(
             id,
             format!("{SYMM_FLAG} would crash with `KeyError: {major}`, but no profile passes it"),
@@ -373,7 +402,7 @@ fn symm_mem_multimem(f: &DoctorFacts) -> Check {
     }
     if multicast_possible(f) {
         Check::fail(id, format!("with multicast available, the first symm-mem all-reduce raises `KeyError: {major}` ({MULTIMEM} has only {})", keys(&t.keys)))
-            .fix(patch_or(f, "adds the missing entry", &format!("drop {SYMM_FLAG}")))
+            .fix(patch_or(f, Patches::SymmMem, "adds the missing entry", &format!("drop {SYMM_FLAG}")))
             .evidence(evidence)
     } else {
         Check::pass(
@@ -421,6 +450,7 @@ fn fusion_gate_check(f: &DoctorFacts) -> Check {
         )
         .fix(patch_or(
             f,
+            Patches::Fusion,
             "opens this gate and FlashInfer's JIT gate together",
             &format!("drop {FUSION_FLAG}: it does nothing on this GPU"),
         )),
@@ -478,7 +508,7 @@ fn flashinfer_comm_gate(f: &DoctorFacts) -> Check {
             id,
             format!("SGLang's fusion gate is open but FlashInfer's JIT is not: CUDA graph capture will crash with \"No supported CUDA architectures found for major versions [{}]\"", keys(majors)),
         )
-        .fix(patch_or(f, "patches flashinfer/jit/comm.py too", &format!("drop {FUSION_FLAG}")))
+        .fix(patch_or(f, Patches::Fusion, "FlashInfer's set patches flashinfer/jit/comm.py", &format!("drop {FUSION_FLAG}")))
         .evidence(evidence)
     } else {
         Check::skip(id, format!("not reached: SGLang's fusion gate is closed on cc {major} (opening it alone would crash at graph capture)"))

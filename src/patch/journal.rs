@@ -144,9 +144,10 @@ pub(super) fn undo(store: &Store, journal: &Journal) -> Result<Vec<String>> {
 /// What `check` says about an interrupted apply it does not repair.
 pub(super) fn describe(journal: &Journal) -> String {
     format!(
-        "an apply of this set by process {} was interrupted before it finished ({} files involved); `kiln patch revert` restores the originals, `kiln patch apply` applies it again",
+        "an apply of this set by process {} was interrupted before it finished ({} files involved); `kiln patch revert {set}` restores the originals, `kiln patch apply {set}` applies it again (each with this command's --python or --site-packages)",
         journal.pid,
-        journal.files.len()
+        journal.files.len(),
+        set = crate::shell::quote(&journal.set)
     )
 }
 

@@ -216,7 +216,10 @@ fn sm120_pcie_box_with_sglang_0_5_9_predicts_key_error_12_and_silent_fusion() {
         check(&report, "sglang.symm-mem-table")["fix"]
             .as_str()
             .unwrap(),
-        "kiln patch apply sglang-0.5.9-sm120   (or drop --enable-torch-symm-mem)"
+        format!(
+            "kiln patch apply sglang-0.5.9-sm120 --site-packages {} --skip-experimental   (or drop --enable-torch-symm-mem)",
+            site.display()
+        )
     );
     assert_eq!(status(&report, "sglang.allreduce-fusion-gate"), "warn");
     assert!(summary(&report, "sglang.allreduce-fusion-gate").contains("silently ignored on cc 12"));
@@ -804,4 +807,51 @@ requires = ["cmake>=3.20"]
     );
     assert_eq!(status(&report, "host.tools"), "pass", "{report:#}");
     assert_eq!(summary(&report, "host.tools"), "cc, python3 found");
+}
+
+/// The doctor's fixes are commands to run as printed: on the 8× RTX PRO 6000 host with SGLang
+/// 0.5.9 and FlashInfer 0.6.3 (a copy of the real wheels), the fusion gate's fix applies both of
+/// kiln's patch sets, and the doctor then finds the symm-mem table and both gates open on cc 12.
+#[test]
+fn the_doctors_patch_fix_run_as_printed_opens_what_it_found_closed() {
+    let ws = Workspace::new();
+    let site = ws.path().join("site");
+    for spec in ["sglang==0.5.9", "flashinfer-python==0.6.3"] {
+        copy_tree(&wheel_site(spec), &site);
+    }
+    let judge = || {
+        json(
+            doctor(&ws, Some("derived-8x-rtx-pro-6000-pcie"))
+                .arg("--site-packages")
+                .arg(&site),
+        )
+        .1
+    };
+    let before = judge();
+    assert_eq!(status(&before, "sglang.symm-mem-table"), "fail");
+    assert_eq!(status(&before, "sglang.allreduce-fusion-gate"), "warn");
+    let fix = check(&before, "sglang.allreduce-fusion-gate")["fix"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let commands = fix.split("   (").next().unwrap();
+    for command in commands.split(" && ") {
+        let words: Vec<&str> = command.split_whitespace().collect();
+        assert_eq!(words[0], "kiln", "{fix}");
+        let out = ws.kiln().args(&words[1..]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "`{command}`: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let after = judge();
+    for id in [
+        "sglang.symm-mem-table",
+        "sglang.allreduce-fusion-gate",
+        "flashinfer.comm-jit-gate",
+    ] {
+        assert_eq!(status(&after, id), "pass", "{id}: {}", check(&after, id));
+    }
 }

@@ -276,7 +276,7 @@ fn export_reports_a_missing_prefix() {
         .code(2);
     insta::assert_snapshot!(String::from_utf8_lossy(&assert.get_output().stderr), @r"
     error: prefix no/such/dir is not a directory
-    hint: pass directories that `kiln up` provisioned, e.g. --prefix /opt/kiln/demo
+    hint: pass directories that `kiln up` provisioned, e.g. --prefix /opt/kiln/glm5
     ");
     assert!(!ws.path().join("x.tar").exists());
 }

@@ -145,7 +145,7 @@ fn the_default_recipe_on_one_h200_stops_before_any_step_with_what_would_run() {
         "no setting of this recipe fits this host (with `--set tp=1` launch.quantization still fails)",
         // The shipped recipes whose own launch preflight passes on this H200, each tried.
         "`kiln up llama-cuda`, `kiln up sglang-cuda`, `kiln up tiny-cpu` (shipped recipes that fit this host)",
-        "`kiln up --no-serve` to provision only",
+        "the same `kiln up` with `--no-serve` to provision only",
     ] {
         assert!(hint.contains(alt), "{alt}: {hint}");
     }

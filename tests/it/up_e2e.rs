@@ -72,6 +72,12 @@ fn kiln_up_serves_proves_benches_and_reports_on_the_cpu_demo() {
         "the built steps are fresh (llama-bench is off): {stderr}"
     );
     assert!(stderr.contains("serving profile `tuned`"), "{stderr}");
+    // How to stop it names the recipe as this command did (a bare `kiln serve --stop` would stop
+    // the host's default recipe's server).
+    assert!(
+        stderr.contains(&format!("; stop it with `kiln serve {recipe} --stop`")),
+        "{stderr}"
+    );
     // `tuned` has evidence-only args (`-lv 5`): a judged launch (verdicts, and the A/B reads its
     // outputs), stopped, then a bench launch without them; `baseline` once.
     assert_eq!(

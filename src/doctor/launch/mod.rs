@@ -414,7 +414,7 @@ fn checkpoint(
     if let Some(var) = l.unset_in(value) {
         return none(
             Check::fail(id, format!("{} comes from `${{{var}}}`, {NO_VALUE}", names[0]))
-                .fix(format!("pass `--set {var}=PATH` (a local checkpoint directory); `kiln up --no-serve` provisions without it")),
+                .fix(format!("pass `--set {var}=PATH` (a local checkpoint directory); `kiln up` with `--no-serve` provisions without it")),
         );
     }
     let path = PathBuf::from(value);

@@ -380,13 +380,15 @@ impl Launched {
             ));
         }
         if up {
-            alt.push("`kiln up --no-serve` to provision only (no model needed)".into());
+            alt.push(
+                "the same `kiln up` with `--no-serve` to provision only (no model needed)".into(),
+            );
         }
         alt
     }
 
     /// Whether the launch may go on: an error naming each failed check (once), whose hint says
-    /// what would run instead (`up`: `kiln up --no-serve` too).
+    /// what would run instead (`up`: the same `kiln up` with `--no-serve` too).
     pub(crate) fn verdict(&self, up: bool) -> Result<()> {
         let failed: Vec<&str> = self
             .checks
