@@ -116,10 +116,9 @@ pub(crate) fn search_launching(
         }
         alive.retain(|&i| entries[i].disqualified.is_none() && entries[i].last().is_some());
         if method == Method::Halving {
+            // The faster half goes on (after the last round, none does).
             alive.sort_by(|&a, &b| speed(&entries[b]).total_cmp(&speed(&entries[a])));
-            if round + 1 < plan.len() {
-                alive.truncate(alive.len().div_ceil(2));
-            }
+            alive.truncate(alive.len().div_ceil(2));
         } else {
             // The grid's next round launches in the reverse order (A B C, C B A, A B C): a
             // machine that drifts over the search weighs on every variant alike.
