@@ -117,14 +117,20 @@ pub(super) fn run(settings: &Settings, args: &DoctorArgs) -> Result<u8> {
             path.display()
         ));
     }
-    Error::finding(report.exit_code(), || finding(&report, args.json))
+    Error::finding(report.exit_code(), || finding(&report, args))
 }
 
 /// Why doctor exits non-zero: the checks that failed, else those that warn.
-fn finding(report: &doctor::Report, json: bool) -> (String, Option<String>) {
+fn finding(report: &doctor::Report, args: &DoctorArgs) -> (String, Option<String>) {
+    // Each id once (a launch check runs per profile).
     let ids = |st: doctor::Status| -> Vec<&str> {
-        let of = report.checks.iter().filter(|c| c.status == st);
-        of.map(|c| c.id).collect()
+        let mut out: Vec<&str> = Vec::new();
+        for c in report.checks.iter().filter(|c| c.status == st) {
+            if !out.contains(&c.id) {
+                out.push(c.id);
+            }
+        }
+        out
     };
     let (failed, warned) = (ids(doctor::Status::Fail), ids(doctor::Status::Warn));
     let (n, what, ids) = if failed.is_empty() {
@@ -132,11 +138,43 @@ fn finding(report: &doctor::Report, json: bool) -> (String, Option<String>) {
     } else {
         (failed.len(), "failed", failed)
     };
-    let hint = if json {
-        "each check's `fix` in the `doctor` event says what to do"
+    let hint = if args.json {
+        "each check's `fix` in the `doctor` event says what to do".to_string()
     } else {
-        "each check above says what to do; `kiln doctor ID -v` shows the evidence"
+        format!(
+            "each check above says what to do; `{}` shows the evidence",
+            evidence_of(ids[0], args)
+        )
     };
     let message = format!("doctor: {n} check(s) {what}: {}", ids.join(", "));
-    (message, Some(hint.into()))
+    (message, Some(hint))
+}
+
+/// `kiln doctor ID -v` with the environment this run judged (its recipe, profile, interpreter,
+/// site-packages and settings), so that it shows the same check's evidence.
+fn evidence_of(id: &str, args: &DoctorArgs) -> String {
+    let mut words = vec!["kiln doctor".to_string(), id.to_string(), "-v".to_string()];
+    let mut flag = |name: &str, value: &str| {
+        words.push(name.to_string());
+        words.push(crate::shell::quote(value));
+    };
+    if let Some(r) = &args.recipe {
+        flag("--recipe", r);
+    }
+    if let Some(p) = &args.profile {
+        flag("--profile", p);
+    }
+    if let Some(p) = &args.python {
+        flag("--python", p);
+    }
+    if let Some(s) = &args.site_packages {
+        flag("--site-packages", &s.display().to_string());
+    }
+    for s in &args.set {
+        flag("--set", s);
+    }
+    if args.deep {
+        words.push("--deep".to_string());
+    }
+    words.join(" ")
 }

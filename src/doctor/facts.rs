@@ -135,14 +135,6 @@ pub(crate) struct DoctorFacts {
 }
 
 impl DoctorFacts {
-    /// The interpreter whose facts were read, when it gave them.
-    pub(crate) fn python_executable(&self) -> Option<&str> {
-        match &self.python {
-            PythonState::Found(p) => Some(&p.executable),
-            _ => None,
-        }
-    }
-
     /// The compute capability the stack must support: the first GPU's, else the pinned one.
     pub(crate) fn target_cc(&self) -> Option<(u32, u32)> {
         self.gpus

@@ -268,7 +268,7 @@ enum Patches {
 /// The command lines that apply `patches` to the environment the doctor judged (its
 /// site-packages, else its interpreter; `PYTHON` where it knows neither).
 fn apply(f: &DoctorFacts, patches: Patches) -> String {
-    let target = match (&f.site_packages, f.python_executable()) {
+    let target = match (&f.site_packages, f.python().map(|p| p.executable.as_str())) {
         (Some(site), _) => format!(
             "--site-packages {}",
             crate::shell::quote(&site.display().to_string())

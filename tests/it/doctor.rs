@@ -855,3 +855,46 @@ fn the_doctors_patch_fix_run_as_printed_opens_what_it_found_closed() {
         assert_eq!(status(&after, id), "pass", "{id}: {}", check(&after, id));
     }
 }
+
+/// The hint under a failed doctor names the command that shows the first failing check's
+/// evidence for the same recipe and settings (a bare `kiln doctor ID -v` judged the host's
+/// default recipe), and that command, run as printed, shows it; a check failing for two
+/// profiles is named once.
+#[test]
+fn the_evidence_command_in_the_hint_judges_what_this_run_judged() {
+    let ws = Workspace::new();
+    let out = ws
+        .kiln_without_gpu()
+        .args([
+            "doctor",
+            "--recipe",
+            "sglang-cuda",
+            "--set",
+            "mem_fraction=0.5",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let lines: Vec<&str> = stderr.trim_end().lines().collect();
+    assert_eq!(
+        lines[lines.len() - 2],
+        "error: doctor: 1 check(s) failed: launch.gpus"
+    );
+    let command = lines[lines.len() - 1]
+        .split('`')
+        .nth(1)
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert_eq!(
+        command,
+        "kiln doctor launch.gpus -v --recipe sglang-cuda --set mem_fraction=0.5"
+    );
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let again = ws.kiln_without_gpu().args(&words[1..]).output().unwrap();
+    let shown = String::from_utf8_lossy(&again.stdout);
+    assert_eq!(
+        shown.matches("[✗] launch.gpus  `").count(),
+        2,
+        "both profiles of sglang-cuda:\n{shown}"
+    );
+}
