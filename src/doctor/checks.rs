@@ -279,7 +279,7 @@ fn torch(f: &DoctorFacts) -> Check {
         .fix(match &f.needs {
             Some(n) => format!(
                 "kiln up {} (installs its torch), or pass --python for the serving venv",
-                n.recipe
+                n.named
             ),
             None => {
                 "kiln up RECIPE (installs its torch), or pass --python for the serving venv".into()
@@ -412,7 +412,7 @@ fn nvcc_torch(f: &DoctorFacts) -> Check {
             "install CUDA {tc} ({} installs the recipe's toolkit) and point CUDA_HOME at it",
             f.needs
                 .as_ref()
-                .map_or("kiln up RECIPE".into(), |n| format!("kiln up {}", n.recipe))
+                .map_or("kiln up RECIPE".into(), |n| format!("kiln up {}", n.named))
         ),
     };
     Check::fail(id, format!("nvcc {nvcc} ({path}) but torch is built for CUDA {tc}: flash-attn builds and FlashInfer JIT fail"))

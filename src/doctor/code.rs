@@ -186,10 +186,13 @@ fn packages(f: &DoctorFacts) -> Check {
                 missing.join(", ")
             ),
         )
-        .fix(format!(
-            "rebuild them for this GPU (e.g. `kiln up RECIPE --set arch={}.{}`)",
-            cc.0, cc.1
-        ))
+        .fix(match &f.needs {
+            Some(n) if n.arch_var => format!(
+                "rebuild them for this GPU: `kiln up {} --set arch={}.{}`",
+                n.named, cc.0, cc.1
+            ),
+            _ => format!("rebuild them with code for {want} (their build's arch list names it)"),
+        })
     } else if !ptx_only.is_empty() {
         Check::warn(id, format!("only PTX for {want} in {}: the driver JIT-compiles it at first launch (slow start)", ptx_only.join(", ")))
             .fix(format!("rebuild them with SASS for {want}"))

@@ -110,8 +110,12 @@ impl Report {
 /// others (the CPU demo gets no driver or torch warnings).
 #[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct Needs {
-    /// The recipe's name, for the skip lines and the fixes.
+    /// The recipe's name, for the skip lines.
     pub recipe: String,
+    /// The recipe as a command names it: a shipped one by name, a file by its path (quoted).
+    pub named: String,
+    /// The recipe has an `arch` variable (`--set arch=X.Y` rebuilds its kernels for a GPU).
+    pub arch_var: bool,
     /// An NVIDIA GPU: a `cuda` step, a GPU server (SGLang, llama-server with `-ngl`), torch.
     pub gpu: bool,
     /// torch (and a CUDA toolkit matching it): a python step installs torch or SGLang.

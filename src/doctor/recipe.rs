@@ -52,6 +52,12 @@ pub(crate) fn apply(recipe: &Recipe, inputs: &mut Inputs) {
 pub(crate) fn needs_of(recipe: &Recipe) -> Needs {
     let mut needs = Needs {
         recipe: recipe.name.clone(),
+        named: if crate::recipe::is_shipped(&recipe.origin) {
+            recipe.name.clone()
+        } else {
+            crate::shell::quote(&recipe.origin)
+        },
+        arch_var: recipe.vars.contains_key("arch"),
         ..Needs::default()
     };
     for step in &recipe.steps {

@@ -603,6 +603,23 @@ fn torch_facts_come_from_its_files_without_importing_it() {
         "{}",
         summary(&r, "sass.packages")
     );
+    // The fix rebuilds through a recipe only where the recipe takes the arch: the seed's does
+    // (the default recipe on a GPU host), sglang-cuda, whose kernels come from wheels, does not.
+    let fix = |r: &serde_json::Value| {
+        check(r, "sass.packages")["fix"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        fix(&r),
+        "rebuild them for this GPU: `kiln up glm5-nvfp4-sm120 --set arch=9.0`"
+    );
+    let (_, wheels) = json(&mut run(&["--recipe", "sglang-cuda"]));
+    assert_eq!(
+        fix(&wheels),
+        "rebuild them with code for sm_90 (their build's arch list names it)"
+    );
     // On SM120 (cc 12.0) the same flash-attn carries the GPU's code.
     let mut on_sm120 = doctor(&ws, Some("derived-8x-rtx-pro-6000-pcie"));
     on_sm120
