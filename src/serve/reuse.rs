@@ -166,7 +166,7 @@ fn port_in_use(l: &Launch, port: u16, detail: Option<&str>) -> Error {
             l.profile_name
         ),
         Some(format!(
-            "{stop}, or pick another port (e.g. `--set port={}`)",
+            "{stop}, or pick another port (`--set port={}` where the recipe has a `port` variable, else the profile's `port`)",
             port.saturating_add(1)
         )),
     )

@@ -692,6 +692,23 @@ fn a_port_held_by_another_process_is_refused_before_launch() {
         err.contains("error: profile `tuned` of tiny-cpu cannot launch on this host: launch.port"),
         "{err}"
     );
+    // tiny-cpu's port is a variable: `--set port=` moves it. A recipe whose port is written in
+    // its profile is told to change it there (`--set port=` would be refused: no such variable).
+    assert!(
+        err.contains("or pick another port (e.g. `--set port="),
+        "{err}"
+    );
+    ws.write(
+        "r.toml",
+        &crate::sglang_wire::standin_recipe("fixed", port, "0.2", ""),
+    );
+    let (code, err) = output(on_host(&ws, None).args(["serve", "r.toml"]));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("or give profile `tuned` another `port` in the recipe")
+            && !err.contains("--set port="),
+        "{err}"
+    );
 }
 
 /// A tp-variable SGLang recipe (`tp = 8`) serving a 10-GiB checkpoint, `extra` arguments after.

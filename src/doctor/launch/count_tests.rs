@@ -61,6 +61,7 @@ pub(super) fn checks_with(
         made_by: &[],
         pinned_sglang: pinned,
         tp_var: true,
+        port_var: true,
     };
     let h = Host {
         gpus,
@@ -313,6 +314,7 @@ fn a_server_that_compiles_no_kernels_skips_the_jit_disk_check() {
         made_by: &[],
         pinned_sglang: None,
         tp_var: false,
+        port_var: false,
     };
     let server = table::server_of(l.cmd).unwrap();
     let h = Host {

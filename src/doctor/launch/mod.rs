@@ -68,6 +68,8 @@ pub(crate) struct Launch<'a> {
     pub pinned_sglang: Option<&'a str>,
     /// The recipe has a `tp` variable (`--set tp=N` retargets it).
     pub tp_var: bool,
+    /// The recipe has a `port` variable (`--set port=N` moves the server).
+    pub port_var: bool,
 }
 
 /// The host's side: GPUs as nvidia-smi lists them, and what else the checks read.
@@ -757,10 +759,23 @@ fn port(l: &Launch, h: &Host, args: Option<&Args>) -> Check {
         .evidence("kiln stops or reuses its own server before launching"),
         None => match crate::serve::port_holder(port) {
             Some((pid, argv)) => Check::fail(id, format!("port {port} is already in use by pid {pid} (`{}`), which kiln did not start for {}", argv.join(" "), l.recipe))
-                .fix(format!("stop it (`kill {pid}`) if it is yours, or pick another port (e.g. `--set port={}`)", port.saturating_add(1))),
+                .fix(format!("stop it (`kill {pid}`) if it is yours, or {}", another_port(l, port))),
             None => Check::fail(id, format!("port {port} is already in use by a process not visible to this user (not a server kiln started for {})", l.recipe))
-                .fix(format!("end what holds it (`ss -ltnp 'sport = :{port}'` names it), or pick another port (e.g. `--set port={}`)", port.saturating_add(1))),
+                .fix(format!("end what holds it (`ss -ltnp 'sport = :{port}'` names it), or {}", another_port(l, port))),
         },
+    }
+}
+
+/// How to move the server off `port`: `--set port=N` where the recipe has that variable, else
+/// the profile's own setting.
+fn another_port(l: &Launch, port: u16) -> String {
+    if l.port_var {
+        format!(
+            "pick another port (e.g. `--set port={}`)",
+            port.saturating_add(1)
+        )
+    } else {
+        format!("give profile `{}` another `port` in the recipe", l.profile)
     }
 }
 
@@ -901,6 +916,7 @@ mod tests {
             made_by: &[],
             pinned_sglang: None,
             tp_var: true,
+            port_var: true,
         };
         let h = Host {
             gpus: &gpus,

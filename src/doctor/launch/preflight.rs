@@ -275,6 +275,7 @@ fn evaluate(
                 made_by: &made_by,
                 pinned_sglang: pinned_sglang.as_deref(),
                 tp_var: full.vars.contains_key("tp"),
+                port_var: full.vars.contains_key("port"),
             },
             &host,
         )
