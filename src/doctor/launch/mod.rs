@@ -436,7 +436,7 @@ fn checkpoint(
         }
         return none(
             Check::fail(id, format!("{what} {value} does not exist ({})", names[0])).fix(format!(
-                "pass the checkpoint's real path, e.g. `--set {}=PATH`",
+                "pass the checkpoint's real path (`--set VAR=PATH` for the variable the profile takes it from: `{}` in the shipped recipes)",
                 if what == "model" {
                     "model"
                 } else {
