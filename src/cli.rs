@@ -392,6 +392,11 @@ pub struct ImageDockerfileArgs {
     #[arg(long, value_name = "NAME")]
     pub profile: Option<String>,
 
+    /// Override a recipe variable (repeatable): the build's `kiln up` and the image's command
+    /// run with it (e.g. `--set cuda_source=pypi` to build without a GPU)
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+
     /// Write the Dockerfile here instead of stdout
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,

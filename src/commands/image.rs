@@ -54,7 +54,7 @@ fn run_dockerfile(settings: &Settings, args: &ImageDockerfileArgs) -> Result<u8>
     let recipe = settings.load_recipe(&RecipeArgs {
         recipe_flag: None,
         recipe: args.recipe.clone(),
-        set: Vec::new(),
+        set: args.set.clone(),
     })?;
     let source = if crate::recipe::is_shipped(&recipe.origin) {
         RecipeSource::Shipped(
@@ -67,7 +67,13 @@ fn run_dockerfile(settings: &Settings, args: &ImageDockerfileArgs) -> Result<u8>
             args.recipe.as_deref().unwrap_or_default(),
         ))?)
     };
-    let text = dockerfile::render(&recipe, &source, &args.base, args.profile.as_deref())?;
+    let text = dockerfile::render(
+        &recipe,
+        &source,
+        &args.base,
+        args.profile.as_deref(),
+        &args.set,
+    )?;
     if let Some(path) = &args.output {
         let cwd = std::env::current_dir()
             .map_err(|e| Error::io("cannot read the current directory", e))?;

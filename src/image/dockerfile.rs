@@ -25,14 +25,30 @@ pub(crate) enum RecipeSource {
     File(String),
 }
 
-/// The Dockerfile text.
+/// The Dockerfile text; `sets`: the `--set KEY=VALUE`s the build's `kiln up` and the image's
+/// command pass on (each quoted; a secret's is refused: it would stay in the image's history).
 pub(crate) fn render(
     recipe: &Recipe,
     source: &RecipeSource,
     base: &str,
     profile: Option<&str>,
+    sets: &[String],
 ) -> Result<String> {
     let profile = pick_profile(recipe, profile)?;
+    if let Some(secret) = sets.iter().find(|s| {
+        s.split_once('=')
+            .is_some_and(|(k, _)| crate::redact::is_secret_name(k))
+    }) {
+        let key = secret.split('=').next().unwrap_or_default();
+        return Err(crate::error::Error::usage(
+            format!("`--set {key}=…` names a secret: a Dockerfile keeps it in the image's history"),
+            Some("pass it when the container runs (`docker run -e …` or a secret mount), not at build time".into()),
+        ));
+    }
+    let set_args: Vec<String> = sets
+        .iter()
+        .flat_map(|s| ["--set".to_string(), s.clone()])
+        .collect();
     let (copy, recipe_in_image) = match source {
         RecipeSource::Shipped(name) => (None, name.clone()),
         RecipeSource::File(path) => {
@@ -104,14 +120,15 @@ pub(crate) fn render(
     let up = UP_ARGS
         .iter()
         .map(std::string::ToString::to_string)
-        .chain([recipe_in_image.clone()]);
+        .chain([recipe_in_image.clone()])
+        .chain(set_args.iter().cloned());
     let _ = writeln!(
         w,
         "RUN {mounts} \\\n    kiln {}",
         up.map(|a| shell_quote(&a)).collect::<Vec<_>>().join(" ")
     );
     let _ = writeln!(w, "ENTRYPOINT [\"kiln\"]");
-    let cmd: Vec<String> = match &profile {
+    let mut cmd: Vec<String> = match &profile {
         Some((name, _)) => vec![
             "serve".into(),
             recipe_in_image,
@@ -120,6 +137,7 @@ pub(crate) fn render(
         ],
         None => vec!["plan".into(), recipe_in_image],
     };
+    cmd.extend(set_args);
     let _ = writeln!(w, "CMD {}", serde_json::to_string(&cmd).expect("json"));
     Ok(out)
 }

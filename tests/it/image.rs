@@ -712,3 +712,81 @@ fn dockerfile_of_a_shipped_recipe_runs_it_by_name() {
         "{text}"
     );
 }
+
+/// `--set` reaches the build's `kiln up` (shell-quoted: a shell runs the line as written, which
+/// this test does too, as a dry run) and the image's command (JSON, one argument each); a
+/// secret-named variable is refused, its value never printed.
+#[test]
+fn dockerfile_passes_each_set_on_quoted_and_refuses_a_secret() {
+    let ws = Workspace::new();
+    let sets = ["--set", "prefix=/opt/my dir", "--set", "port=30181"];
+    let out = ws
+        .kiln()
+        .args(["image", "dockerfile", "tiny-cpu", "--profile", "tuned"])
+        .args(sets)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let run = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("kiln up "))
+        .unwrap_or_else(|| panic!("{text}"))
+        .trim();
+    assert_eq!(
+        run,
+        "kiln up --no-serve tiny-cpu --set 'prefix=/opt/my dir' --set port=30181"
+    );
+    assert!(
+        text.contains(r#"CMD ["serve","tiny-cpu","--profile","tuned","--set","prefix=/opt/my dir","--set","port=30181"]"#),
+        "{text}"
+    );
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_kiln"))
+        .parent()
+        .unwrap();
+    let shell = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{run} --dry-run"))
+        .env(
+            "PATH",
+            format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+        )
+        .env("KILN_HOME", ws.state())
+        .env("KILN_NO_PROGRESS", "1")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&shell.stdout);
+    assert!(
+        shell.status.success() && said.contains("dry run: "),
+        "{said}{}",
+        String::from_utf8_lossy(&shell.stderr)
+    );
+
+    ws.write(
+        "secret.toml",
+        "[recipe]\nname = \"secret\"\n[vars]\napi_token = \"none\"\n\
+         [profile.p]\ncmd = [\"true\"]\nargs = [\"${api_token}\"]\n",
+    );
+    let out = ws
+        .kiln()
+        .args([
+            "image",
+            "dockerfile",
+            "secret.toml",
+            "--set",
+            "api_token=CANARY-IMG-77",
+        ])
+        .output()
+        .unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(
+        all.contains("error: `--set api_token=…` names a secret: a Dockerfile keeps it in the image's history")
+            && !all.contains("CANARY-IMG-77"),
+        "{all}"
+    );
+}
