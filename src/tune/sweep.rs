@@ -48,10 +48,10 @@ pub(crate) fn search(
     search_launching(method, variants, request, full, 1, eval)
 }
 
-/// [`search`], the grid launching every launch key `launches` times (`--launches N`): round
-/// after round, each launch judged (verdicts, greedy A/B) and benchmarked on its own, so a
-/// variant's figure is the median of its launches' and the spread between launches is measured.
-/// The race and halving launch as [`search`] does.
+/// Run the search (as `search`), the grid launching every launch key `launches` times
+/// (`--launches N`): round after round, each launch judged (verdicts, greedy A/B) and
+/// benchmarked on its own, so a variant's figure is the median of its launches' and the spread
+/// between launches is measured. The race and halving launch each key once per rung.
 pub(crate) fn search_launching(
     method: Method,
     variants: Vec<Variant>,
