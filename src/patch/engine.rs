@@ -353,9 +353,8 @@ pub(super) fn apply(
         return Err(Error::other(
             format!("patch set `{}` cannot be applied; nothing was changed:\n  {}", set.name, lines.join("\n  ")),
             Some(format!(
-                "apply the required set first (`kiln patch apply {} --site-packages {}`), or leave experimental patches out with --skip-experimental",
-                required_sets(set, &unmet),
-                site.display()
+                "apply the required set first (`{}`), or leave experimental patches out with --skip-experimental",
+                apply_required(set, &unmet, site)
             )),
         ));
     }
@@ -465,9 +464,25 @@ fn commit(
     journal::finish(store, intent)
 }
 
-/// The other sets named by the requirements of the `unmet` patches (`SET` if none).
-fn required_sets(set: &PatchSet, unmet: &[(String, String)]) -> String {
-    let mut names: Vec<&str> = set
+/// The commands that apply the sets the `unmet` patches require, one set each.
+fn apply_required(set: &PatchSet, unmet: &[(String, String)], site: &Path) -> String {
+    let site = crate::shell::quote(&site.display().to_string());
+    required_sets(set, unmet)
+        .iter()
+        .map(|name| {
+            format!(
+                "kiln patch apply {} --site-packages {site}",
+                crate::shell::quote(name)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" && ")
+}
+
+/// The other sets named by the requirements of the `unmet` patches, each once (`SET` if none).
+fn required_sets<'s>(set: &'s PatchSet, unmet: &[(String, String)]) -> Vec<&'s str> {
+    let mut names: Vec<&str> = Vec::new();
+    let required = set
         .patches
         .iter()
         .filter(|p| unmet.iter().any(|(id, _)| *id == p.id))
@@ -475,14 +490,16 @@ fn required_sets(set: &PatchSet, unmet: &[(String, String)]) -> String {
         .filter_map(|r| match r {
             Requirement::Other { set, .. } => Some(set.as_str()),
             Requirement::Local(_) => None,
-        })
-        .collect();
-    names.dedup();
-    if names.is_empty() {
-        "SET".to_string()
-    } else {
-        names.join(" ")
+        });
+    for name in required {
+        if !names.contains(&name) {
+            names.push(name);
+        }
     }
+    if names.is_empty() {
+        names.push("SET");
+    }
+    names
 }
 
 /// Write each (path, old, new); if one write fails, put back the ones already written.
