@@ -141,6 +141,18 @@ mod tests {
         ]
     }
 
+    /// `search_launching` over [`axes`]' grid at [`full`], no per-request keys.
+    fn sweep(method: Method, launches: u32, eval: &mut Model) -> Vec<Entry> {
+        search_launching(
+            method,
+            grid(&axes()),
+            &BTreeSet::new(),
+            full(),
+            launches,
+            eval,
+        )
+    }
+
     fn full() -> Rung {
         Rung {
             warmup: 2,
@@ -223,14 +235,7 @@ mod tests {
     #[test]
     fn the_grid_relaunches_each_key_round_after_round_and_judges_every_launch() {
         let mut eval = Model::new(0.02);
-        let ranked = search_launching(
-            Method::Grid,
-            grid(&axes()),
-            &BTreeSet::new(),
-            full(),
-            3,
-            &mut eval,
-        );
+        let ranked = sweep(Method::Grid, 3, &mut eval);
         // Eight keys, then the seven that qualified, twice.
         assert_eq!(eval.launches, 8 + 7 + 7);
         let qualified: Vec<&Variant> = eval.keys[..8]
@@ -275,14 +280,7 @@ mod tests {
     fn a_relaunching_grid_stopped_in_its_second_round_keeps_the_first() {
         let mut eval = Model::new(0.0);
         eval.stop_after = Some(11);
-        let ranked = search_launching(
-            Method::Grid,
-            grid(&axes()),
-            &BTreeSet::new(),
-            full(),
-            2,
-            &mut eval,
-        );
+        let ranked = sweep(Method::Grid, 2, &mut eval);
         assert_eq!(eval.launches, 11);
         assert!(ranked.iter().all(|e| e.out.is_none()));
         let launches: Vec<usize> = ranked.iter().map(|e| e.measurements.len()).collect();
@@ -299,14 +297,7 @@ mod tests {
             let mut eval = Model::new(0.0);
             // draft_max=8 -ub=2, the fastest.
             eval.falls_back_served = Some(10.0);
-            let ranked = search_launching(
-                method,
-                grid(&axes()),
-                &BTreeSet::new(),
-                full(),
-                2,
-                &mut eval,
-            );
+            let ranked = sweep(method, 2, &mut eval);
             let launched = eval
                 .keys
                 .iter()
