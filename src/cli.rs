@@ -412,6 +412,11 @@ pub struct ImageExportArgs {
     #[arg(long, value_name = "RECIPE")]
     pub config_from: Option<String>,
 
+    /// Override a variable of the `--config-from` recipe (repeatable), as the `kiln up` that
+    /// provisioned the prefix did
+    #[arg(long = "set", value_name = "KEY=VALUE", requires = "config_from")]
+    pub set: Vec<String>,
+
     /// The archive to write (OCI image layout, also loadable by `docker load`)
     #[arg(long, short = 'o', value_name = "IMAGE.tar")]
     pub output: PathBuf,

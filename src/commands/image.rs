@@ -156,7 +156,7 @@ fn run_export(settings: &Settings, args: &ImageExportArgs) -> Result<u8> {
             let recipe = settings.load_recipe(&RecipeArgs {
                 recipe_flag: None,
                 recipe: Some(spec.clone()),
-                set: Vec::new(),
+                set: args.set.clone(),
             })?;
             let labels = BTreeMap::from([
                 (

@@ -790,3 +790,76 @@ fn dockerfile_passes_each_set_on_quoted_and_refuses_a_secret() {
         "{all}"
     );
 }
+
+/// `image export --config-from` a recipe whose environment needs a variable without a default:
+/// refused with the hint to pass it, then `--set` gives it, and the image config carries the
+/// recipe's environment and labels.
+#[test]
+fn export_takes_the_config_of_a_recipe_given_its_settings() {
+    let ws = Workspace::new();
+    std::fs::create_dir_all(ws.path().join("p")).unwrap();
+    ws.write(
+        "r.toml",
+        "[recipe]\nname = \"needs\"\n[vars]\nhome = { help = \"where the toolkit is\" }\n\
+         [env]\nTOOL_HOME = \"${home}\"\n[[step]]\nid = \"a\"\nkind = \"run\"\ncmd = [\"true\"]\n",
+    );
+    let export = |more: &[&str]| {
+        let mut cmd = ws.kiln();
+        cmd.args([
+            "image",
+            "export",
+            "--prefix",
+            "p",
+            "--config-from",
+            "r.toml",
+        ])
+        .args(more)
+        .args(["-o", "x.tar"]);
+        cmd
+    };
+    let out = export(&[]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.trim_end().ends_with("hint: pass `--set home=...`"),
+        "{stderr}"
+    );
+    let out = export(&["--set", "home=/opt/t"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut blobs = std::collections::BTreeMap::new();
+    let file = std::fs::File::open(ws.path().join("x.tar")).unwrap();
+    for entry in tar::Archive::new(file).entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let path = entry.path().unwrap().display().to_string();
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut bytes).unwrap();
+        blobs.insert(path, bytes);
+    }
+    let json = |path: &str| -> serde_json::Value {
+        serde_json::from_slice(&blobs[path]).unwrap_or_else(|e| panic!("{path}: {e}"))
+    };
+    let blob = |digest: &serde_json::Value| {
+        format!(
+            "blobs/sha256/{}",
+            digest.as_str().unwrap().trim_start_matches("sha256:")
+        )
+    };
+    let index = json("index.json");
+    let manifest = json(&blob(&index["manifests"][0]["digest"]));
+    let config = json(&blob(&manifest["config"]["digest"]));
+    let env: Vec<&str> = config["config"]["Env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert!(env.contains(&"TOOL_HOME=/opt/t"), "{config}");
+    assert_eq!(
+        config["config"]["Labels"]["org.opencontainers.image.title"],
+        "needs"
+    );
+}
