@@ -142,7 +142,13 @@ fn provision(
         &ExecOptions { jobs, mem_budget },
     )?;
     drop(lock);
-    Ok(!(args.no_serve || recipe.profiles.is_empty() || !args.only.is_empty()))
+    Ok(serves(args, recipe))
+}
+
+/// Whether this `kiln up` serves after its steps (not `--no-serve`, `--only`, or a recipe
+/// without profiles).
+fn serves(args: &UpArgs, recipe: &Recipe) -> bool {
+    !(args.no_serve || recipe.profiles.is_empty() || !args.only.is_empty())
 }
 
 /// The pipeline after the steps: A/B, serve (left running), verdicts, bench, report files; a
@@ -207,13 +213,12 @@ fn preflights(
         if gpu_stack && !args.no_doctor {
             // Provisioning only (an image build on a machine without a GPU), a missing driver
             // stops nothing a toolkit from PyPI installs; a runfile toolkit needs one.
-            let serves = !(args.no_serve || recipe.profiles.is_empty() || !args.only.is_empty());
             let runfile = recipe.steps.iter().any(|s| {
                 matches!(&s.kind, crate::recipe::StepKind::Cuda(c)
                     if c.driver_floor.is_some()
                         && matches!(c.source, crate::recipe::CudaSource::Runfile { .. }))
             });
-            super::preflight::run(settings, recipe, serves || runfile, reporter)?;
+            super::preflight::run(settings, recipe, serves(args, recipe) || runfile, reporter)?;
         }
         *stage = "steps";
     }

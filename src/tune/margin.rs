@@ -77,7 +77,7 @@ pub(crate) fn margin(ranked: &[Entry]) -> Option<Margin> {
     let (winner, rest) = ranked.split_first()?;
     let last = winner.last()?;
     let mine = winner.runs_at(last.rung);
-    let my_launches = medians(&winner.per_launch_at(last.rung));
+    let my_launches = winner.launch_medians_at(last.rung);
     rest.iter()
         .filter(|e| e.disqualified.is_none() && e.out.is_none())
         .find_map(|e| {
@@ -85,7 +85,7 @@ pub(crate) fn margin(ranked: &[Entry]) -> Option<Margin> {
             if theirs.is_empty() || mine.is_empty() {
                 return None;
             }
-            let their_launches = medians(&e.per_launch_at(last.rung));
+            let their_launches = e.launch_medians_at(last.rung);
             let (lo, hi) = if my_launches.len() > 1 && their_launches.len() > 1 {
                 race::advantage(&my_launches, &their_launches)
             } else {
@@ -101,10 +101,6 @@ pub(crate) fn margin(ranked: &[Entry]) -> Option<Margin> {
                 same_launch: e.last().is_some_and(|m| m.launch == last.launch),
             })
         })
-}
-
-fn medians(per_launch: &[&super::Measurement]) -> Vec<f64> {
-    per_launch.iter().map(|m| m.tok_s).collect()
 }
 
 #[cfg(test)]

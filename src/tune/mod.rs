@@ -394,18 +394,16 @@ impl Entry {
         out
     }
 
+    /// Each launch's median tok/s at `rung`, in launch order ([`Entry::per_launch_at`]).
+    pub(crate) fn launch_medians_at(&self, rung: Rung) -> Vec<f64> {
+        self.per_launch_at(rung).iter().map(|m| m.tok_s).collect()
+    }
+
     /// The entry's figure: its last measurement's median tok/s, or, measured on several
     /// launches, the median of those launches' medians.
     pub(crate) fn tok_s(&self) -> Option<f64> {
-        let launches = self.per_launch();
-        match launches.as_slice() {
-            [] => None,
-            [one] => Some(one.tok_s),
-            many => {
-                let medians: Vec<f64> = many.iter().map(|m| m.tok_s).collect();
-                crate::bench::stats::summarize(&medians).map(|s| s.median)
-            }
-        }
+        let last = self.last()?;
+        crate::bench::stats::summarize(&self.launch_medians_at(last.rung)).map(|s| s.median)
     }
 
     /// Every run measured at `rung` (warm-ups aside), pooled over its measurements.
