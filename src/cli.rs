@@ -549,13 +549,13 @@ pub enum CacheCommand {
     /// Upload the cached wheels and step entries to an OCI registry (blobs by sha256, keys in
     /// annotations)
     Push {
-        /// REGISTRY/REPO[:TAG], e.g. `127.0.0.1:5000/kiln/wheels:cu130`
+        /// `REGISTRY/REPO[:TAG]`, e.g. `127.0.0.1:5000/kiln/wheels:cu130`
         reference: String,
     },
     /// Fetch the wheels and step entries an OCI registry holds into the cache, verifying every
     /// blob's sha256
     Pull {
-        /// REGISTRY/REPO[:TAG]
+        /// `REGISTRY/REPO[:TAG]`
         reference: String,
     },
     /// Signing keys of the step cache (KILN_CACHE_SIGNING_KEY, KILN_CACHE_TRUSTED_KEYS)

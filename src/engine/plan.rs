@@ -77,7 +77,7 @@ impl Plan {
 }
 
 /// Compute the plan of `recipe` against the receipts in `state`: reads receipts and inputs,
-/// writes nothing (the caller [`record`]s what the plan found).
+/// writes nothing (the caller records what the plan found: [`record`](super::fresh::record)).
 pub(crate) fn plan(
     recipe: &Recipe,
     state: &StateDir,

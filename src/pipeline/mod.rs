@@ -108,7 +108,7 @@ pub fn record_steps_only(s: Session, strict: bool) {
     let _ = report.write(s.paths);
 }
 
-/// A result block of [`up`], as soon as it is known.
+/// A result block of [`up()`], as soon as it is known.
 pub enum Shown<'a> {
     /// The comparison, the baseline's name and the candidate's.
     Ab(&'a crate::bench::ab::Comparison, &'a str, &'a str),

@@ -146,7 +146,7 @@ fn fenced(text: &str) -> String {
 }
 
 impl Report {
-    /// The report of a served profile, judged (see [`super::judge`]); `launched` is the launch
+    /// The report of a served profile, judged (see [`super::judge()`]); `launched` is the launch
     /// left running.
     pub fn new(recipe: &Recipe, launched: &Launched, found: Findings, strict: bool) -> Report {
         let profile = launched.variant.name;
