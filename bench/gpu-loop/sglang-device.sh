@@ -8,6 +8,8 @@
 #            model, serve, verdicts, greedy A/B against `baseline`, bench
 #   wire     the raw HTTP of the server `up` left running: /server_info, /get_model_info, and a
 #            streamed /generate (greedy, 16 tokens) byte for byte, for the wire fixtures
+#   doctor   `kiln doctor --recipe sglang-cuda --deep -v` on the environment `up` built (its gates read
+#            from this SGLang's source, a matmul and the symmetric-memory probe on the GPU)
 #   profiles `kiln serve` of PROFILES (default `spec spec-mismatch symm-mem`), `kiln bench` on spec*
 #   bad      a launch with a bad flag value, through crash triage
 #   ceiling  SGLang's own bench_one_batch on the same model (decode tok/s at batch 1)
@@ -103,6 +105,14 @@ r = urllib.request.Request(base + "/generate", json.dumps(req).encode(), {"Conte
 open(f"{res}/wire-generate-stream.txt", "wb").write(urllib.request.urlopen(r, timeout=60).read())
 PY
   head -c 600 "$res/wire-generate-stream.txt" | tee -a "$summary"; echo | tee -a "$summary"
+fi
+
+if [[ $modes == *" doctor "* ]]; then
+  say "kiln doctor --recipe sglang-cuda --deep -v"
+  start=$SECONDS
+  timeout "$(left)" "$kiln" doctor --recipe sglang-cuda --set deps=listed --deep -v --no-progress >"$res/doctor.log" 2>&1
+  say "doctor exit $? in $((SECONDS - start)) s"
+  tail -40 "$res/doctor.log" | tee -a "$summary"
 fi
 
 if [[ $modes == *" profiles "* ]]; then
