@@ -327,6 +327,72 @@ mod tests {
         );
     }
 
+    /// A capture of the real SGLang 0.5.15.post1 (`tuned` of sglang-cuda, left running by
+    /// `kiln up`; bench/gpu-loop/sglang-device.sh's `wire`) on the H100 and on the H200.
+    fn captured(gpu: &str, name: &str) -> String {
+        let path = format!(
+            "{}/tests/fixtures/gpu-{gpu}-sglang/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// The real `/generate` stream (greedy, 16 new tokens): every chunk carries all ids so far,
+    /// the last one the finish reason; read chunk by chunk, the ids are the last chunk's, once.
+    #[test]
+    fn the_real_sglang_streams_read_to_their_last_chunks_ids() {
+        for gpu in ["h100", "h200"] {
+            let chunks: Vec<Value> = captured(gpu, "wire-generate-stream.txt")
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .filter(|d| *d != "[DONE]")
+                .map(|d| serde_json::from_str(d).unwrap())
+                .collect();
+            assert_eq!(chunks.len(), 16, "{gpu}");
+            let mut s = Stream::default();
+            for (i, c) in chunks.iter().enumerate() {
+                chunk(Api::Sglang, &mut s, c, 0.01 * i as f64);
+            }
+            let last: Vec<String> = chunks[15]["output_ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            assert_eq!((s.count(), &s.pieces), (16, &last), "{gpu}");
+            assert_eq!(
+                (s.server_tokens, s.prompt_tokens, s.finish.as_deref()),
+                (Some(16), Some(14), Some("length")),
+                "{gpu}"
+            );
+            assert_eq!(s.text, chunks[15]["text"].as_str().unwrap(), "{gpu}");
+        }
+    }
+
+    /// The real `/server_info` of the same launch on two machines, sessions apart, differs in
+    /// `random_seed`, `max_total_num_tokens` (the KV cache sized to each GPU's memory) and
+    /// `internal_states`: per-launch values, left out, so the settings hash is the same; one
+    /// setting changed, another hash.
+    #[test]
+    fn the_real_server_info_of_one_launch_on_two_gpus_has_one_settings_hash() {
+        let of = |gpu: &str, change: Option<(&str, Value)>| {
+            let mut v: Value =
+                serde_json::from_str(&captured(gpu, "wire-server_info.txt")).unwrap();
+            if let Some((key, value)) = change {
+                v[key] = value;
+            }
+            fingerprint(Api::Sglang, &move |p: &str| {
+                (p == "/server_info").then(|| v.clone())
+            })
+        };
+        let (h100, h200) = (of("h100", None), of("h200", None));
+        assert_eq!(h100.0, "sglang 0.5.15.post1");
+        assert!(h100.1.ends_with("/model/target"), "{h100:?}");
+        assert_eq!(h100, h200);
+        let other = of("h200", Some(("mem_fraction_static", json!(0.7))));
+        assert_ne!(other.2, h200.2);
+    }
+
     fn server_info(seed: u64, port: u16, interval: u64) -> Value {
         json!({"model_path": "m/x", "version": "0.5.9", "random_seed": seed, "port": port,
             "host": "127.0.0.1", "stream_interval": interval, "status": "ready",
