@@ -144,17 +144,27 @@ fn a_log_that_cannot_be_read_is_an_error_naming_it() {
     );
 }
 
-/// The first real SGLang run of `recipes/sglang-cuda.toml` (session 17, SGLang 0.5.15.post1 on an
-/// H100, tests/fixtures/gpu-h100-sglang/): `tuned`'s CUDA graphs are proven by SGLang's own
+/// A server log of `recipes/sglang-cuda.toml`'s `profile` from a real run: the H100's
+/// (sessions 17 and 19) or the H200's (session 22), `gpu` naming it.
+fn sglang_log(gpu: &str, profile: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("tests/fixtures/gpu-{gpu}-sglang"))
+        .join(format!("sglang-cuda-{profile}.log"))
+}
+
+/// The real SGLang runs of `recipes/sglang-cuda.toml` (SGLang 0.5.15.post1 on an H100, session
+/// 17, and on an H200, session 22): `tuned`'s CUDA graphs are proven by SGLang's own
 /// capture line; its Triton attention is only named in the resolved configuration (configured,
 /// a warning that fails a judged launch); `--enable-torch-symm-mem` at TP=1 fell back.
 #[test]
-fn the_first_real_sglang_run_reads_graphs_active_attention_configured_and_symm_mem_fell_back() {
-    let log = |p: &str| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/gpu-h100-sglang")
-            .join(format!("sglang-cuda-{p}.log"))
-    };
+fn the_real_sglang_runs_read_graphs_active_attention_configured_and_symm_mem_fell_back() {
+    for gpu in ["h100", "h200"] {
+        real_sglang_run_reads_graphs_active_attention_configured_and_symm_mem_fell_back(gpu);
+    }
+}
+
+fn real_sglang_run_reads_graphs_active_attention_configured_and_symm_mem_fell_back(gpu: &str) {
+    let log = |p: &str| sglang_log(gpu, p);
     let verdict = |out: &str, tuning: &str| {
         out.lines()
             .find(|l| l.split_whitespace().next() == Some(tuning))
@@ -173,7 +183,7 @@ fn the_first_real_sglang_run_reads_graphs_active_attention_configured_and_symm_m
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{profile}: {stdout}");
+        assert_eq!(out.status.code(), Some(1), "{gpu} {profile}: {stdout}");
         // Not a failure: the hint says nothing proved it either way, and what `kiln up` makes of it.
         if profile == "tuned" {
             assert!(
@@ -187,17 +197,17 @@ fn the_first_real_sglang_run_reads_graphs_active_attention_configured_and_symm_m
                 stderr
                     .trim_end()
                     .ends_with("`kiln doctor` checks the gates behind most fallbacks"),
-                "{profile}: {stderr}"
+                "{gpu} {profile}: {stderr}"
             );
         }
         assert_eq!(
             verdict(&stdout, "cuda-graphs"),
             "active: confirmed by the log",
-            "{profile}"
+            "{gpu} {profile}"
         );
         assert!(
             verdict(&stdout, "attention-backend").starts_with("configured: "),
-            "{profile}: {stdout}"
+            "{gpu} {profile}: {stdout}"
         );
     }
     let out = ws
@@ -213,20 +223,20 @@ fn the_first_real_sglang_run_reads_graphs_active_attention_configured_and_symm_m
     );
 }
 
-/// The speculative profiles on the same H100 (session 19, after `cutlass` and `deep_gemm` joined
-/// the offline set): the target as its own draft accepts 4.7-4.9 tokens per step (active), the
-/// mismatched draft 1.00 (fell back: no draft token accepted). Each log holds the decode lines
-/// of `kiln bench`'s traffic.
+/// The speculative profiles on the H100 (session 19, after `cutlass` and `deep_gemm` joined
+/// the offline set) and on the H200 (session 22): the target as its own draft accepts 4.7-4.9
+/// tokens per step (active), the mismatched draft 1.00 (fell back: no draft token accepted).
+/// Each log holds the decode lines of `kiln bench`'s traffic.
 #[test]
 fn the_real_speculative_profiles_read_active_and_fell_back_by_their_accept_length() {
     let ws = Workspace::new();
-    for (profile, want) in [
-        ("spec", "active: accept length"),
-        ("spec-mismatch", "fell back: accept length 1.00"),
+    for (gpu, profile, want) in [
+        ("h100", "spec", "active: accept length"),
+        ("h100", "spec-mismatch", "fell back: accept length 1.00"),
+        ("h200", "spec", "active: accept length"),
+        ("h200", "spec-mismatch", "fell back: accept length 1.00"),
     ] {
-        let log = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/gpu-h100-sglang")
-            .join(format!("sglang-cuda-{profile}.log"));
+        let log = sglang_log(gpu, profile);
         let out = ws
             .kiln()
             .args(["serve", "sglang-cuda", "--profile", profile, "--log"])
@@ -237,13 +247,13 @@ fn the_real_speculative_profiles_read_active_and_fell_back_by_their_accept_lengt
         let line = stdout
             .lines()
             .find(|l| l.starts_with("speculative-decoding"))
-            .unwrap_or_else(|| panic!("{profile}: no verdict:\n{stdout}"));
+            .unwrap_or_else(|| panic!("{gpu} {profile}: no verdict:\n{stdout}"));
         assert!(
             line["speculative-decoding".len()..]
                 .trim()
                 .starts_with(want),
-            "{profile}: {line}"
+            "{gpu} {profile}: {line}"
         );
-        assert_eq!(out.status.code(), Some(1), "{profile}: {stdout}");
+        assert_eq!(out.status.code(), Some(1), "{gpu} {profile}: {stdout}");
     }
 }

@@ -128,6 +128,48 @@ fn triage_a_real_sglang_0_5_15_missing_module_is_not_a_graph_capture_failure() {
     );
 }
 
+/// A real SGLang 0.5.15 start-up on an H200 given `--mem-fraction-static 1.7` (sglang-cuda's
+/// `baseline` with `--set mem_fraction=1.7`, session 22): SGLang takes the value, runs out of
+/// memory allocating the KV cache and ends its own process tree with SIGKILL (the replay kills
+/// itself the same way; `$$$$` is the shell's `$$` in a recipe).
+#[test]
+fn triage_a_real_sglang_0_5_15_kv_cache_oom_killed_by_its_own_signal() {
+    let ws = Workspace::new();
+    ws.write(
+        "r.toml",
+        &format!(
+            "[recipe]\nname = \"replay\"\n\n[profile.replay]\ncmd = [\"sh\", \"-c\", \"cat \\\"$0\\\"; kill -9 $$$$\", {:?}]\n\
+             signatures = \"sglang-0.5.15\"\napi = \"sglang\"\nport = \"{}\"\n",
+            fixture("sglang-0.5.15-h200-kv-cache-oom.log").display().to_string(),
+            free_port()
+        ),
+    );
+    let out = ws.kiln().args(["serve", "r.toml"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("error: profile `replay` was killed by signal 9 after"),
+        "{err}"
+    );
+    assert!(
+        err.contains("cause: CUDA out of memory [cuda-oom]"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "evidence: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.35 GiB."
+        ),
+        "{err}"
+    );
+    assert!(
+        err.trim_end()
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with("hint: lower --mem-fraction-static")),
+        "{err}"
+    );
+}
+
 #[test]
 fn triage_cuda_oom() {
     serve_fails_with(
