@@ -5,7 +5,8 @@
 # four races of session6/ ran under these rules: the replay must reproduce their decisions word
 # for word. Prints a markdown table and each variant's fate on stdout. A projection on real
 # data, not a GPU measurement. Then the winner's margin over the runner-up on each recorded grid
-# (src/tune/margin.rs), and the top two variants' medians across those grids' launches.
+# (src/tune/margin.rs), and the top two variants' medians across those grids' launches; then the
+# H200's SGLang grid of session 22, each variant launched twice (tests/fixtures/gpu-h200-sglang/).
 #
 # Usage: bench/tune-replay.sh
 set -euo pipefail

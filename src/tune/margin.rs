@@ -194,6 +194,38 @@ mod tests {
         }
     }
 
+    /// The H200's SGLang grid, each variant launched twice in alternating order
+    /// (`tests/fixtures/gpu-h200-sglang/tune-grid.json`, session 22): each variant's two launches
+    /// agree within 0.4 % (on the H100, sessions 19-20, one configuration moved ~6-10 % from
+    /// launch to launch), the two variants within 0.2 %, and two launches each separate nothing.
+    #[test]
+    #[allow(clippy::print_stdout)] // the table `bench/tune-replay.sh` prints
+    fn on_the_h200s_sglang_grid_two_launches_each_agree_and_separate_nothing() {
+        let v: serde_json::Value = serde_json::from_str(include_str!(
+            "../../tests/fixtures/gpu-h200-sglang/tune-grid.json"
+        ))
+        .unwrap();
+        assert_eq!(v["launches_each"], 2);
+        let ranked: Vec<Entry> = serde_json::from_value(v["entries"].clone()).unwrap();
+        let m = margin(&ranked).expect("a grid has a runner-up");
+        println!("\n| grid (SGLang, each variant launched twice) | winner | its margin |");
+        println!("|---|---|---|");
+        println!(
+            "| H200, session 22 | `{}` | {} |",
+            ranked[0].variant.shown(),
+            m.line()
+        );
+        assert!(!m.separated(), "{}", m.line());
+        assert_eq!((m.launches, m.runs, m.max_tokens), ((2, 2), (10, 10), 256));
+        for e in &ranked[..2] {
+            let medians = e.launch_medians_at(e.last().unwrap().rung);
+            let (lo, hi) = (medians[0].min(medians[1]), medians[0].max(medians[1]));
+            assert!(hi / lo < 1.004, "{}: {medians:?}", e.variant.shown());
+        }
+        let top: Vec<f64> = ranked[..2].iter().map(|e| e.tok_s().unwrap()).collect();
+        assert!(top[0] / top[1] < 1.002, "{top:?}");
+    }
+
     #[test]
     fn a_runner_up_behind_beyond_the_noise_is_said_so_and_the_shared_launch_named() {
         let ranked = vec![
