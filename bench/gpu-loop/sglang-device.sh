@@ -12,7 +12,9 @@
 #            from this SGLang's source, a matmul and the symmetric-memory probe on the GPU)
 #   profiles `kiln serve` of PROFILES (default `spec spec-mismatch symm-mem`), `kiln bench` on spec*
 #   bad      a launch with a bad flag value, through crash triage
-#   ceiling  SGLang's own bench_one_batch on the same model (decode tok/s at batch 1)
+#   ceiling  SGLang's own bench_one_batch on the same model (decode tok/s at batch 1, 2048 tokens as
+#            kiln's bench; CEILING_OUTPUT_LEN to change): not a ceiling for the served path, which
+#            overlaps scheduling with the GPU (1.25x it on the H200), but SGLang's own figure
 #   again    the same `kiln up` a second time: nothing rebuilt, served again (timed)
 #   tune     `kiln tune sglang-cuda --profile tuned --one-server` by grid, then by race, over
 #            TUNE_VARY (default: attention=triton,flashinfer × --num-continuous-decode-steps=1,4);
@@ -145,18 +147,18 @@ if [[ $modes == *" bad "* ]]; then
 fi
 
 if [[ $modes == *" ceiling "* ]]; then
-  say "SGLang's bench_one_batch (the ceiling)"
+  say "SGLang's bench_one_batch"
   "$kiln" serve sglang-cuda --stop >/dev/null 2>&1 # the GPU to itself, as `up`'s bench had it
   work=$KILN_HOME/work/sglang-cuda
   # bench_one_batch's measured runs read kiln bench's prompt from a file; its warm-up draws random
   # ids below 10,000 whatever the prompt (sglang/benchmark/one_batch.py), which failed a gather
   # with a device assert on sessions 17-20's 9,285-row vocabulary (with and without CUDA graphs):
-  # make_tiny_hf.py pads the model to 10,240 rows since (not yet run on a GPU).
+  # make_tiny_hf.py pads the model to 10,240 rows since (ran on the H200, session 22).
   # CEILING_EXTRA adds flags (e.g. --disable-cuda-graph).
   prompt="$(grep -o 'DEFAULT_PROMPT: &str = "[^"]*"' "$root/src/bench/mod.rs" | cut -d'"' -f2)"
   echo "$prompt" >"$res/ceiling-prompt.txt"
   timeout "$(left)" "$work/venv/bin/python" -m sglang.bench_one_batch --model-path "$work/model/target" \
-    --batch-size 1 --input-len 128 --output-len 512 --prompt-filename "$res/ceiling-prompt.txt" \
+    --batch-size 1 --input-len 128 --output-len "${CEILING_OUTPUT_LEN:-2048}" --prompt-filename "$res/ceiling-prompt.txt" \
     --attention-backend triton --sampling-backend pytorch \
     --mem-fraction-static 0.6 ${CEILING_EXTRA:-} 2>&1 | tee "$res/bench-one-batch.log" | tail -15
 fi
