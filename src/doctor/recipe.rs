@@ -31,6 +31,15 @@ pub(crate) fn apply(recipe: &Recipe, inputs: &mut Inputs) {
             _ => {}
         }
     }
+    if inputs.python.is_none() && inputs.python_to_come.is_none() {
+        if let Some(python) = served_python(recipe) {
+            if python.exists() {
+                inputs.python = Some(python.display().to_string());
+            } else if let Some(step) = made_by(recipe, &python) {
+                inputs.python_to_come = Some((python, step));
+            }
+        }
+    }
     inputs.prefix = recipe.vars.get("prefix").map(PathBuf::from);
     inputs.toolchain_warnings = Some(crate::recipe::cuda_arch::family_conflicts(recipe));
     inputs.server_flags = recipe
@@ -46,6 +55,33 @@ pub(crate) fn apply(recipe: &Recipe, inputs: &mut Inputs) {
         .filter(|c| c.file_name().is_some_and(|n| n == "llama-server") && c.is_absolute())
         .collect();
     inputs.binaries.dedup();
+}
+
+/// The interpreter an SGLang profile runs (`/ABS/python -m sglang.launch_server`): the serving
+/// environment of a recipe whose venv a `run` step makes (sglang-cuda), where no `python` step
+/// names it. Without it, doctor inspected the system python3 beside that venv.
+fn served_python(recipe: &Recipe) -> Option<PathBuf> {
+    recipe.profiles.values().find_map(|p| {
+        let (program, rest) = p.cmd.split_first()?;
+        let python = PathBuf::from(program);
+        let runs_sglang = rest.first().is_some_and(|a| a == "-m")
+            && rest.get(1).is_some_and(|m| m == "sglang.launch_server");
+        let named = python
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("python"));
+        (runs_sglang && named && python.is_absolute()).then_some(python)
+    })
+}
+
+/// The step whose `check` paths name `path`: the one that makes it.
+fn made_by(recipe: &Recipe, path: &std::path::Path) -> Option<String> {
+    recipe.steps.iter().find_map(|s| match &s.check {
+        Some(crate::recipe::Check::Paths(paths)) => paths
+            .iter()
+            .any(|p| std::path::Path::new(p) == path)
+            .then(|| s.id.clone()),
+        _ => None,
+    })
 }
 
 /// What a recipe needs of the host: a GPU, torch, SGLang, a toolchain build.

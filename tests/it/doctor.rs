@@ -915,3 +915,54 @@ fn the_evidence_command_in_the_hint_judges_what_this_run_judged() {
         "both profiles of sglang-cuda:\n{shown}"
     );
 }
+
+/// A recipe whose venv a `run` step makes (as sglang-cuda's does) and whose profile runs
+/// `VENV/bin/python -m sglang.launch_server`: doctor inspects that interpreter, not the system
+/// python3 beside it (on the H200, session 22, it read the image's python and said SGLang was not
+/// installed while the served venv held 0.5.15); before the step has run, the Python checks wait
+/// for it.
+#[test]
+fn doctor_inspects_the_python_an_sglang_profile_runs() {
+    let ws = Workspace::new();
+    let venv = ws.path().join("prefix/venv");
+    ws.write(
+        "r.toml",
+        &format!(
+            "[recipe]\nname = \"r\"\n\n[[step]]\nid = \"venv\"\nkind = \"run\"\n\
+             cmd = [\"python3\", \"-m\", \"venv\", {venv:?}]\n\
+             check = {{ paths = [\"{python}\"] }}\n\n\
+             [profile.p]\ncmd = [\"{python}\", \"-m\", \"sglang.launch_server\"]\n\
+             args = [\"--model-path\", \"m\"]\n",
+            venv = venv.display().to_string(),
+            python = venv.join("bin/python").display(),
+        ),
+    );
+    let (_, report) = json(doctor(&ws, None).args(["--recipe", "r.toml"]));
+    assert_eq!(report["facts"]["python"]["state"], "to_come", "{report:#}");
+    assert!(
+        summary(&report, "python.torch").starts_with(&format!(
+            "the recipe's interpreter {} is not installed yet (step `venv` installs it",
+            venv.join("bin/python").display()
+        )),
+        "{report:#}"
+    );
+    let made = std::process::Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let (_, report) = json(doctor(&ws, None).args(["--recipe", "r.toml"]));
+    let python = &report["facts"]["python"];
+    assert_eq!(
+        python["executable"].as_str(),
+        Some(venv.join("bin/python").to_str().unwrap()),
+        "{report:#}"
+    );
+    let site = python["purelib"].as_str().unwrap();
+    assert!(site.starts_with(venv.to_str().unwrap()), "{site}");
+    assert_eq!(
+        summary(&report, "sglang.symm-mem-table"),
+        format!("sglang is not installed in {site}")
+    );
+}
