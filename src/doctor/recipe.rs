@@ -2,7 +2,7 @@
 //! python, toolkit and driver floor, prefix, server flags, built binaries, the toolchain warnings
 //! `kiln plan` shows, and what it needs of the host.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::{Inputs, Needs};
 use crate::recipe::{Recipe, StepKind};
@@ -74,12 +74,11 @@ fn served_python(recipe: &Recipe) -> Option<PathBuf> {
 }
 
 /// The step whose `check` paths name `path`: the one that makes it.
-fn made_by(recipe: &Recipe, path: &std::path::Path) -> Option<String> {
+fn made_by(recipe: &Recipe, path: &Path) -> Option<String> {
     recipe.steps.iter().find_map(|s| match &s.check {
-        Some(crate::recipe::Check::Paths(paths)) => paths
-            .iter()
-            .any(|p| std::path::Path::new(p) == path)
-            .then(|| s.id.clone()),
+        Some(crate::recipe::Check::Paths(paths)) => {
+            paths.iter().any(|p| p == path).then(|| s.id.clone())
+        }
         _ => None,
     })
 }
