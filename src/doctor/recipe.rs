@@ -2,7 +2,7 @@
 //! python, toolkit and driver floor, prefix, server flags, built binaries, the toolchain warnings
 //! `kiln plan` shows, and what it needs of the host.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::{Inputs, Needs};
 use crate::recipe::{Recipe, StepKind};
@@ -35,8 +35,8 @@ pub(crate) fn apply(recipe: &Recipe, inputs: &mut Inputs) {
         if let Some(python) = served_python(recipe) {
             if python.exists() {
                 inputs.python = Some(python.display().to_string());
-            } else if let Some(step) = made_by(recipe, &python) {
-                inputs.python_to_come = Some((python, step));
+            } else if let Some(step) = crate::recipe::maker(&recipe.made_paths(), &python) {
+                inputs.python_to_come = Some((python, step.to_string()));
             }
         }
     }
@@ -70,16 +70,6 @@ fn served_python(recipe: &Recipe) -> Option<PathBuf> {
             .file_name()
             .is_some_and(|n| n.to_string_lossy().starts_with("python"));
         (runs_sglang && named && python.is_absolute()).then_some(python)
-    })
-}
-
-/// The step whose `check` paths name `path`: the one that makes it.
-fn made_by(recipe: &Recipe, path: &Path) -> Option<String> {
-    recipe.steps.iter().find_map(|s| match &s.check {
-        Some(crate::recipe::Check::Paths(paths)) => {
-            paths.iter().any(|p| p == path).then(|| s.id.clone())
-        }
-        _ => None,
     })
 }
 

@@ -65,6 +65,31 @@ impl Recipe {
     pub fn step(&self, id: &str) -> Option<&Step> {
         self.steps.iter().find(|s| s.id == id)
     }
+
+    /// What each step makes, with its id: its `check` paths and a python step's venv.
+    pub(crate) fn made_paths(&self) -> Vec<(PathBuf, String)> {
+        self.steps
+            .iter()
+            .flat_map(|s| {
+                let mut paths = match &s.check {
+                    Some(Check::Paths(p)) => p.clone(),
+                    _ => Vec::new(),
+                };
+                if let StepKind::Python(py) = &s.kind {
+                    paths.push(py.venv.clone());
+                }
+                paths.into_iter().map(move |p| (p, s.id.clone()))
+            })
+            .collect()
+    }
+}
+
+/// The step of `made` ([`Recipe::made_paths`]) that makes `path`: the path itself, a directory
+/// holding it (a venv and its interpreter) or a path inside it.
+pub(crate) fn maker<'a>(made: &'a [(PathBuf, String)], path: &std::path::Path) -> Option<&'a str> {
+    made.iter()
+        .find(|(p, _)| path.starts_with(p) || p.starts_with(path))
+        .map(|(_, s)| s.as_str())
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -96,10 +96,7 @@ impl Launch<'_> {
     }
 
     fn made_by(&self, path: &Path) -> Option<&str> {
-        self.made_by
-            .iter()
-            .find(|(p, _)| path.starts_with(p) || p.starts_with(path))
-            .map(|(_, s)| s.as_str())
+        crate::recipe::maker(self.made_by, path)
     }
 
     fn env_or<'h>(&'h self, key: &str, host: Option<&'h str>) -> Option<&'h str> {

@@ -228,20 +228,7 @@ fn evaluate(
             }
         }
     }
-    let made_by: Vec<(PathBuf, String)> = full
-        .steps
-        .iter()
-        .flat_map(|s| {
-            let mut paths = match &s.check {
-                Some(crate::recipe::Check::Paths(p)) => p.clone(),
-                _ => Vec::new(),
-            };
-            if let StepKind::Python(py) = &s.kind {
-                paths.push(py.venv.clone());
-            }
-            paths.into_iter().map(move |p| (p, s.id.clone()))
-        })
-        .collect();
+    let made_by = full.made_paths();
     let pinned_sglang = full.steps.iter().find_map(|s| match &s.kind {
         StepKind::Python(py) => py
             .install
